@@ -1,0 +1,295 @@
+"""Run configuration: defaults -> variant preset -> spec -> dotted overrides -> resolved config.
+
+Config flows one way. A resolved :class:`RunConfig` is saved with every run and checkpoint, and
+its identity (everything except operational fields) keys runs and caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal, Mapping
+
+from locattn.models.config import ModelConfig
+from locattn.tasks.config import TaskConfig
+
+DevScoring = Literal["teacher_forced", "greedy"]
+
+#: Fields that never change what a run computes; excluded from its identity.
+OPERATIONAL_FIELDS = frozenset({"device", "num_threads", "cache_dir", "task.data_dir"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """Optimisation protocol. Defaults are the reference protocol (REFERENCE §3)."""
+
+    lr: float = 1e-3
+    """AdamW learning rate (no weight decay)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    batch_size: int = 32
+    """Training batch size."""
+    dev_batch_size: int = 256
+    """Batch size for dev and test scoring."""
+    clip: float = 5.0
+    """Gradient-norm clip."""
+    epochs: int = 100
+    """Maximum number of epochs."""
+    patience: int = 50
+    """Early-stopping patience in epochs without a better dev score."""
+    plateau_patience: int = 4
+    """ReduceLROnPlateau patience (epochs)."""
+    plateau_factor: float = 0.5
+    """ReduceLROnPlateau factor."""
+    tie_tolerance: float = 1e-3
+    """A dev score within this of the best counts as a tie and replaces the best (reference)."""
+    dev_scoring: DevScoring = "teacher_forced"
+    """How dev accuracy is computed: teacher-forced (as the reference does) or greedy."""
+    updates_per_epoch: int = 0
+    """Regression tasks (Raffel & Ellis): updates per epoch (their 'epoch' is 1,000 updates).
+    0 means one pass over the training split."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "lr", "batch_size", "dev_batch_size", "clip", "epochs")
+        if self.dev_scoring not in typing.get_args(DevScoring):
+            raise ValueError(
+                f"optim.dev_scoring={self.dev_scoring!r}; valid: {list(typing.get_args(DevScoring))}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything one training run needs."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Task and split sizes."""
+    variant: str = "onestep"
+    """Variant preset key (``locattn.list_variants()``)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model config, resolved from the variant preset plus overrides."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimisation protocol."""
+    seed: int = 0
+    """Run seed: initialisation, data order, dropout."""
+    device: str = "cpu"
+    """Torch device (operational)."""
+    num_threads: int = 1
+    """torch intra-op threads (operational)."""
+    cache_dir: str | None = None
+    """Dataset cache directory (operational); None uses ``~/.cache/locattn``."""
+
+
+def _check_positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not value > 0:
+            raise ValueError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------- dict round trip
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Nested JSON-safe dict of a dataclass config (tuples become lists)."""
+    out: dict[str, Any] = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if is_dataclass(value):
+            value = config_to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """Coerce a JSON/YAML/CLI value to the annotated type, or raise naming ``where``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping, got {value!r}")
+        return dataclass_from_dict(tp, value, prefix=where + ".")
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{where}={value!r}; valid: {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except (ValueError, TypeError) as exc:
+                errors.append(str(exc))
+        raise ValueError(f"{where}={value!r} does not fit {tp}: {'; '.join(errors)}")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, where) for v in value)
+        if len(args) != len(value):
+            raise ValueError(f"{where}: expected {len(args)} items, got {value!r}")
+        return tuple(_coerce(a, v, where) for a, v in zip(args, value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def dataclass_from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested mapping. Unknown keys raise naming the valid ones."""
+    hints = typing.get_type_hints(cls)
+    valid = {f.name for f in fields(cls)}
+    unknown = set(data) - valid
+    if unknown:
+        raise ValueError(
+            f"unknown config key {prefix}{sorted(unknown)[0]!r}; valid keys under "
+            f"{prefix.rstrip('.') or 'the top level'}: {sorted(valid)}"
+        )
+    kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def run_config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """Inverse of :func:`config_to_dict` for :class:`RunConfig`."""
+    return dataclass_from_dict(RunConfig, data)
+
+
+# --------------------------------------------------------------------------- dotted overrides
+
+
+def apply_overrides(cfg: Any, overrides: Mapping[str, Any], *, _prefix: str = "") -> Any:
+    """Return ``cfg`` with dotted-path overrides applied, e.g. ``{"optim.lr": 3e-4}``.
+
+    Values may be strings (from the command line) and are coerced to the field's type.
+    An unknown path raises ``ValueError`` naming it and the valid keys at that level.
+    """
+    if not overrides:
+        return cfg
+    hints = typing.get_type_hints(type(cfg))
+    valid = {f.name: f for f in fields(cfg)}
+    grouped: dict[str, dict[str, Any]] = {}
+    direct: dict[str, Any] = {}
+    for path, value in overrides.items():
+        head, _, rest = path.partition(".")
+        if head not in valid:
+            raise ValueError(
+                f"unknown config key {_prefix}{path!r}; valid keys under "
+                f"{_prefix.rstrip('.') or 'the top level'}: {sorted(valid)}"
+            )
+        if rest:
+            if not is_dataclass(getattr(cfg, head)):
+                raise ValueError(f"config key {_prefix}{head!r} has no sub-keys (got {path!r})")
+            grouped.setdefault(head, {})[rest] = value
+        else:
+            current = getattr(cfg, head)
+            if is_dataclass(current) and isinstance(value, Mapping):
+                grouped.setdefault(head, {}).update(value)
+            else:
+                direct[head] = _coerce(hints[head], value, _prefix + head)
+    for head, sub in grouped.items():
+        direct[head] = apply_overrides(getattr(cfg, head), sub, _prefix=_prefix + head + ".")
+    return replace(cfg, **direct)
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Parse ``key=value`` from the command line."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} is not of the form key=value (e.g. optim.lr=3e-4)")
+    return key.strip(), value.strip()
+
+
+def make_run_config(
+    *,
+    task: str | TaskConfig = "copy",
+    variant: str = "onestep",
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """Resolve a run config: defaults -> variant preset -> overrides.
+
+    ``overrides`` are dotted paths into :class:`RunConfig` (``optim.lr``, ``model.attention.step``,
+    ``task.train_size`` ...). Task defaults that differ from the copy-family ones (e.g. SCAN's
+    batch size) are applied by the task registry before the overrides.
+    """
+    from locattn.variants import get_variant
+
+    task_cfg = task if isinstance(task, TaskConfig) else TaskConfig(name=task)
+    cfg = RunConfig(task=task_cfg, variant=variant, model=get_variant(variant), seed=seed)
+    return apply_overrides(cfg, dict(overrides or {}))
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-3}}`` -> ``{"optim.lr": 1e-3}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def identity_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The flattened config without operational fields: what changes a run's result."""
+    flat = flatten(config_to_dict(cfg))
+    return {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
+
+
+def run_identity(cfg: RunConfig) -> str:
+    """A stable 16-hex-digit hash of :func:`identity_dict`."""
+    blob = json.dumps(identity_dict(cfg), sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+__all__ = [
+    "OptimConfig",
+    "RunConfig",
+    "TaskConfig",
+    "ModelConfig",
+    "apply_overrides",
+    "config_to_dict",
+    "dataclass_from_dict",
+    "flatten",
+    "identity_dict",
+    "make_run_config",
+    "parse_override",
+    "run_config_from_dict",
+    "run_identity",
+]

@@ -1,0 +1,44 @@
+"""Names of the MLflow run record, shared by ``study`` (writer) and ``reports`` (reader).
+
+See docs/architecture.md §6. Imports nothing heavy.
+"""
+
+TAG_PREFIX = "locattn."
+ROLE = "locattn.role"
+ROLE_STUDY = "study"
+ROLE_TRIAL = "trial"
+STUDY = "locattn.study"
+RUN_KEY = "locattn.run_key"
+CELL = "locattn.cell"
+HPARAMS = "locattn.hparams"
+TASK = "locattn.task"
+VARIANT = "locattn.variant"
+SEED = "locattn.seed"
+N_SEEDS = "locattn.n_seeds"
+STATUS = "locattn.status"
+ERROR = "locattn.error"
+CODE_VERSION = "locattn.code_version"
+VERSIONS = "locattn.versions"
+DEV_SCORING = "locattn.dev_scoring"
+TABLES = "locattn.tables"
+
+STATUS_FINISHED = "finished"
+STATUS_FAILED = "failed"
+STATUS_RUNNING = "running"
+
+EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds")
+FINAL_METRICS = ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100")
+SPLIT_METRICS = ("seq_acc", "seq_acc_be", "edit_distance", "attn_loss", "accuracy", "n")
+
+
+def test_metric(split: str, metric: str) -> str:
+    """MLflow key of a final per-split test metric, e.g. ``test.len100.seq_acc``."""
+    return f"test.{split}.{metric}"
+
+
+def parse_test_metric(key: str) -> tuple[str, str] | None:
+    """Inverse of :func:`test_metric`; None for other keys."""
+    if not key.startswith("test."):
+        return None
+    split, _, metric = key[len("test."):].rpartition(".")
+    return (split, metric) if split and metric else None
