@@ -1,0 +1,107 @@
+"""Attention heatmaps with the location attender's traces beside them (Dubois et al. Fig. 9).
+
+matplotlib is imported lazily, inside :func:`draw_attention`, with the non-interactive Agg
+backend, so importing ``locattn`` never pulls it in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+#: Traces drawn in the side panel, in order, with their labels.
+SIDE_TRACES = (("sigma", "σ"), ("step", "step"), ("mix_gate", "mix gate m"))
+
+
+def column_labels(src: Sequence[str], n_columns: int, source_offset: int) -> list[str]:
+    """Labels of the attention axis: START/END vectors around the source tokens when present."""
+    labels = []
+    for j in range(n_columns):
+        i = j - source_offset
+        if i < 0:
+            labels.append("START")
+        elif i < len(src):
+            labels.append(src[i])
+        else:
+            labels.append("END")
+    return labels
+
+
+def draw_attention(
+    record: dict[str, Any],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    dpi: int = 72,
+) -> Path:
+    """Draw one example's attention to a PNG.
+
+    ``record`` is an ``attention.json`` record: ``weights`` (T, L) nested lists, ``src`` and
+    ``pred`` token lists, ``source_offset``, and optional traces ``mu``, ``sigma``, ``step``,
+    ``mix_gate`` (length T) and ``dir_gate`` (scalar). μ (a position in [0, 1]) is drawn on
+    the heatmap in column units; the other traces go in a panel on the right.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    weights = np.asarray(record["weights"], dtype=float)  # (T, L)
+    n_rows, n_cols = weights.shape
+    rows = list(record.get("pred", []))[:n_rows]
+    rows += ["<eos>"] * (n_rows - len(rows))
+    cols = column_labels(record.get("src", []), n_cols, int(record.get("source_offset", 0)))
+    side = [(k, lab) for k, lab in SIDE_TRACES if record.get(k) is not None]
+
+    cell = 0.16
+    width = min(14.0, 2.2 + cell * n_cols + (2.2 if side else 0.0))
+    height = min(14.0, 1.6 + cell * n_rows)
+    fig = plt.figure(figsize=(width, height), dpi=dpi)
+    ratios = [max(3.0, cell * n_cols), 1.6] if side else [1.0]
+    grid = fig.add_gridspec(1, len(ratios), width_ratios=ratios, wspace=0.08)
+    ax = fig.add_subplot(grid[0, 0])
+    ax.imshow(weights, aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest")
+    if record.get("mu") is not None:
+        mu = np.asarray(record["mu"], dtype=float)[:n_rows]
+        ax.plot(mu * (n_cols - 1), np.arange(len(mu)), color="tab:red", lw=1.2, label="μ")
+        ax.legend(loc="lower left", fontsize=6, frameon=False)
+    fontsize = 6 if max(n_rows, n_cols) <= 40 else 4
+    step_x = max(1, n_cols // 40)
+    step_y = max(1, n_rows // 40)
+    ax.set_xticks(range(0, n_cols, step_x))
+    ax.set_xticklabels(cols[::step_x], rotation=90, fontsize=fontsize)
+    ax.set_yticks(range(0, n_rows, step_y))
+    ax.set_yticklabels(rows[::step_y], fontsize=fontsize)
+    ax.set_xlabel("source", fontsize=7)
+    ax.set_ylabel("output", fontsize=7)
+    heading = title or record.get("title")
+    if record.get("dir_gate") is not None:
+        heading = f"{heading or ''}  dir gate={float(record['dir_gate']):.2f}".strip()
+    if heading:
+        ax.set_title(heading, fontsize=7)
+    if side:
+        ax2 = fig.add_subplot(grid[0, 1], sharey=ax)
+        for (key, label), colour in zip(side, ("tab:blue", "tab:green", "tab:purple")):
+            values = np.asarray(record[key], dtype=float)[:n_rows]
+            ax2.plot(values, np.arange(len(values)), color=colour, lw=1.0, marker=".", ms=2,
+                     label=label)
+        ax2.legend(loc="lower right", fontsize=6, frameon=False)
+        ax2.tick_params(axis="y", labelleft=False)
+        ax2.tick_params(axis="x", labelsize=6)
+        ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(3))
+        ax2.grid(alpha=0.3, lw=0.5)
+    fig.subplots_adjust(left=0.12, right=0.98, bottom=0.14, top=0.92)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def draw_attention_file(json_path: str | Path, png_path: str | Path) -> Path:
+    """Draw the record stored in an ``attention.json``."""
+    return draw_attention(json.loads(Path(json_path).read_text()), png_path)

@@ -1,0 +1,93 @@
+"""Scoring: teacher-forced dev loss/accuracy and batched greedy decoding of test splits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from locattn.training.data import EncodedSplit
+
+
+@torch.no_grad()
+def teacher_forced(model: torch.nn.Module, split: EncodedSplit, batch_size: int) -> tuple[float, float]:
+    """(token-level mean NLL incl. <eos>, teacher-forced sequence accuracy) over ``split``.
+
+    A sequence counts as correct when the argmax at every target position (incl. <eos>)
+    is the gold token: the reference code's dev accuracy.
+    """
+    model.eval()
+    nll = torch.zeros((), dtype=torch.float64, device=split.device)
+    correct = torch.zeros((), dtype=torch.long, device=split.device)
+    n_tokens = 0
+    for index in split.sorted_batches(batch_size):
+        b = split.batch(index)
+        logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
+        mask = b.tgt_out != split.pad_id  # (B, T)
+        nll += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1),
+            ignore_index=split.pad_id, reduction="sum",
+        ).double()
+        hit = (logits.argmax(-1) == b.tgt_out) | ~mask  # (B, T)
+        correct += hit.all(dim=1).sum()
+        n_tokens += b.n_tokens
+    return float(nll) / n_tokens, int(correct) / len(split)
+
+
+@dataclass
+class Decoded:
+    """Greedy outputs of a whole split, in split order."""
+
+    pred: list[list[int]]  # token ids before the first <eos> (or up to the cap)
+    ended: list[bool]  # whether <eos> was emitted
+    attended: list[np.ndarray] | None  # per example (T_i,) expected source index Σ_j α_j (j - offset)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: torch.nn.Module,
+    split: EncodedSplit,
+    caps: np.ndarray,
+    batch_size: int,
+    *,
+    want_attention: bool = False,
+) -> Decoded:
+    """Decode every example greedily, batched by similar source length.
+
+    ``caps`` (N,) is the per-example step cap from the task (never from the gold).
+    """
+    model.eval()
+    n = len(split)
+    pred: list[list[int]] = [[] for _ in range(n)]
+    ended = [False] * n
+    attended: list[np.ndarray] | None = [np.zeros(0)] * n if want_attention else None
+    offset = int(getattr(model, "source_offset", 0))
+    eos = split.eos_id
+    for index in split.sorted_batches(batch_size):
+        b = split.batch(index)
+        cap = torch.as_tensor(caps[index], dtype=torch.long, device=split.device)
+        out = model.greedy(b.src, b.src_len, cap, trace=want_attention)
+        tokens = out.tokens.tolist()
+        lengths = out.lengths.tolist()
+        expected = None
+        if want_attention:
+            w = out.trace.weights  # (B, T', L)
+            pos = torch.arange(w.shape[-1], device=w.device, dtype=w.dtype) - offset  # (L,)
+            expected = (w * pos).sum(-1).cpu().numpy()  # (B, T')
+        for row, i in enumerate(index.tolist()):
+            seq = tokens[row][: lengths[row]]
+            if seq and seq[-1] == eos:
+                ended[i] = True
+                seq = seq[:-1]
+            pred[i] = seq
+            if expected is not None:
+                attended[i] = expected[row, : lengths[row]]  # type: ignore[index]
+    return Decoded(pred=pred, ended=ended, attended=attended)
+
+
+def split_caps(split: EncodedSplit, decode_cap: Callable[[int], int]) -> np.ndarray:
+    """(N,) greedy step caps from the task's ``decode_cap(src_len)``."""
+    return np.array([int(decode_cap(int(s))) for s in split.src_len_np], dtype=np.int64)
