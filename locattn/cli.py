@@ -1,0 +1,281 @@
+"""Command line: ``locattn train | attention | variants | tasks``.
+
+Errors in the command line (unknown flag, task, variant, or ``--set`` key) print one line
+naming the valid choices and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from locattn.config import apply_overrides, make_run_config, parse_override
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A problem with the command line (reported in one line, exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that name the valid options."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments"):
+            flags = sorted(
+                {s for a in self._actions for s in a.option_strings if s.startswith("--")}
+            )
+            message += f"; valid options: {', '.join(flags)}"
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _task_names() -> list[str]:
+    from locattn.tasks import list_tasks
+
+    return list(list_tasks())
+
+
+def _variant_labels(pattern: str = "*") -> dict[str, str]:
+    from locattn.variants import list_variants
+
+    return dict(list_variants(pattern))
+
+
+def _epilog() -> str:
+    lines = ["tasks:", "  " + ", ".join(_task_names()), "", "variants (key: paper label):"]
+    lines += [f"  {k:<24} {label}" for k, label in _variant_labels().items()]
+    lines += [
+        "",
+        "examples:",
+        "  locattn train --task copy --variant onestep --seed 0 --epochs 3",
+        "  locattn train --task reverse_copy --variant bi_relative --set optim.lr=3e-4 "
+        "--set task.train_size=2000",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``locattn`` parser with its sub-commands."""
+    parser = _Parser(prog="locattn", description="Location attention for length generalisation.")
+    sub = parser.add_subparsers(dest="command", metavar="{train,attention,variants,tasks}",
+                                parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser(
+        "train",
+        help="train one run and score its test splits",
+        description="Train one run (task x variant x seed), then score every test split greedily.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--task", required=True, metavar="TASK", help="task key (listed below)")
+    p.add_argument("--variant", required=True, metavar="VARIANT",
+                   help="variant preset key (listed below)")
+    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (optim.epochs)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output directory (default runs/<task>-<variant>-s<seed>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted config override, e.g. optim.lr=3e-4 (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (num_threads)")
+    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda")
+    p.add_argument("--cache-dir", default=None, help="dataset cache directory")
+    p.add_argument("--fresh", action="store_true",
+                   help="delete an existing checkpoint in --out and start over")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    a = sub.add_parser("attention", help="draw the attention of one test example of a trained run",
+                       description="Draw one example's attention heatmap with mu/sigma/gate traces.")
+    a.add_argument("--run", type=Path, required=True, help="a run directory written by 'train'")
+    a.add_argument("--split", default=None, help="split name (default: the longest test split)")
+    a.add_argument("--index", type=int, default=0, help="example index in the split (default 0)")
+    a.add_argument("--out", type=Path, default=None,
+                   help="PNG path (default <run>/attention-<split>-<index>.png)")
+
+    v = sub.add_parser("variants", help="list variant presets with their paper labels")
+    v.add_argument("pattern", nargs="?", default="*", help="glob pattern, e.g. 'mix*'")
+    sub.add_parser("tasks", help="list tasks")
+    return parser
+
+
+# --------------------------------------------------------------------------- train
+
+
+def resolve_train_config(args: argparse.Namespace) -> Any:
+    """RunConfig from the parsed ``train`` arguments; UsageError naming valid choices."""
+    tasks = _task_names()
+    if args.task not in tasks:
+        raise UsageError(f"unknown task {args.task!r}; valid tasks: {', '.join(tasks)}")
+    variants = _variant_labels()
+    if args.variant not in variants:
+        raise UsageError(f"unknown variant {args.variant!r}; valid variants: {', '.join(variants)}")
+    overrides: dict[str, Any] = {}
+    try:
+        for text in args.overrides:
+            key, value = parse_override(text)
+            overrides[key] = value
+        cfg = make_run_config(task=args.task, variant=args.variant, seed=args.seed,
+                              overrides=overrides)
+        operational: dict[str, Any] = {}
+        if args.epochs is not None:
+            operational["optim.epochs"] = args.epochs
+        if args.threads is not None:
+            operational["num_threads"] = args.threads
+        if args.device is not None:
+            operational["device"] = args.device
+        if args.cache_dir is not None:
+            operational["cache_dir"] = args.cache_dir
+        return apply_overrides(cfg, operational)
+    except ValueError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+
+
+class ProgressRecorder:
+    """A tqdm bar over epochs showing the training loss and dev score."""
+
+    def __init__(self, total: int, initial: int, desc: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="epoch", dynamic_ncols=True)
+
+    def on_epoch(self, epoch: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
+        self.bar.set_postfix(loss=f"{metrics['train_loss']:.4f}",
+                             dev=f"{100 * metrics['dev_score']:.1f}%", refresh=False)
+        self.bar.update(1)
+
+    def on_end(self, result: Any) -> None:
+        self.bar.close()
+
+
+def format_table(result: Any) -> str:
+    """Per-split table of test metrics in percent."""
+    if result.kind == "regression":
+        rows = [f"{'split':<24} {'acc %':>8} {'n':>7}"]
+        for split, m in result.test.items():
+            rows.append(f"{split:<24} {100 * m['accuracy']:>8.2f} {int(m['n']):>7}")
+        if result.epochs_to_100 is not None:
+            rows.append(f"epochs to 100%: {result.epochs_to_100}")
+        return "\n".join(rows)
+    rows = [f"{'split':<24} {'seqAcc %':>9} {'seqAccBE %':>10} {'n':>6}"]
+    for split, m in result.test.items():
+        rows.append(f"{split:<24} {100 * m['seq_acc']:>9.2f} {100 * m['seq_acc_be']:>10.2f} "
+                    f"{int(m['n']):>6}")
+    return "\n".join(rows)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from locattn.train import CheckpointMismatchError, NonFiniteLossError, train
+    from locattn.training import checkpoint as ckpt
+    from locattn.training.recorders import JsonlRecorder, MultiRecorder
+
+    cfg = resolve_train_config(args)
+    out = args.out or Path("runs") / f"{cfg.task.name}-{cfg.variant}-s{cfg.seed}"
+    initial = 0
+    found = None if args.fresh else ckpt.find_checkpoint(out)
+    if found is not None:
+        initial = int(ckpt.read_meta(found).get("epoch", 0))
+    recorders: list[Any] = [JsonlRecorder(out / "metrics.jsonl")]
+    if not args.no_progress:
+        recorders.append(ProgressRecorder(cfg.optim.epochs, min(initial, cfg.optim.epochs),
+                                          f"{cfg.task.name}/{cfg.variant}/s{cfg.seed}"))
+    if found is not None:
+        print(f"resuming from {found} (epoch {initial})", file=sys.stderr)
+    try:
+        result = train(cfg, out, recorder=MultiRecorder(*recorders), resume=not args.fresh)
+    except CheckpointMismatchError as exc:
+        for r in recorders:
+            if isinstance(r, ProgressRecorder):
+                r.bar.close()
+        print(f"locattn train: error: {exc} Pass --fresh to discard it.", file=sys.stderr)
+        return EXIT_USAGE
+    except NonFiniteLossError as exc:
+        print(f"locattn train: error: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(result))
+    print(f"best epoch {result.best_epoch} (dev {100 * result.best_dev_score:.2f}%, "
+          f"{result.dev_scoring}); {result.epochs_run} epochs, {result.wall_seconds:.1f}s")
+    print(f"wrote {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    import torch
+
+    from locattn.models import build_model
+    from locattn.tasks import load_task
+    from locattn.train import BEST_MODEL_FILE, attention_record, load_run_config, longest_split
+    from locattn.plot import draw_attention
+
+    try:
+        cfg = load_run_config(args.run)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    weights = args.run / BEST_MODEL_FILE
+    if not weights.is_file():
+        raise UsageError(f"{weights} does not exist: the run has not finished training")
+    torch.set_num_threads(cfg.num_threads)
+    data = load_task(cfg.task, cache_dir=cfg.cache_dir)
+    if data.kind != "seq2seq":
+        raise UsageError(f"task {cfg.task.name!r} is a regression task; no attention to draw")
+    split = args.split or longest_split(data)
+    if split not in data.splits:
+        raise UsageError(f"unknown split {split!r}; valid splits: {', '.join(data.splits)}")
+    v = data.vocab
+    model = build_model(cfg.model, len(v), pad_id=v.pad_id, sos_id=v.sos_id, eos_id=v.eos_id)
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    try:
+        record = attention_record(model, data, split, args.index, "cpu")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = args.out or args.run / f"attention-{split}-{args.index}.png"
+    title = f"{cfg.task.name} / {cfg.variant}: {split} #{args.index}"
+    title += "" if record["correct"] else " (wrong)"
+    draw_attention(record, out, title=title)
+    print(f"wrote {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- listings
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    labels = _variant_labels(args.pattern)
+    if not labels:
+        raise UsageError(f"no variant matches {args.pattern!r}; valid: {', '.join(_variant_labels())}")
+    for key, label in labels.items():
+        print(f"{key:<28} {label}")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    for name in _task_names():
+        print(name)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "attention": cmd_attention, "variants": cmd_variants,
+            "tasks": cmd_tasks}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``locattn`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"locattn {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
