@@ -113,7 +113,10 @@ def resolve_train_config(args: argparse.Namespace) -> Any:
     variants = _variant_labels()
     if args.variant not in variants:
         raise UsageError(f"unknown variant {args.variant!r}; valid variants: {', '.join(variants)}")
-    overrides: dict[str, Any] = {}
+    from locattn.tasks import TASK_DEFAULTS
+
+    # Task defaults (e.g. Raffel's batch 100 and 1,000 updates per epoch), then the user's.
+    overrides: dict[str, Any] = dict(TASK_DEFAULTS.get(args.task, {}))
     try:
         for text in args.overrides:
             key, value = parse_override(text)

@@ -404,20 +404,20 @@ def score_test_splits(
 
 
 def split_metrics(M: Any, split: EncodedSplit, decoded: Any) -> tuple[dict[str, float], dict[str, float]]:
-    """Metrics of one decoded split via :mod:`locattn.metrics`."""
+    """Metrics of one decoded split via :mod:`locattn.metrics`; and accuracy by gold length."""
     eos = split.eos_id
     pred = [p + [eos] if e else p for p, e in zip(decoded.pred, decoded.ended)]
     gold = [g + [eos] for g in split.tgt_ids]
+    correct = M.seq_correct(pred, gold, eos_id=eos)
     out = {
-        "seq_acc": float(M.seq_acc(pred, gold, eos_id=eos)),
+        "seq_acc": float(correct.mean()),
         "seq_acc_be": float(M.seq_acc_be(pred, gold, eos_id=eos)),
         "edit_distance": float(M.edit_distance(pred, gold, eos_id=eos)),
     }
-    if decoded.attended is not None and split.attn is not None:
-        gold_attn = split.attn.cpu().numpy()
-        out["attn_loss"] = float(M.attn_loss(decoded.attended, gold_attn, pred, eos_id=eos))
+    if decoded.attn_loss is not None:
+        out["attn_loss"] = float(decoded.attn_loss)
     out["n"] = float(len(split))
-    by_len = M.accuracy_by_length(pred, gold, eos_id=eos)
+    by_len = M.accuracy_by_length(correct, [len(g) for g in split.tgt_ids])
     return out, {str(k): float(v) for k, v in sorted(by_len.items())}
 
 

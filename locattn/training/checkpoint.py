@@ -74,6 +74,7 @@ def save_checkpoint(out_dir: Path, meta: dict[str, Any], state: dict[str, Any]) 
     final = out_dir / CHECKPOINT
     old = out_dir / _OLD
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=out_dir))
+    os.chmod(tmp, 0o755)
     try:
         with open(tmp / STATE, "wb") as fh:
             torch.save(state, fh)

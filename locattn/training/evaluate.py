@@ -43,7 +43,7 @@ class Decoded:
 
     pred: list[list[int]]  # token ids before the first <eos> (or up to the cap)
     ended: list[bool]  # whether <eos> was emitted
-    attended: list[np.ndarray] | None  # per example (T_i,) expected source index Σ_j α_j (j - offset)
+    attn_loss: float | None  # pooled attnLoss over scored steps (None: not asked / no gold)
 
 
 @torch.no_grad()
@@ -57,35 +57,45 @@ def greedy_decode(
 ) -> Decoded:
     """Decode every example greedily, batched by similar source length.
 
-    ``caps`` (N,) is the per-example step cap from the task (never from the gold).
+    ``caps`` (N,) is the per-example step cap from the task (never from the gold). With
+    ``want_attention`` and gold attention in ``split``, also the attention loss
+    (:func:`locattn.metrics.attn_loss`) pooled over every emitted step, ``<eos>`` step
+    included, that has a gold index.
     """
+    from locattn.metrics import attn_loss
+
     model.eval()
     n = len(split)
     pred: list[list[int]] = [[] for _ in range(n)]
     ended = [False] * n
-    attended: list[np.ndarray] | None = [np.zeros(0)] * n if want_attention else None
+    want_attention = want_attention and split.attn is not None
     offset = int(getattr(model, "source_offset", 0))
     eos = split.eos_id
+    sq_err, n_steps = 0.0, 0
     for index in split.sorted_batches(batch_size):
         b = split.batch(index)
         cap = torch.as_tensor(caps[index], dtype=torch.long, device=split.device)
         out = model.greedy(b.src, b.src_len, cap, trace=want_attention)
         tokens = out.tokens.tolist()
         lengths = out.lengths.tolist()
-        expected = None
-        if want_attention:
-            w = out.trace.weights  # (B, T', L)
-            pos = torch.arange(w.shape[-1], device=w.device, dtype=w.dtype) - offset  # (L,)
-            expected = (w * pos).sum(-1).cpu().numpy()  # (B, T')
         for row, i in enumerate(index.tolist()):
             seq = tokens[row][: lengths[row]]
             if seq and seq[-1] == eos:
                 ended[i] = True
                 seq = seq[:-1]
             pred[i] = seq
-            if expected is not None:
-                attended[i] = expected[row, : lengths[row]]  # type: ignore[index]
-    return Decoded(pred=pred, ended=ended, attended=attended)
+        if want_attention:
+            weights = out.trace.weights.cpu()  # (B, T', L)
+            gold = split.attn[b.index].cpu()  # (B, T)
+            t = min(weights.shape[1], gold.shape[1])
+            steps = torch.arange(t).reshape(1, -1) < out.lengths.cpu().reshape(-1, 1)  # (B, t)
+            scored = int(((gold[:, :t] >= 0) & steps).sum())
+            if scored:
+                loss = attn_loss(weights, gold, source_offset=offset, lengths=out.lengths.cpu())
+                sq_err += loss * scored
+                n_steps += scored
+    pooled = sq_err / n_steps if want_attention and n_steps else None
+    return Decoded(pred=pred, ended=ended, attn_loss=pooled)
 
 
 def split_caps(split: EncodedSplit, decode_cap: Callable[[int], int]) -> np.ndarray:
