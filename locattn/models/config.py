@@ -1,0 +1,297 @@
+"""Model configuration: one frozen dataclass for the network, one for its attender.
+
+Every choice is a ``Literal``; fields that do not apply to the chosen attention family must keep
+their defaults (a non-default value is a ``ValueError`` naming the field), so a config can never
+describe two mechanisms at once. In particular, whether a location attender mixes in content
+attention is the single field :attr:`AttentionConfig.mode` (``"location"`` or ``"mix"``): the
+reference code's pair of switches (a "location only" flag checked before a "mix" flag, which made
+its Mix OneStep/Mono/RMono configs silently compute their unmixed parents) cannot be expressed.
+
+Sizes
+-----
+The defaults are Ray Chowdhury & Caragea's base model (embedding 64, hidden 128, one layer,
+value MLP 128, dropout 0.5). Their CFQ size is a named size preset applied on top of any variant::
+
+    cfg = apply_size(get_variant("mix_onestep"), "cfq")   # 2 layers, emb 128, hidden 256, ...
+
+``SIZE_PRESETS`` lists the sizes; a size is plain field values, so the same effect is available
+through dotted overrides (``model.num_layers=2`` ...). There is deliberately no ``size`` field:
+it would be a second source of truth for the same numbers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal, Mapping
+
+Kind = Literal["seq2seq", "regressor"]
+EncoderKind = Literal["bigru", "gru_residual"]
+Boundaries = Literal["start_end", "none"]
+Family = Literal["content", "positional", "location", "feedforward", "mean"]
+ContentScore = Literal["scaled_dot", "additive", "multiplicative"]
+Positions = Literal["relative", "relative_shared_bias", "rotary", "absolute"]
+Direction = Literal["forward", "mixed"]
+Mode = Literal["location", "mix"]
+PaFrom = Literal["attention", "location"]
+Reference = Literal["previous", "gated", "initial"]
+StepActivation = Literal["sigmoid", "softstair", "raw", "mono", "relu"]
+Controller = Literal["linear", "gru"]
+
+SEQ2SEQ_FAMILIES = ("content", "positional", "location")
+REGRESSOR_FAMILIES = ("feedforward", "mean")
+
+
+def _check_literals(obj: Any, prefix: str) -> None:
+    """Raise ``ValueError`` for any ``Literal``-typed field holding a value outside its choices."""
+    hints = typing.get_type_hints(type(obj))
+    for f in fields(obj):
+        tp = hints[f.name]
+        if typing.get_origin(tp) is Literal:
+            value = getattr(obj, f.name)
+            if value not in typing.get_args(tp):
+                raise ValueError(
+                    f"{prefix}{f.name}={value!r}; valid: {list(typing.get_args(tp))}"
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionConfig:
+    """The attender. ``family`` picks the class; the other fields are that class's arguments."""
+
+    family: Family = "content"
+    """Mechanism family: ``content`` (content-only scorers), ``positional`` (sinusoidal/rotary
+    position terms added to a scaled-dot content score), ``location`` (Gaussian location attention:
+    LocAttn, OneStep, Mono ... and Dubois's location attender), or for the Raffel & Ellis
+    regressors ``feedforward`` / ``mean`` pooling."""
+    content_score: ContentScore = "scaled_dot"
+    """Content scorer (family ``content``, and the content half of ``mode="mix"``):
+    ``scaled_dot`` (W_q h)·(W_k e)/sqrt(d); ``multiplicative`` e·(W h) (Luong);
+    ``additive`` u·tanh(W_k e + W_q h) (Bahdanau)."""
+    positions: Positions = "relative"
+    """Positional term (family ``positional``): ``relative`` Transformer-XL with separate biases
+    u, v (Ray Chowdhury's Relative); ``relative_shared_bias`` one bias for both terms (Dubois's
+    TransformerXL, their eq. 4); ``rotary`` RoPE on queries and keys; ``absolute`` sinusoids added
+    to keys and query (Dubois's Transformer)."""
+    direction: Direction = "forward"
+    """``mixed``: attend over e_dir = g·e + (1-g)·reverse(e), g = sigmoid(beta_dir·Linear(e_cls))
+    (Ray Chowdhury eqs. 17-18). Families ``positional`` and ``location`` only."""
+    direction_temperature: float = 5.0
+    """beta in the direction gate (Ray Chowdhury: 5)."""
+    mode: Mode = "location"
+    """Family ``location``: ``location`` uses lambda only; ``mix`` uses
+    alpha = m·lambda + (1-m)·softmax(content), m = sigmoid(beta_mix·Linear(h_{t-1}))."""
+    mix_temperature: float = 5.0
+    """beta_mix in the mix gate. The paper (eq. 16, App. E.2) sets 5; the reference code has no
+    temperature (1). Default: the paper's 5. Dubois's Mix preset uses 1 (their gamma = sigmoid(Wq))."""
+    pa_from: PaFrom = "attention"
+    """Which previous attention gives pa_{t-1} = sum_j alpha_{t-1,j} p_j: the final (mixed)
+    ``attention``, or the location-only lambda (``location``, the paper's PR modifier; needs
+    ``mode="mix"``)."""
+    reference: Reference = "previous"
+    """How mu is built from the steps (REFERENCE §2). ``previous``: mu = step·stepsize + pa
+    (OneStep family, no clamp). ``gated``: mu = clamp(step·stepsize + sigmoid(rho1)·pa +
+    sigmoid(rho2)) (LocAttn, Dubois, -Step 2). ``initial``: mu = clamp(step·stepsize + pa +
+    [t=0]·sigmoid(rho1)) (LocAttn S)."""
+    step: StepActivation = "sigmoid"
+    """Step activation applied to rho0: ``sigmoid`` sigmoid(beta_step·rho) (OneStep);
+    ``softstair`` (LocAttn, -Step 3); ``raw`` rho itself (-Sigmoid); ``mono``
+    s·relu(rho) + (1-s)·sigmoid(beta_step·rho), s = sigmoid(p) (MonoAttn); ``relu`` (RMonoAttn)."""
+    step_temperature: float = 5.0
+    """beta_step inside sigmoid(beta_step·rho) for steps ``sigmoid`` and ``mono`` (reference: 5)."""
+    mono_gate_init: float = 0.0
+    """Initial value of the scalar p in MonoAttn's s = sigmoid(p), where s weighs the ReLU term.
+    The reference code writes s on the ReLU term with p = 20; the paper writes the gate on the
+    sigmoid term (paper's p == -ours). p = 20 saturates float32 (sigmoid(20) == 1.0 exactly, zero
+    gradient), which would freeze MonoAttn at RMonoAttn for ever, although the paper's Table 7
+    reports different numbers for the two. Default 0 (s = 0.5, trainable); set 20 to reproduce
+    the reference code."""
+    controller: Controller = "linear"
+    """What produces l_t from the query: ``linear`` l_t = Linear(h_{t-1}) (Ray Chowdhury);
+    ``gru`` Dubois's weighter omega_t = GRU(relu(W_resize q_t)), its state passed between steps."""
+    controller_size: int = 64
+    """Width of Dubois's weighter GRU and its resize layer (controller ``gru``)."""
+    sigma_min: float = 0.27
+    """min_sigma in sigma_t = (relu(w_sigma·l_t) + min_sigma) / L."""
+
+    def __post_init__(self) -> None:
+        _check_literals(self, "attention.")
+        for name in ("direction_temperature", "mix_temperature", "step_temperature",
+                     "controller_size", "sigma_min"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"attention.{name} must be > 0, got {getattr(self, name)!r}")
+        applies = {
+            "content_score": ("content", "location"),
+            "positions": ("positional",),
+            "direction": ("positional", "location"),
+            "direction_temperature": ("positional", "location"),
+            "mode": ("location",),
+            "mix_temperature": ("location",),
+            "pa_from": ("location",),
+            "reference": ("location",),
+            "step": ("location",),
+            "step_temperature": ("location",),
+            "mono_gate_init": ("location",),
+            "controller": ("location",),
+            "controller_size": ("location",),
+            "sigma_min": ("location",),
+        }
+        defaults = AttentionConfig.__dataclass_fields__
+        for name, families in applies.items():
+            if self.family not in families and getattr(self, name) != defaults[name].default:
+                raise ValueError(
+                    f"attention.{name}={getattr(self, name)!r} does not apply to "
+                    f"attention.family={self.family!r} (only to {list(families)}); leave it at "
+                    f"its default {defaults[name].default!r}"
+                )
+        if self.family == "location" and self.mode == "location":
+            for name in ("content_score", "mix_temperature"):
+                if getattr(self, name) != defaults[name].default:
+                    raise ValueError(
+                        f"attention.{name}={getattr(self, name)!r} needs attention.mode='mix' "
+                        f"(got mode='location')"
+                    )
+        if self.pa_from == "location" and self.mode != "mix":
+            raise ValueError(
+                "attention.pa_from='location' (PR) needs attention.mode='mix': without mixing the "
+                f"location attention is the attention (got mode={self.mode!r})"
+            )
+        if self.step != "mono" and self.mono_gate_init != defaults["mono_gate_init"].default:
+            raise ValueError(
+                f"attention.mono_gate_init applies only to attention.step='mono' (got step={self.step!r})"
+            )
+        if self.step not in ("sigmoid", "mono") and (
+            self.step_temperature != defaults["step_temperature"].default
+        ):
+            raise ValueError(
+                "attention.step_temperature applies only to attention.step in ['sigmoid', 'mono'] "
+                f"(got step={self.step!r})"
+            )
+        if self.controller != "gru" and self.controller_size != defaults["controller_size"].default:
+            raise ValueError(
+                f"attention.controller_size applies only to attention.controller='gru' "
+                f"(got controller={self.controller!r})"
+            )
+        if self.direction == "forward" and (
+            self.direction_temperature != defaults["direction_temperature"].default
+        ):
+            raise ValueError("attention.direction_temperature needs attention.direction='mixed'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """The network: sizes, encoder, attender. Defaults are Ray Chowdhury & Caragea's base model."""
+
+    kind: Kind = "seq2seq"
+    """``seq2seq`` (recurrent encoder-decoder) or ``regressor`` (Raffel & Ellis feed-forward)."""
+    encoder: EncoderKind = "bigru"
+    """``bigru``: bidirectional GRU, hidden_size/2 per direction (Ray Chowdhury). ``gru_residual``:
+    unidirectional GRU with a residual connection from the embeddings to the encoder outputs,
+    projected by a bias-free linear map when the sizes differ (Dubois et al.)."""
+    source_boundaries: Boundaries = "start_end"
+    """``start_end``: learned START/END vectors around each embedded source (L = S + 2);
+    ``none``: the source as it is (L = S)."""
+    embedding_size: int = 64
+    """Shared source/target embedding size (also the regressor's unused field)."""
+    hidden_size: int = 128
+    """Encoder output size d (both directions together), decoder GRU hidden size, attention head
+    size. For a regressor: the width D of its dense layers (Raffel & Ellis: 100)."""
+    num_layers: int = 1
+    """GRU layers in encoder and decoder."""
+    value_size: int = 128
+    """Width of the value MLP v = leaky_relu(Linear(d -> value_size) e)."""
+    dropout: float = 0.5
+    """Dropout on the encoder outputs (and the value MLP)."""
+    input_channels: int = 2
+    """Regressor only: channels per time step (value, marker)."""
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    """The attender."""
+
+    def __post_init__(self) -> None:
+        _check_literals(self, "")
+        for name in ("embedding_size", "hidden_size", "num_layers", "value_size", "input_channels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.attention, AttentionConfig):
+            raise ValueError(f"attention must be an AttentionConfig, got {type(self.attention).__name__}")
+        if self.encoder == "bigru" and self.hidden_size % 2:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} must be even for encoder='bigru' (split over directions)"
+            )
+        family = self.attention.family
+        valid = SEQ2SEQ_FAMILIES if self.kind == "seq2seq" else REGRESSOR_FAMILIES
+        if family not in valid:
+            raise ValueError(
+                f"attention.family={family!r} does not fit kind={self.kind!r}; valid: {list(valid)}"
+            )
+        if self.attention.positions == "rotary" and family == "positional" and self.hidden_size % 2:
+            raise ValueError(f"hidden_size={self.hidden_size} must be even for rotary positions")
+
+
+# --------------------------------------------------------------------------- sizes and deltas
+
+SIZE_PRESETS: dict[str, dict[str, Any]] = {
+    "base": {"num_layers": 1, "embedding_size": 64, "hidden_size": 128, "value_size": 128,
+             "dropout": 0.5},
+    "cfq": {"num_layers": 2, "embedding_size": 128, "hidden_size": 256, "value_size": 512,
+            "dropout": 0.4},
+}
+"""Named model sizes (Ray Chowdhury & Caragea App. E): ``base`` and their CFQ size."""
+
+
+def apply_size(cfg: ModelConfig, size: str) -> ModelConfig:
+    """Return ``cfg`` with the named size preset's fields (``SIZE_PRESETS``) applied."""
+    if size not in SIZE_PRESETS:
+        raise ValueError(f"unknown model size {size!r}; valid: {sorted(SIZE_PRESETS)}")
+    return replace(cfg, **SIZE_PRESETS[size])
+
+
+def derive(cfg: Any, delta: Mapping[str, Any]) -> Any:
+    """Return dataclass ``cfg`` with dotted-path ``delta`` applied (``{"attention.step": "relu"}``).
+
+    Values are used as given (no string coercion); unknown paths raise ``ValueError``.
+    """
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    names = {f.name for f in fields(cfg)}
+    for path, value in delta.items():
+        head, _, rest = path.partition(".")
+        if head not in names:
+            close = difflib.get_close_matches(head, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown config key {path!r}{hint}; valid: {sorted(names)}")
+        if rest:
+            if not is_dataclass(getattr(cfg, head)):
+                raise ValueError(f"config key {head!r} has no sub-keys (got {path!r})")
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        direct[head] = derive(getattr(cfg, head), sub)
+    return replace(cfg, **direct)
+
+
+def flat_fields(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"attention.step": "sigmoid", "hidden_size": 128, ...}`` for a (nested) dataclass."""
+    out: dict[str, Any] = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if is_dataclass(value):
+            out.update(flat_fields(value, prefix + f.name + "."))
+        else:
+            out[prefix + f.name] = value
+    return out
+
+
+__all__ = [
+    "AttentionConfig",
+    "ModelConfig",
+    "SIZE_PRESETS",
+    "apply_size",
+    "derive",
+    "flat_fields",
+]

@@ -1,0 +1,263 @@
+"""The recurrent encoder-decoder of Ray Chowdhury & Caragea (App. E), with any attender.
+
+Per sequence: embed (shared vocabulary) -> [START; x; END] -> encoder -> dropout on e ->
+(optional direction mixing e_dir) -> values W_o·dropout(leaky_relu(W_v e)) precomputed once.
+Per step t (0-based), with h_{t-1} the top decoder state before the update (h_{-1} = e_cls):
+
+    alpha_t = attender(h_{t-1})                      # (B, L)
+    c_t     = sum_j alpha_tj W_o v_j                 # (B, H), the bias-free output map folded in
+    h_t     = GRUCell([emb(y_{t-1}); c_t], h_{t-1})  # stacked cells for num_layers > 1
+    logits  = (W_p h_t) E^T + b                      # tied to the embedding E
+
+``forward`` is teacher forced (tgt_in = [<sos>, y_1 .. y_{T-1}]); ``greedy`` decodes until each
+sequence emits <eos> or reaches its caller-given cap, finished sequences emitting ``pad_id``.
+``start``/``step`` expose one decoding step for external decoders and for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from locattn.models.attention import AttnStep, SourceMemory, build_attender
+from locattn.models.config import ModelConfig
+from locattn.models.encoder import DirectionMixer, SourceEncoder
+
+
+@dataclass(frozen=True)
+class AttentionTrace:
+    """Per-step attention diagnostics. Fields are None where the attender has no such quantity."""
+
+    weights: Tensor
+    """(B, T, L) final attention; axis L starts at ``Seq2Seq.source_offset`` for source token 0."""
+    mu: Tensor | None = None
+    """(B, T) location mean."""
+    sigma: Tensor | None = None
+    """(B, T) location standard deviation."""
+    step: Tensor | None = None
+    """(B, T) activated step."""
+    mix_gate: Tensor | None = None
+    """(B, T) weight of the location attention in a Mix attender."""
+    location_weights: Tensor | None = None
+    """(B, T, L) location-only attention lambda."""
+    dir_gate: Tensor | None = None
+    """(B,) direction gate g (1 = forward)."""
+
+
+@dataclass(frozen=True)
+class Seq2SeqOutput:
+    logits: Tensor
+    """(B, T, V)."""
+    trace: AttentionTrace | None
+    """Set when called with ``trace=True``."""
+
+
+@dataclass(frozen=True)
+class GreedyOutput:
+    tokens: Tensor
+    """(B, T') long; ``pad_id`` after a sequence has finished."""
+    lengths: Tensor
+    """(B,) long: emitted tokens, <eos> included when emitted."""
+    trace: AttentionTrace | None
+    """Set when called with ``trace=True`` (rows after a sequence finished are still computed)."""
+
+
+@dataclass(frozen=True)
+class DecoderState:
+    """Everything one decoding step needs; returned anew by :meth:`Seq2Seq.step`."""
+
+    memory: SourceMemory
+    cache: Any
+    attn_state: Any
+    hidden: tuple[Tensor, ...]
+    """Per-layer decoder states, each (B, H)."""
+    t: int
+    dir_gate: Tensor | None
+
+
+def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None) -> AttentionTrace:
+    def stack(name: str) -> Tensor | None:
+        first = getattr(steps[0], name)
+        return None if first is None else torch.stack([getattr(s, name) for s in steps], dim=1)
+
+    return AttentionTrace(
+        weights=torch.stack([s.weights for s in steps], dim=1),
+        mu=stack("mu"), sigma=stack("sigma"), step=stack("step"), mix_gate=stack("mix_gate"),
+        location_weights=stack("location_weights"), dir_gate=dir_gate,
+    )
+
+
+class Seq2Seq(nn.Module):
+    """GRU encoder-decoder with a pluggable attender. Build it with :func:`build_model`."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int):
+        super().__init__()
+        if cfg.kind != "seq2seq":
+            raise ValueError(f"Seq2Seq needs kind='seq2seq', got kind={cfg.kind!r}")
+        for name, value in (("pad_id", pad_id), ("sos_id", sos_id), ("eos_id", eos_id)):
+            if not 0 <= value < vocab_size:
+                raise ValueError(f"{name}={value} is outside the vocabulary [0, {vocab_size})")
+        E, H = cfg.embedding_size, cfg.hidden_size
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.pad_id, self.sos_id, self.eos_id = pad_id, sos_id, eos_id
+        self.source_offset = 1 if cfg.source_boundaries == "start_end" else 0
+        self.embedding = nn.Embedding(vocab_size, E)
+        self.encoder = SourceEncoder(
+            kind=cfg.encoder, boundaries=cfg.source_boundaries, embedding_size=E,
+            hidden_size=H, num_layers=cfg.num_layers,
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.direction = (
+            DirectionMixer(H, cfg.attention.direction_temperature)
+            if cfg.attention.direction == "mixed" else None
+        )
+        self.value_in = nn.Linear(H, cfg.value_size)
+        self.value_out = nn.Linear(cfg.value_size, H, bias=False)
+        self.attender = build_attender(cfg.attention, query_size=H, key_size=H, dim=H)
+        self.cells = nn.ModuleList(
+            [nn.GRUCell(E + H, H)] + [nn.GRUCell(H, H) for _ in range(cfg.num_layers - 1)]
+        )
+        self.out_proj = nn.Linear(H, E)
+        self.out_bias = nn.Parameter(torch.zeros(vocab_size))
+
+    # ------------------------------------------------------------------ validation
+    def _check(self, src: Tensor, src_len: Tensor, tgt_in: Tensor | None = None) -> None:
+        if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+            raise ValueError(
+                f"src must be a (B, S) int64 tensor of token ids, got "
+                f"{getattr(src, 'dtype', type(src).__name__)} of shape {tuple(getattr(src, 'shape', ()))}"
+            )
+        B, S = src.shape
+        if (not isinstance(src_len, Tensor) or src_len.dim() != 1 or src_len.shape[0] != B
+                or src_len.dtype != torch.long):
+            raise ValueError(
+                f"src_len must be a (B,) = ({B},) int64 tensor, got "
+                f"{getattr(src_len, 'dtype', type(src_len).__name__)} of shape "
+                f"{tuple(getattr(src_len, 'shape', ()))}"
+            )
+        if B == 0 or S == 0:
+            raise ValueError(f"src must be non-empty, got shape {tuple(src.shape)}")
+        lo, hi = int(src_len.min()), int(src_len.max())
+        if lo < 1 or hi > S:
+            raise ValueError(f"src_len values must be in [1, S={S}], got min {lo}, max {hi}")
+        if tgt_in is not None:
+            if (not isinstance(tgt_in, Tensor) or tgt_in.dim() != 2 or tgt_in.shape[0] != B
+                    or tgt_in.dtype != torch.long):
+                raise ValueError(
+                    f"tgt_in must be a (B, T) int64 tensor with B={B}, got "
+                    f"{getattr(tgt_in, 'dtype', type(tgt_in).__name__)} of shape "
+                    f"{tuple(getattr(tgt_in, 'shape', ()))}"
+                )
+            if tgt_in.shape[1] == 0:
+                raise ValueError("tgt_in must have at least one step (the <sos> column)")
+
+    # ------------------------------------------------------------------ pieces
+    def start(self, src: Tensor, src_len: Tensor) -> DecoderState:
+        """Encode the source; the returned state is ready for the first :meth:`step`."""
+        self._check(src, src_len)
+        enc = self.encoder(self.embedding(src), src_len)
+        e = self.dropout(enc.outputs)  # (B, L, d)
+        dir_gate = None
+        if self.direction is not None:
+            e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
+        values = self.value_out(self.dropout(F.leaky_relu(self.value_in(e))))  # (B, L, H)
+        lengths = enc.lengths.to(e.dtype)  # (B,)
+        stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)
+        positions = torch.arange(e.shape[1], device=e.device, dtype=e.dtype).unsqueeze(0)
+        positions = (positions * stepsize.unsqueeze(1)) * enc.mask  # (B, L)
+        memory = SourceMemory(
+            keys=e, values=values, mask=enc.mask, positions=positions, lengths=lengths,
+            stepsize=stepsize,
+        )
+        return DecoderState(
+            memory=memory,
+            cache=self.attender.prepare(memory),
+            attn_state=self.attender.initial_state(memory),
+            hidden=tuple(enc.cls.unbind(0)),
+            t=0,
+            dir_gate=dir_gate,
+        )
+
+    def _advance(self, state: DecoderState, emb: Tensor) -> tuple[DecoderState, AttnStep]:
+        """One step given the embedded previous token (B, E)."""
+        attn, attn_state = self.attender(
+            state.hidden[-1], state.memory, state.cache, state.attn_state, state.t
+        )
+        context = torch.bmm(attn.weights.unsqueeze(1), state.memory.values).squeeze(1)  # (B, H)
+        x = torch.cat((emb, context), dim=-1)  # (B, E + H)
+        hidden = []
+        for cell, h in zip(self.cells, state.hidden):
+            x = cell(x, h)
+            hidden.append(x)
+        new = DecoderState(
+            memory=state.memory, cache=state.cache, attn_state=attn_state, hidden=tuple(hidden),
+            t=state.t + 1, dir_gate=state.dir_gate,
+        )
+        return new, attn
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Tied output layer: (..., H) -> (..., V)."""
+        return self.out_proj(hidden) @ self.embedding.weight.t() + self.out_bias
+
+    def step(self, state: DecoderState, prev_tokens: Tensor) -> tuple[Tensor, DecoderState, AttnStep]:
+        """Feed y_{t-1} (B,) -> (logits (B, V), next state, this step's attention)."""
+        state, attn = self._advance(state, self.embedding(prev_tokens))
+        return self.logits(state.hidden[-1]), state, attn
+
+    # ------------------------------------------------------------------ decoding
+    def forward(  # type: ignore[override]
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, *, trace: bool = False
+    ) -> Seq2SeqOutput:
+        """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}]."""
+        self._check(src, src_len, tgt_in)
+        state = self.start(src, src_len)
+        emb = self.embedding(tgt_in)  # (B, T, E)
+        tops, steps = [], []
+        for t in range(tgt_in.shape[1]):
+            state, attn = self._advance(state, emb[:, t])
+            tops.append(state.hidden[-1])
+            steps.append(attn)
+        logits = self.logits(torch.stack(tops, dim=1))  # (B, T, V)
+        return Seq2SeqOutput(logits=logits, trace=_stack_trace(steps, state.dir_gate) if trace else None)
+
+    @torch.no_grad()
+    def greedy(
+        self, src: Tensor, src_len: Tensor, max_len: Tensor | int, *, trace: bool = False
+    ) -> GreedyOutput:
+        """Greedy decoding until <eos> or ``max_len`` (int, or (B,) long per sequence)."""
+        state = self.start(src, src_len)
+        B = src.shape[0]
+        cap = torch.as_tensor(max_len, dtype=torch.long, device=src.device).expand(B)  # (B,)
+        if int(cap.min()) < 1:
+            raise ValueError(f"max_len must be >= 1 for every sequence, got min {int(cap.min())}")
+        prev = torch.full((B,), self.sos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        lengths = torch.zeros(B, dtype=torch.long, device=src.device)
+        tokens, steps = [], []
+        for t in range(int(cap.max())):
+            logits, state, attn = self.step(state, prev)
+            tok = logits.argmax(-1).masked_fill(finished, self.pad_id)  # (B,)
+            lengths = lengths + (~finished).long()
+            tokens.append(tok)
+            steps.append(attn)
+            finished = finished | (tok == self.eos_id) | (cap <= t + 1)
+            prev = tok
+            if bool(finished.all()):
+                break
+        return GreedyOutput(
+            tokens=torch.stack(tokens, dim=1), lengths=lengths,
+            trace=_stack_trace(steps, state.dir_gate) if trace else None,
+        )
+
+
+def build_model(model_cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int) -> Seq2Seq:
+    """The seq2seq model for ``model_cfg`` (``kind="seq2seq"``)."""
+    return Seq2Seq(model_cfg, vocab_size, pad_id=pad_id, sos_id=sos_id, eos_id=eos_id)
+
+
+__all__ = ["AttentionTrace", "DecoderState", "GreedyOutput", "Seq2Seq", "Seq2SeqOutput", "build_model"]

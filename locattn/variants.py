@@ -1,0 +1,130 @@
+"""Named model presets: every paper variant is a frozen ``ModelConfig`` derived from a parent.
+
+Each row of ``_TABLE`` is (key, paper label, parent key, delta); the preset is
+``derive(parent, delta)`` with dotted field paths, so a variant *is* its declared delta. The
+roots derive from ``ModelConfig()`` (parent ``None``). ``PAPER_LABELS`` is the only place a paper
+name is written; reports use it for row names.
+
+Sources: Ray Chowdhury & Caragea (ICML 2023) Tables 2-4, 7-8 (base: BiGRU + START/END);
+Dubois et al. (ACL 2020) §5-6 (unidirectional GRU with a residual connection, no START/END);
+Raffel & Ellis (2016) Table 1 (regressors).
+
+Mix variants set the single field ``attention.mode = "mix"``, so they always mix content attention
+in: the reference code's defect (a "location only" switch checked before the mix switch, which
+left its Mix OneStep/Mono/RMono configs unmixed) cannot be expressed. ``... PR`` variants add
+``attention.pa_from = "location"``, which the config rejects without ``mode="mix"``.
+
+``list_variants("mix_*")`` -> {key: label}; ``get_variant(key)`` -> ``ModelConfig``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from locattn.models.config import ModelConfig, derive
+
+LOCATION_FAMILY = ("locattn", "locattn_s", "onestep", "mono", "rmono")
+
+_A = "attention."
+_TABLE: list[tuple[str, str, str | None, dict[str, Any]]] = [
+    # --- Ray Chowdhury & Caragea: baselines
+    ("content", "Content", None, {}),
+    ("relative", "Relative", "content",
+     {_A + "family": "positional", _A + "positions": "relative"}),
+    ("birelative", "Bi-Relative", "relative", {_A + "direction": "mixed"}),
+    ("birope", "Bi-ROPE", "birelative", {_A + "positions": "rotary"}),
+    # --- location family
+    ("locattn", "LocAttn", "content",
+     {_A + "family": "location", _A + "reference": "gated", _A + "step": "softstair"}),
+    ("locattn_s", "LocAttn S", "locattn", {_A + "reference": "initial"}),
+    ("onestep", "OneStepAttn", "locattn",
+     {_A + "direction": "mixed", _A + "reference": "previous", _A + "step": "sigmoid"}),
+    ("mono", "MonoAttn", "onestep", {_A + "step": "mono"}),
+    ("rmono", "RMonoAttn", "onestep", {_A + "step": "relu"}),
+    # --- OneStep ablations (Table 4)
+    ("onestep_no_step2", "-Step 2", "onestep", {_A + "reference": "gated"}),
+    ("onestep_no_step3", "-Step 3", "onestep", {_A + "step": "softstair"}),
+    ("onestep_no_sigmoid", "-Sigmoid", "onestep", {_A + "step": "raw"}),
+]
+_LABEL = {key: label for key, label, _, _ in _TABLE}
+for _x in LOCATION_FAMILY:
+    _TABLE.append((f"mix_{_x}", f"Mix {_LABEL[_x]}", _x, {_A + "mode": "mix"}))
+    _TABLE.append((f"mix_{_x}_pr", f"Mix {_LABEL[_x]} PR", f"mix_{_x}", {_A + "pa_from": "location"}))
+_DUBOIS = {"encoder": "gru_residual", "source_boundaries": "none"}
+_TABLE += [
+    # --- Dubois et al.: unidirectional GRU + residual, no START/END
+    ("dubois_scaled_dot", "Scaled Dot", "content", dict(_DUBOIS)),
+    ("dubois_additive", "Additive", "dubois_scaled_dot", {_A + "content_score": "additive"}),
+    ("dubois_multiplicative", "Multiplicative", "dubois_scaled_dot",
+     {_A + "content_score": "multiplicative"}),
+    ("dubois_transformer", "Transformer", "dubois_scaled_dot",
+     {_A + "family": "positional", _A + "positions": "absolute"}),
+    ("dubois_transformer_xl", "TransformerXL", "dubois_transformer",
+     {_A + "positions": "relative_shared_bias"}),
+    ("dubois_location", "Location", "locattn", {**_DUBOIS, _A + "controller": "gru"}),
+    ("dubois_mix", "Mix", "dubois_location", {_A + "mode": "mix", _A + "mix_temperature": 1.0}),
+    # --- Raffel & Ellis regressors
+    ("ffattn", "Feed-forward attention", None,
+     {"kind": "regressor", "hidden_size": 100, _A + "family": "feedforward"}),
+    ("mean", "Unweighted mean", "ffattn", {_A + "family": "mean"}),
+]
+
+PAPER_LABELS: Mapping[str, str] = MappingProxyType({key: label for key, label, _, _ in _TABLE})
+"""Variant key -> the name the papers use for it (the only place these names are written)."""
+VARIANT_PARENTS: Mapping[str, str | None] = MappingProxyType(
+    {key: parent for key, _, parent, _ in _TABLE}
+)
+"""Variant key -> parent key (None: derived from ``ModelConfig()``)."""
+VARIANT_DELTAS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {key: MappingProxyType(dict(delta)) for key, _, _, delta in _TABLE}
+)
+"""Variant key -> {dotted field: value} it changes relative to its parent."""
+
+
+def _build() -> dict[str, ModelConfig]:
+    presets: dict[str, ModelConfig] = {}
+    for key, _, parent, delta in _TABLE:
+        base = ModelConfig() if parent is None else presets[parent]
+        presets[key] = derive(base, delta)
+    return presets
+
+
+_PRESETS = MappingProxyType(_build())
+
+
+class UnknownVariantError(KeyError, ValueError):
+    """An unknown variant key; the message lists the valid keys and a close match."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+def list_variants(pattern: str = "*") -> dict[str, str]:
+    """{key: paper label} for keys matching the fnmatch ``pattern``, in table order."""
+    return {k: v for k, v in PAPER_LABELS.items() if fnmatch.fnmatchcase(k, pattern)}
+
+
+def get_variant(key: str) -> ModelConfig:
+    """The frozen preset for ``key``; an unknown key raises listing the valid keys."""
+    try:
+        return _PRESETS[key]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(key), list(_PRESETS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownVariantError(
+            f"unknown variant {key!r}.{hint} Valid variants: {', '.join(_PRESETS)}"
+        ) from None
+
+
+__all__ = [
+    "LOCATION_FAMILY",
+    "PAPER_LABELS",
+    "UnknownVariantError",
+    "VARIANT_DELTAS",
+    "VARIANT_PARENTS",
+    "get_variant",
+    "list_variants",
+]
