@@ -1,0 +1,419 @@
+"""Aggregate a study's runs into the cells of a paper table.
+
+Per cell (row variant x column):
+
+1. Hyperparameter selection. The runs of one (task, variant[, column params]) are grouped by
+   their ``locattn.hparams``; the group with the highest median ``best_dev_score`` over its
+   finished seeds is chosen (ties: the lexicographically smallest hparams JSON). Test metrics
+   are never looked at here.
+2. Per-seed values of the chosen group: ``test.<split>.<metric>`` (mean over the column's splits
+   and tasks when it lists several; a seed counts only when every part is present).
+3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
+4. Completeness: finished seeds against ``locattn.n_seeds``; running and failed runs are not
+   aggregated but counted.
+5. Best per column honouring the metric's direction (ties at display precision all best), and
+   paired Wilcoxon signed-rank tests of every other row against the best row over their shared
+   seeds, Holm-corrected within the column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from reports.store import RunSet
+from reports.tables import Column, TableDef
+from study import schema
+
+DEV_KEY = "best_dev_score"
+ALPHA = 0.05
+# Two-sided exact Wilcoxon signed-rank: the smallest attainable p is 2 / 2**n, which is below
+# 0.05 only from n = 6 non-zero paired differences on.
+MIN_TESTABLE_PAIRS = 6
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One aggregated cell."""
+
+    row: str
+    """Variant key."""
+    column: str
+    """Column key."""
+    seeds: tuple[tuple[int, float], ...] = ()
+    """(seed, scaled value) of the finished seeds used, sorted by seed."""
+    n_expected: int | None = None
+    """Seeds the study expects (tag ``locattn.n_seeds``), None when unknown."""
+    n_running: int = 0
+    """Runs of the chosen hyperparameters still running."""
+    n_failed: int = 0
+    """Runs of the chosen hyperparameters that failed."""
+    n_missing_metric: int = 0
+    """Finished runs of the chosen hyperparameters that lack a metric this cell needs."""
+    hparams: tuple[str, ...] = ()
+    """Chosen hyperparameters (JSON) per task of the column."""
+    n_hparam_choices: int = 0
+    """How many hyperparameter settings competed (max over the column's tasks)."""
+    median: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    q25: float | None = None
+    q75: float | None = None
+    accuracy_median: float | None = None
+    """Raffel & Ellis: median test accuracy (%) when the median seed never reached 100 %."""
+    greyed: bool = False
+    """Raffel & Ellis: the cell shows an accuracy, not an epoch count."""
+    best: bool = False
+    """Best in its column (bold)."""
+    p_value: float | None = None
+    """Wilcoxon p against the column's best row (raw)."""
+    p_holm: float | None = None
+    """Holm-corrected p."""
+    n_pairs: int = 0
+    """Non-zero paired differences the test used."""
+    tie: bool = False
+    """Not significantly different from the best (a testable pair with Holm p >= alpha)."""
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def missing(self) -> bool:
+        return self.n == 0
+
+    @property
+    def incomplete(self) -> bool:
+        return self.n > 0 and self.n_expected is not None and self.n < self.n_expected
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableResult:
+    """A table definition with its aggregated cells."""
+
+    table: TableDef
+    stat: str
+    """The statistic shown."""
+    cells: dict[tuple[str, str], Cell]
+    """(variant, column key) -> cell."""
+    n_tests: int = 0
+    """Paired tests run."""
+    n_testable: int = 0
+    """Paired tests with enough non-zero differences to reach p < alpha."""
+    warnings: tuple[str, ...] = ()
+    """Problems found in the data (runs missing metrics, ...)."""
+
+    def cell(self, row: str, column: str) -> Cell:
+        return self.cells[(row, column)]
+
+    @property
+    def missing_cells(self) -> list[tuple[str, str]]:
+        return [k for k, c in self.cells.items() if c.missing]
+
+    @property
+    def incomplete_cells(self) -> list[tuple[str, str]]:
+        return [k for k, c in self.cells.items() if c.incomplete]
+
+
+def sort_value(table: TableDef, stat: str, cell: Cell) -> float | None:
+    """The number a cell is ranked by (smaller is better after this transform)."""
+    if cell.missing:
+        return None
+    if table.kind == "epochs_or_accuracy":
+        # Any epoch count beats any accuracy; accuracies rank by higher = better.
+        if cell.greyed:
+            return 1e12 - (cell.accuracy_median or 0.0)
+        return float(cell.median)
+    v = cell.mean if stat in ("mean", "mean_std") else cell.median
+    if stat == "n":
+        v = float(cell.n)
+        return -v
+    v = round(float(v), table.decimals)
+    return -v if table.direction == "max" else v
+
+
+def _holm(pvalues: list[float]) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def wilcoxon_pair(a: dict[int, float], b: dict[int, float]) -> tuple[float | None, int]:
+    """Two-sided Wilcoxon signed-rank p over the seeds shared by ``a`` and ``b``.
+
+    Returns (p, number of non-zero paired differences). p is 1.0 when every shared difference
+    is zero, and None when there are no shared seeds.
+    """
+    from scipy.stats import wilcoxon
+
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        return None, 0
+    d = np.array([a[s] - b[s] for s in shared], dtype=float)
+    nz = int(np.count_nonzero(d))
+    if nz == 0:
+        return 1.0, 0
+    res = wilcoxon(d, zero_method="wilcox", alternative="two-sided")
+    return float(res.pvalue), nz
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    arr = np.asarray(values, dtype=float)
+    return {
+        "median": float(np.median(arr)),
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else None,
+        "q25": float(np.percentile(arr, 25)),
+        "q75": float(np.percentile(arr, 75)),
+    }
+
+
+@dataclass
+class _Unit:
+    """Selection result of one (task, variant, params)."""
+
+    hparams: str | None = None
+    n_choices: int = 0
+    n_expected: int | None = None
+    n_running: int = 0
+    n_failed: int = 0
+    values: dict[int, dict[str, float]] = field(default_factory=dict)
+    n_missing_metric: int = 0
+
+
+def _param_cols(table: TableDef) -> list[str]:
+    names: dict[str, None] = {}
+    for c in table.columns:
+        for k, _ in c.params:
+            names[k] = None
+    return list(names)
+
+
+def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
+    """Select hyperparameters and collect per-seed metric values per (task, variant, params)."""
+    pcols = _param_cols(table)
+    for p in pcols:
+        if p not in runset.runs.columns:
+            raise ValueError(f"table {table.id} needs run param {p!r}; read it with param_keys")
+    group = ["task", "variant", *pcols]
+    runs = runset.runs.filter(
+        (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+        & pl.col("task").is_in(list(table.tasks))
+        & pl.col("variant").is_in(list(table.rows))
+    ).with_columns(pl.col("hparams").fill_null("{}"))
+    if runs.height == 0:
+        return {}
+    finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
+    dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select(
+        "run_id", pl.col("value").alias("dev")
+    )
+    choice = (
+        finished.join(dev, on="run_id", how="left")
+        .group_by([*group, "hparams"])
+        .agg(pl.col("dev").median().alias("dev_median"))
+        .with_columns(pl.col("dev_median").fill_nan(None))
+        .sort([*group, "dev_median", "hparams"], descending=[*([False] * len(group)), True, False],
+              nulls_last=True)
+    )
+    n_choices = runs.group_by(group).agg(pl.col("hparams").n_unique().alias("n_choices"))
+    chosen = choice.group_by(group, maintain_order=True).first().select([*group, "hparams"])
+
+    out: dict[tuple, _Unit] = {}
+    for row in n_choices.iter_rows(named=True):
+        key = tuple(row[g] for g in group)
+        out[key] = _Unit(n_choices=row["n_choices"])
+    expected = runs.group_by(group).agg(pl.col("n_seeds").max())
+    for row in expected.iter_rows(named=True):
+        out[tuple(row[g] for g in group)].n_expected = row["n_seeds"]
+    for row in chosen.iter_rows(named=True):
+        out[tuple(row[g] for g in group)].hparams = row["hparams"]
+
+    # Runs of the chosen hparams (or of every hparams when nothing finished yet).
+    chosen_runs = runs.join(chosen, on=[*group, "hparams"], how="inner")
+    unfinished_units = runs.join(chosen.select(group), on=group, how="anti")
+    counted = pl.concat([chosen_runs, unfinished_units], how="vertical_relaxed")
+    counts = counted.group_by(group).agg(
+        (pl.col("status") == schema.STATUS_RUNNING).sum().alias("running"),
+        (pl.col("status") == schema.STATUS_FAILED).sum().alias("failed"),
+    )
+    for row in counts.iter_rows(named=True):
+        u = out[tuple(row[g] for g in group)]
+        u.n_running, u.n_failed = int(row["running"]), int(row["failed"])
+
+    wanted = list(table.metric_keys())
+    fin = chosen_runs.filter(pl.col("status") == schema.STATUS_FINISHED)
+    vals = fin.select(["run_id", "seed", *group]).join(
+        runset.metrics.filter(pl.col("key").is_in(wanted)), on="run_id", how="left"
+    )
+    for row in vals.iter_rows(named=True):
+        u = out[tuple(row[g] for g in group)]
+        seed = row["seed"] if row["seed"] is not None else -1
+        d = u.values.setdefault(seed, {})
+        if row["key"] is not None and row["value"] is not None and not math.isnan(row["value"]):
+            d[row["key"]] = row["value"]
+    return out
+
+
+def _column_units(table: TableDef, col: Column, variant: str, units: dict[tuple, _Unit]):
+    pvals = tuple(v for _, v in col.params)
+    pcols = _param_cols(table)
+    res = []
+    for task in col.tasks:
+        if pcols:
+            wanted = dict(col.params)
+            key = (task, variant, *[wanted.get(p) for p in pcols])
+        else:
+            key = (task, variant)
+        res.append(units.get(key))
+    del pvals
+    return res
+
+
+def _seed_value(table: TableDef, col: Column, metrics: dict[str, float]) -> tuple | None:
+    """The seed's raw value for ``col`` from one task's metrics; None when a part is missing."""
+    if table.kind == "epochs_or_accuracy":
+        acc_key = f"test.{col.splits[0]}.accuracy"
+        if "epochs_to_100" in metrics:
+            return (metrics["epochs_to_100"], metrics.get(acc_key))
+        if acc_key in metrics:
+            return (math.inf, metrics[acc_key])
+        return None
+    parts = []
+    for s in col.splits:
+        k = f"test.{s}.{table.metric}"
+        if k not in metrics:
+            return None
+        parts.append(metrics[k])
+    return (float(np.mean(parts)),)
+
+
+def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> TableResult:
+    """Aggregate ``runset`` into the cells of ``table`` (``stat`` overrides the table default)."""
+    stat = stat or table.stat
+    units = _units(runset, table)
+    cells: dict[tuple[str, str], Cell] = {}
+    warnings: list[str] = []
+    for col in table.columns:
+        for variant in table.rows:
+            us = _column_units(table, col, variant, units)
+            present = [u for u in us if u is not None]
+            if not present:
+                cells[(variant, col.key)] = Cell(row=variant, column=col.key)
+                continue
+            per_task: list[dict[int, tuple]] = []
+            n_missing = 0
+            for u in us:
+                got: dict[int, tuple] = {}
+                if u is not None:
+                    for seed, m in u.values.items():
+                        v = _seed_value(table, col, m)
+                        if v is None:
+                            n_missing += 1
+                        else:
+                            got[seed] = v
+                per_task.append(got)
+            shared = sorted(set.intersection(*(set(d) for d in per_task))) if per_task else []
+            expected = [u.n_expected for u in present if u.n_expected is not None]
+            common = dict(
+                row=variant, column=col.key,
+                n_expected=max(expected) if expected else None,
+                n_running=sum(u.n_running for u in present),
+                n_failed=sum(u.n_failed for u in present),
+                n_missing_metric=n_missing,
+                hparams=tuple(u.hparams or "{}" for u in present),
+                n_hparam_choices=max(u.n_choices for u in present),
+            )
+            if n_missing:
+                warnings.append(
+                    f"{variant} / {col.key}: {n_missing} finished run(s) lack the metric"
+                )
+            if not shared:
+                cells[(variant, col.key)] = Cell(**common)
+                continue
+            if table.kind == "epochs_or_accuracy":
+                ep = {s: per_task[0][s][0] for s in shared}
+                acc = {s: per_task[0][s][1] for s in shared}
+                med = float(np.median(list(ep.values())))
+                greyed = math.isinf(med)
+                accs = [a * 100.0 for a in acc.values() if a is not None]
+                seeds = tuple((s, float(ep[s])) for s in shared)
+                st = _stats([v for _, v in seeds]) if not greyed else {
+                    "median": med, "mean": None, "std": None, "q25": None, "q75": None}
+                cells[(variant, col.key)] = Cell(
+                    **common, seeds=seeds, greyed=greyed,
+                    accuracy_median=float(np.median(accs)) if accs else None, **st,
+                )
+                continue
+            seeds = tuple(
+                (s, float(np.mean([d[s][0] for d in per_task])) * table.scale) for s in shared
+            )
+            cells[(variant, col.key)] = Cell(**common, seeds=seeds, **_stats([v for _, v in seeds]))
+
+    n_tests = n_testable = 0
+    for col in table.columns:
+        col_cells = [cells[(v, col.key)] for v in table.rows]
+        ranked = [(sort_value(table, stat, c), c) for c in col_cells]
+        ranked = [(k, c) for k, c in ranked if k is not None]
+        if not ranked:
+            continue
+        best_key = min(k for k, _ in ranked)
+        best_rows = [c.row for k, c in ranked if k == best_key]
+        for r in best_rows:
+            cells[(r, col.key)] = _replace(cells[(r, col.key)], best=True)
+        if table.kind == "epochs_or_accuracy" or stat == "n":
+            continue
+        ref = dict(cells[(best_rows[0], col.key)].seeds)
+        tested: list[tuple[str, float, int]] = []
+        for k, c in ranked:
+            if c.row in best_rows:
+                continue
+            p, nz = wilcoxon_pair(ref, dict(c.seeds))
+            if p is not None:
+                tested.append((c.row, p, nz))
+        if not tested:
+            continue
+        adj = _holm([p for _, p, _ in tested])
+        for (row, p, nz), ph in zip(tested, adj):
+            n_tests += 1
+            testable = nz >= MIN_TESTABLE_PAIRS
+            n_testable += testable
+            cells[(row, col.key)] = _replace(
+                cells[(row, col.key)], p_value=p, p_holm=ph, n_pairs=nz,
+                tie=bool(testable and ph >= ALPHA),
+            )
+    return TableResult(table=table, stat=stat, cells=cells, n_tests=n_tests,
+                       n_testable=n_testable, warnings=tuple(warnings))
+
+
+def _replace(cell: Cell, **kw) -> Cell:
+    from dataclasses import replace
+
+    return replace(cell, **kw)
+
+
+def hparam_summary(result: TableResult) -> list[tuple[str, list[str]]]:
+    """[(chosen hparams JSON, [variant keys ...])] for the cells that had a choice to make."""
+    by: dict[str, set[str]] = {}
+    for c in result.cells.values():
+        if c.missing:
+            continue
+        for h in c.hparams:
+            by.setdefault(_canon(h), set()).add(c.row)
+    return [(h, sorted(v, key=result.table.rows.index)) for h, v in sorted(by.items())]
+
+
+def _canon(h: str) -> str:
+    try:
+        return json.dumps(json.loads(h), sort_keys=True)
+    except (TypeError, ValueError):
+        return h

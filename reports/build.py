@@ -1,0 +1,217 @@
+"""Build report files for a study: read once, aggregate per table, render, write.
+
+:func:`build_reports` is the entry point other packages (and the end-to-end tests) call.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import polars as pl
+
+from reports.aggregate import TableResult, aggregate
+from reports.paper import load_paper_numbers
+from reports.render import RENDERERS, Provenance
+from reports.store import ReportsError, RunSet, read_runs, resolve_source
+from reports.tables import STATS, TABLES, TableDef, get_table
+from study import schema
+
+FORMATS = tuple(RENDERERS)
+
+
+def paper_label(key: str) -> str:
+    """Row label: the paper's name for a variant key (``locattn.variants.PAPER_LABELS``)."""
+    return _labels().get(key, key)
+
+
+_LABELS: dict[str, str] | None = None
+
+
+def _labels() -> dict[str, str]:
+    global _LABELS
+    if _LABELS is None:
+        from locattn.variants import PAPER_LABELS
+
+        _LABELS = dict(PAPER_LABELS)
+    return _LABELS
+
+
+_CODE_VERSION: str | None = None
+
+
+def code_version() -> str:
+    """``git describe --always --dirty`` of the checkout holding ``reports`` (or the package version)."""
+    global _CODE_VERSION
+    if _CODE_VERSION is None:
+        root = Path(__file__).resolve().parent.parent
+        try:
+            out = subprocess.run(
+                ["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
+                capture_output=True, text=True, timeout=10, check=True,
+            )
+            _CODE_VERSION = out.stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                _CODE_VERSION = f"locattn {version('locattn')}"
+            except PackageNotFoundError:
+                _CODE_VERSION = "unknown"
+    return _CODE_VERSION
+
+
+def provenance(runset: RunSet) -> Provenance:
+    runs = runset.runs.sort("run_id")
+    h = hashlib.sha256()
+    for rid, ms, st, end in runs.select("run_id", "mlflow_status", "status", "end_time").iter_rows():
+        h.update(f"{rid}\t{ms}\t{st}\t{end}\n".encode())
+    newest = runs["end_time"].drop_nulls().max() if runs.height else None
+    if newest is None:
+        data_time = "no run has ended yet"
+    else:
+        data_time = _dt.datetime.fromtimestamp(newest / 1000, tz=_dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+    versions = tuple(sorted(set(runs["code_version"].drop_nulls().to_list())))
+    return Provenance(
+        study=runset.study, source=runset.source, n_runs=runs.height,
+        runs_hash=h.hexdigest(), code_version=code_version(), run_code_versions=versions,
+        data_time=data_time,
+    )
+
+
+def _params_needed(tables: Sequence[TableDef]) -> list[str]:
+    keys: dict[str, None] = {}
+    for t in tables:
+        for c in t.columns:
+            for k, _ in c.params:
+                keys[k] = None
+    return list(keys)
+
+
+def tables_of_study(runset: RunSet) -> list[str]:
+    """Table ids from the parent run's ``locattn.tables`` tag (empty when no parent says)."""
+    parents = runset.runs.filter(pl.col("role") == schema.ROLE_STUDY)
+    ids: dict[str, None] = {}
+    for tag in parents["tables"].drop_nulls().to_list():
+        for t in tag.split(","):
+            if t.strip():
+                ids[t.strip()] = None
+    return list(ids)
+
+
+@dataclass(frozen=True)
+class Built:
+    """Aggregated tables of one build, before writing."""
+
+    runset: RunSet
+    results: list[TableResult]
+    provenance: Provenance
+
+
+class IncompleteError(ReportsError):
+    """--strict: a table has missing or incomplete cells."""
+
+
+def collect(
+    source: str | Path,
+    study: str | None = None,
+    tables: Sequence[str] | None = None,
+    *,
+    stat: str | None = None,
+) -> Built:
+    """Read the study once and aggregate every requested table."""
+    if stat is not None and stat not in STATS:
+        raise ReportsError(f"unknown --stat {stat!r}; valid: {', '.join(STATS)}")
+    src = str(source)
+    if "://" in src:
+        uri, name = resolve_source(tracking_uri=src, study=study)
+    else:
+        uri, name = resolve_source(src, study=study)
+    defs = [get_table(t) for t in tables] if tables else list(TABLES.values())
+    keys: dict[str, None] = {"best_dev_score": None}
+    for t in defs:
+        for k in t.metric_keys():
+            keys[k] = None
+    runset = read_runs(uri, name, metric_keys=list(keys), param_keys=_params_needed(defs))
+    if runset.runs.height == 0:
+        raise ReportsError(f"study {name!r} in {runset.source} has no runs yet")
+    if not tables:
+        ids = tables_of_study(runset)
+        if not ids:
+            raise ReportsError(
+                f"study {name!r} does not say which tables it regenerates (no parent run with "
+                f"tag {schema.TABLES}); pass --table ID (valid: {', '.join(sorted(TABLES))})"
+            )
+        defs = [get_table(t) for t in ids]
+    trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+    if trials.height == 0:
+        raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
+    results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
+    return Built(runset=runset, results=results, provenance=provenance(runset))
+
+
+def describe_gaps(result: TableResult) -> list[str]:
+    """Human-readable names of the missing and incomplete cells of a table."""
+    t = result.table
+    col_label = {c.key: f"{g.label} {c.label}".strip() for p in t.panels for g in p.groups
+                 for c in g.columns}
+    out = []
+    for r, c in result.missing_cells:
+        out.append(f"{t.id}: {paper_label(r)} ({r}) / {col_label[c]} [{c}]: missing")
+    for r, c in result.incomplete_cells:
+        cell = result.cell(r, c)
+        out.append(f"{t.id}: {paper_label(r)} ({r}) / {col_label[c]} [{c}]: "
+                   f"{cell.n} of {cell.n_expected} seeds")
+    return out
+
+
+def build_reports(
+    source: str | Path,
+    study: str | None = None,
+    tables: Sequence[str] | None = None,
+    formats: Sequence[str] = ("md", "latex", "csv"),
+    out_dir: str | Path = "reports_out",
+    *,
+    stat: str | None = None,
+    compare: bool = False,
+    strict: bool = False,
+    figures: bool = False,
+) -> list[Path]:
+    """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
+
+    ``source``: a study directory (``studies/<name>/`` with ``mlflow.db``) or a tracking URI
+    (``sqlite:///...``, ``postgresql://...``, ``http://host:port``; then ``study`` is required).
+    ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag.
+    ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or
+    has fewer seeds than expected.
+    """
+    bad = [f for f in formats if f not in RENDERERS]
+    if bad:
+        raise ReportsError(f"unknown format(s) {', '.join(bad)}; valid: {', '.join(FORMATS)}")
+    built = collect(source, study, tables, stat=stat)
+    if strict:
+        gaps = [g for r in built.results for g in describe_gaps(r)]
+        if gaps:
+            raise IncompleteError("refusing to write incomplete tables (--strict):\n  "
+                                  + "\n  ".join(gaps))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for result in built.results:
+        paper = load_paper_numbers(result.table) if compare else None
+        for fmt in formats:
+            fn, ext = RENDERERS[fmt]
+            text = fn(result, built.provenance, paper_label, paper)
+            path = out / f"{result.table.id}.{ext}"
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    if figures:
+        from reports.figures import study_figures
+
+        written += study_figures(source, study, out)
+    return written

@@ -1,0 +1,77 @@
+"""``reports`` command line: ``reports build <study_dir> [--format md,latex,csv] [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from reports.store import ReportsError
+from reports.tables import STATS, TABLES
+
+
+def _split(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reports", description="Paper tables and figures from a study's MLflow runs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the study's tables (and optionally figures)")
+    b.add_argument("study_dir", nargs="?", help="studies/<name>/ (holds mlflow.db)")
+    b.add_argument("--tracking-uri", help="sqlite:///..., postgresql://..., or http://host:port")
+    b.add_argument("--study", help="study (MLflow experiment) name; default: the directory name")
+    b.add_argument("--format", default="md,latex,csv", help="comma-separated: md, latex, csv")
+    b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports)")
+    b.add_argument("--table", action="append", default=None,
+                   help=f"table id (repeatable or comma-separated; default: the study's "
+                        f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}")
+    b.add_argument("--stat", choices=STATS, default=None,
+                   help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
+    b.add_argument("--compare", action="store_true",
+                   help="add the papers' published numbers and the differences")
+    b.add_argument("--strict", action="store_true",
+                   help="refuse to write tables with missing or incomplete cells (exit 3, names the cells)")
+    b.add_argument("--figures", action="store_true", help="also draw the study's figures (PNG+PDF)")
+    sub.add_parser("list", help="list the table ids")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "list":
+        for tid, t in sorted(TABLES.items()):
+            print(f"{tid:15s} {t.source}: {t.title}")
+        return 0
+    from reports.build import IncompleteError, build_reports
+
+    if (args.study_dir is None) == (args.tracking_uri is None):
+        print("reports build: give a study directory or --tracking-uri URI --study NAME",
+              file=sys.stderr)
+        return 2
+    source = args.study_dir if args.study_dir is not None else args.tracking_uri
+    tables = [t for arg in args.table for t in _split(arg)] if args.table else None
+    out = args.out
+    if out is None:
+        if args.study_dir is None:
+            print("reports build: --out DIR is required with --tracking-uri", file=sys.stderr)
+            return 2
+        out = f"{args.study_dir.rstrip('/')}/reports"
+    try:
+        paths = build_reports(
+            source, args.study, tables, _split(args.format), out, stat=args.stat,
+            compare=args.compare, strict=args.strict, figures=args.figures,
+        )
+    except IncompleteError as exc:
+        print(f"reports build: {exc}", file=sys.stderr)
+        return 3
+    except ReportsError as exc:
+        print(f"reports build: {exc}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,463 @@
+"""Pure renderers: an aggregated table -> Markdown, LaTeX (booktabs) or CSV text.
+
+Nothing here reads the store, the clock or the environment: the same inputs give the same
+bytes. Provenance is passed in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from reports.aggregate import ALPHA, MIN_TESTABLE_PAIRS, Cell, TableResult, hparam_summary
+from reports.paper import PaperValue
+from reports.tables import Panel, TableDef
+
+MISSING = "–"
+DAGGER = "†"
+TIE = "≈"
+GREY = "°"
+
+STAT_TEXT = {
+    "median": "the median over seeds",
+    "mean": "the mean over seeds",
+    "mean_std": "mean ± std (sample std) over seeds",
+    "iqr": "the median over seeds [25th, 75th percentile]",
+    "n": "the number of finished seeds",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where a table's numbers came from."""
+
+    study: str
+    """Study (MLflow experiment) name."""
+    source: str
+    """Tracking store URI (password redacted)."""
+    n_runs: int
+    """All runs of the study in the store (parent, finished, running, failed)."""
+    runs_hash: str
+    """sha256 over the sorted (run id, MLflow status, locattn status, end time) of every run."""
+    code_version: str
+    """Version of the code that rendered the table."""
+    run_code_versions: tuple[str, ...]
+    """Distinct ``locattn.code_version`` tags of the runs."""
+    data_time: str
+    """End time of the newest run in the store (UTC): the time stamp of the data."""
+
+    def lines(self) -> list[str]:
+        vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
+        return [
+            f"study: {self.study} ({self.source})",
+            f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
+            f"rendered by code version {self.code_version}; runs trained by code version(s) {vers}",
+            f"data time: {self.data_time} (end time of the newest run in the store, "
+            "not the wall clock, so that the same runs give byte-identical files)",
+        ]
+
+
+Labeler = Callable[[str], str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cell text
+
+
+def _num(v: float, decimals: int) -> str:
+    return f"{v:.{decimals}f}"
+
+
+def _epochs(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
+
+
+def cell_value_text(table: TableDef, stat: str, cell: Cell) -> str:
+    """The number(s) of a cell as plain text, without markup or marks."""
+    if cell.missing:
+        return MISSING
+    d = table.decimals
+    if table.kind == "epochs_or_accuracy":
+        if cell.greyed:
+            return f"{cell.accuracy_median:.1f}%" if cell.accuracy_median is not None else MISSING
+        return _epochs(cell.median)
+    if stat == "median":
+        return _num(cell.median, d)
+    if stat == "mean":
+        return _num(cell.mean, d)
+    if stat == "mean_std":
+        std = _num(cell.std, d) if cell.std is not None else MISSING
+        return f"{_num(cell.mean, d)} ± {std}"
+    if stat == "iqr":
+        return f"{_num(cell.median, d)} [{_num(cell.q25, d)}, {_num(cell.q75, d)}]"
+    if stat == "n":
+        return str(cell.n)
+    raise ValueError(f"unknown stat {stat!r}")
+
+
+def cell_marks(cell: Cell) -> str:
+    marks = ""
+    if cell.greyed:
+        marks += GREY
+    if cell.incomplete:
+        marks += DAGGER
+    if cell.tie:
+        marks += TIE
+    return marks
+
+
+# ---------------------------------------------------------------------------------------------
+# Caption and notes (shared by Markdown and LaTeX)
+
+
+def _direction_text(table: TableDef) -> str:
+    return "higher is better" if table.direction == "max" else "lower is better"
+
+
+def caption_sentences(result: TableResult, label: Labeler) -> list[str]:
+    t = result.table
+    s = [f"{t.title}. Layout of {t.source}."]
+    if t.kind == "epochs_or_accuracy":
+        s.append("Cells show the median over seeds.")
+    else:
+        s.append(f"Cells show {STAT_TEXT[result.stat]}.")
+    if t.note:
+        s.append(t.note)
+    s.append(f"Bold: best in its column ({_direction_text(t)}); equal values at the shown "
+             "precision are all bold.")
+    return s
+
+
+def notes(result: TableResult, label: Labeler) -> list[str]:
+    """Footnotes: completeness, hyperparameter choice, significance, data problems."""
+    t = result.table
+    col_label = {c.key: f"{g.label} {c.label}".strip() for p in t.panels for g in p.groups
+                 for c in g.columns}
+    out: list[str] = []
+    inc = result.incomplete_cells
+    if inc:
+        parts = []
+        for r, c in inc:
+            cell = result.cell(r, c)
+            extra = []
+            if cell.n_running:
+                extra.append(f"{cell.n_running} running")
+            if cell.n_failed:
+                extra.append(f"{cell.n_failed} failed")
+            if cell.n_missing_metric:
+                extra.append(f"{cell.n_missing_metric} missing the metric")
+            tail = f" ({', '.join(extra)})" if extra else ""
+            parts.append(f"{label(r)} / {col_label[c]}: {cell.n} of {cell.n_expected}{tail}")
+        out.append(f"{DAGGER} Fewer finished seeds than the study expects: " + "; ".join(parts) + ".")
+    miss = result.missing_cells
+    if miss:
+        out.append(f"{MISSING} No finished run with this metric: {len(miss)} cell(s).")
+    hs = hparam_summary(result)
+    if not hs:
+        pass
+    elif all(h == "{}" for h, _ in hs):
+        out.append("No hyperparameter was searched in this study.")
+    else:
+        any_choice = max((c.n_hparam_choices for c in result.cells.values()), default=0)
+        txt = "; ".join(f"{h} for {', '.join(label(v) for v in vs)}" for h, vs in hs)
+        how = ("chosen per cell by the best median best_dev_score over seeds, never by test"
+               if any_choice > 1 else "fixed (no alternative was run)")
+        out.append(f"Hyperparameters ({how}): {txt}.")
+    if t.kind != "epochs_or_accuracy" and result.stat != "n":
+        if result.n_tests == 0:
+            out.append("Significance: no paired comparison was possible (fewer than two rows "
+                       "with shared seeds in every column).")
+        else:
+            out.append(
+                f"Significance: two-sided Wilcoxon signed-rank test of each row against the "
+                f"column's bold row over their shared seeds, Holm-corrected per column; "
+                f"{TIE} marks a row not significantly different from the best (p ≥ {ALPHA}). "
+                f"With fewer than {MIN_TESTABLE_PAIRS} non-zero paired differences the test "
+                f"cannot reach p < {ALPHA} (with 5 seeds the smallest possible p is 0.0625), "
+                f"so such pairs are left unmarked: {result.n_testable} of {result.n_tests} "
+                "comparisons in this table were testable."
+            )
+    for w in result.warnings:
+        out.append(f"Data: {w}.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def _md_panel(result: TableResult, panel: Panel, label: Labeler,
+              text: Callable[[str, str], tuple[str, bool]]) -> list[str]:
+    t = result.table
+    cols = panel.columns
+    head = ["Model"]
+    for g in panel.groups:
+        for c in g.columns:
+            head.append(_md_escape(f"{g.label} {c.label}".strip()))
+    lines = ["| " + " | ".join(head) + " |",
+             "|:--|" + "|".join("--:" for _ in cols) + "|"]
+    for section, rows in t.sections:
+        if section:
+            lines.append(f"| *{_md_escape(section)}* |" + "|".join(" " for _ in cols) + "|")
+        for r in rows:
+            cells = []
+            for c in cols:
+                s, bold = text(r, c.key)
+                s = _md_escape(s)
+                cells.append(f"**{s}**" if bold and s != MISSING else s)
+            lines.append("| " + " | ".join([_md_escape(label(r)), *cells]) + " |")
+    return lines
+
+
+def _ours_text(result: TableResult) -> Callable[[str, str], tuple[str, bool]]:
+    def f(r: str, c: str) -> tuple[str, bool]:
+        cell = result.cell(r, c)
+        base = cell_value_text(result.table, result.stat, cell)
+        return base + cell_marks(cell), cell.best
+
+    return f
+
+
+def _paper_text(table: TableDef, paper: Mapping[tuple[str, str], PaperValue]):
+    def f(r: str, c: str) -> tuple[str, bool]:
+        p = paper.get((r, c))
+        if p is None:
+            return MISSING, False
+        if p.greyed:
+            return f"{p.value:g}%{GREY}", False
+        if p.std is not None:
+            return f"{p.value:g} ± {p.std:g}", False
+        return f"{p.value:g}", False
+
+    return f
+
+
+def paper_diff(table: TableDef, stat: str, cell: Cell, p: PaperValue | None) -> float | None:
+    """Ours minus paper for one cell (None when not comparable)."""
+    if p is None or cell.missing:
+        return None
+    if table.kind == "epochs_or_accuracy":
+        if cell.greyed != p.greyed:
+            return None
+        ours = cell.accuracy_median if cell.greyed else cell.median
+        return None if ours is None else ours - p.value
+    ours = cell.mean if stat in ("mean", "mean_std") else cell.median
+    if stat == "n" or ours is None:
+        return None
+    return ours - p.value
+
+
+def _diff_text(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]):
+    def f(r: str, c: str) -> tuple[str, bool]:
+        d = paper_diff(result.table, result.stat, result.cell(r, c), paper.get((r, c)))
+        if d is None:
+            return MISSING, False
+        return f"{d:+.{max(result.table.decimals, 1)}f}", False
+
+    return f
+
+
+def render_markdown(result: TableResult, provenance: Provenance, label: Labeler,
+                    paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
+    """GitHub-flavoured Markdown: a provenance comment, caption, one table per panel, notes."""
+    t = result.table
+    out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", ""]
+    out.append(f"**Table {t.id}.** " + " ".join(caption_sentences(result, label)))
+    out.append("")
+    for panel in t.panels:
+        out.extend(_md_panel(result, panel, label, _ours_text(result)))
+        out.append("")
+    ns = notes(result, label)
+    if ns:
+        out.extend(f"- {n}" for n in ns)
+        out.append("")
+    if paper is not None:
+        out.append(f"**Published numbers** ({t.source}; {MISSING}: not reported).")
+        out.append("")
+        for panel in t.panels:
+            out.extend(_md_panel(result, panel, label, _paper_text(t, paper)))
+            out.append("")
+        out.append("**Difference** (ours − paper, same statistic as the paper).")
+        out.append("")
+        for panel in t.panels:
+            out.extend(_md_panel(result, panel, label, _diff_text(result, paper)))
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# LaTeX
+
+_LATEX_CHARS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "±": r"$\pm$", "−": r"$-$", "†": r"$^\dagger$", "–": r"--", "≈": r"$^{\approx}$",
+    "≥": r"$\geq$", "°": "", "×": r"$\times$", "μ": r"$\mu$", "σ": r"$\sigma$",
+}
+
+
+def latex_escape(s: str) -> str:
+    """Escape text for LaTeX (ASCII output; a few Unicode signs become math)."""
+    return "".join(_LATEX_CHARS.get(ch, ch) for ch in s)
+
+
+def _latex_panel(result: TableResult, panel: Panel, label: Labeler,
+                 text: Callable[[str, str], tuple[str, bool]], greyed: Callable[[str, str], bool]
+                 ) -> list[str]:
+    t = result.table
+    cols = panel.columns
+    spec = "l" + "".join(" " + "c" * len(g.columns) for g in panel.groups)
+    lines = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    has_groups = any(g.label for g in panel.groups)
+    if has_groups:
+        head = ["Model"]
+        rules = []
+        start = 2
+        for g in panel.groups:
+            n = len(g.columns)
+            head.append(rf"\multicolumn{{{n}}}{{c}}{{{latex_escape(g.label)}}}")
+            rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+            start += n
+        lines.append(" & ".join(head) + r" \\")
+        lines.append(" ".join(rules))
+        lines.append(" & ".join([latex_escape(panel.header)]
+                                + [latex_escape(c.label) for c in cols]) + r" \\")
+    else:
+        lines.append(" & ".join(["Model"] + [latex_escape(c.label) for c in cols]) + r" \\")
+    lines.append(r"\midrule")
+    for i, (section, rows) in enumerate(t.sections):
+        if section:
+            if i:
+                lines.append(r"\midrule")
+            lines.append(rf"\multicolumn{{{len(cols) + 1}}}{{l}}{{\textit{{{latex_escape(section)}}}}} \\")
+        for r in rows:
+            cells = []
+            for c in cols:
+                s, bold = text(r, c.key)
+                s = latex_escape(s)
+                if bold and s != latex_escape(MISSING):
+                    s = rf"\textbf{{{s}}}"
+                if greyed(r, c.key):
+                    s = rf"\textcolor{{gray}}{{{s}}}"
+                cells.append(s)
+            lines.append(" & ".join([latex_escape(label(r)), *cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return lines
+
+
+def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
+                 text, greyed, footnotes: list[str]) -> list[str]:
+    t = result.table
+    out = [r"\begin{table}[t]", r"\centering", r"\small",
+           rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{tag}}}"]
+    for i, panel in enumerate(t.panels):
+        if i:
+            out.append(r"\par\medskip")
+        out.append(r"\resizebox{\linewidth}{!}{%" if len(panel.columns) > 8 else "{%")
+        out.extend(_latex_panel(result, panel, label, text, greyed))
+        out.append("}")
+    if footnotes:
+        out.append(r"\par\smallskip")
+        out.append(r"\begin{minipage}{\linewidth}\footnotesize")
+        for n in footnotes:
+            out.append(latex_escape(n) + r"\par")
+        out.append(r"\end{minipage}")
+    out.append(r"\end{table}")
+    return out
+
+
+def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
+                 paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
+    """A LaTeX ``table`` float using booktabs (needs ``\\usepackage{booktabs,graphicx,xcolor}``)."""
+    t = result.table
+    out = [f"% {ln}" for ln in provenance.lines()]
+    out.append(r"% requires \usepackage{booktabs,graphicx,xcolor}")
+    caption = f"Table {t.id}. " + " ".join(caption_sentences(result, label))
+    if t.kind == "epochs_or_accuracy":
+        caption = caption.replace("marked with °", "greyed")
+    out += _latex_table(
+        result, label, caption, t.id, _ours_text(result),
+        lambda r, c: result.cell(r, c).greyed, notes(result, label),
+    )
+    if paper is not None:
+        out.append("")
+        out += _latex_table(
+            result, label, f"Published numbers of {t.source} (--: not reported).",
+            f"{t.id}_paper", _paper_text(t, paper),
+            lambda r, c: bool(paper.get((r, c)) and paper[(r, c)].greyed), [],
+        )
+        out.append("")
+        out += _latex_table(
+            result, label, f"Difference to {t.source} (ours minus paper, same statistic as the "
+            "paper).", f"{t.id}_diff", _diff_text(result, paper), lambda r, c: False, [],
+        )
+    return "\n".join(out).replace("°", "") + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+CSV_FIELDS = (
+    "table", "row", "row_label", "column", "group", "column_label", "tasks", "splits", "stat",
+    "text", "median", "mean", "std", "q25", "q75", "n", "n_expected", "n_running", "n_failed",
+    "n_missing_metric", "complete", "best", "tie", "p_value", "p_holm", "n_pairs", "greyed",
+    "accuracy_median", "hparams", "seeds",
+)
+
+
+def _f(v: float | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return repr(round(float(v), 10))
+
+
+def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
+               paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
+    """One row per cell with every statistic; ``#`` comment lines carry the provenance."""
+    t = result.table
+    buf = io.StringIO()
+    for ln in provenance.lines():
+        buf.write(f"# {ln}\n")
+    fields = list(CSV_FIELDS)
+    if paper is not None:
+        fields += ["paper_value", "paper_std", "paper_greyed", "diff"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(fields)
+    for p in t.panels:
+        for g in p.groups:
+            for c in g.columns:
+                for r in t.rows:
+                    cell = result.cell(r, c.key)
+                    rec = [
+                        t.id, r, label(r), c.key, g.label, c.label, "+".join(c.tasks),
+                        "+".join(c.splits), result.stat,
+                        cell_value_text(t, result.stat, cell) + cell_marks(cell),
+                        _f(cell.median), _f(cell.mean), _f(cell.std), _f(cell.q25), _f(cell.q75),
+                        cell.n, "" if cell.n_expected is None else cell.n_expected,
+                        cell.n_running, cell.n_failed, cell.n_missing_metric,
+                        int(not cell.incomplete and not cell.missing), int(cell.best),
+                        int(cell.tie), _f(cell.p_value), _f(cell.p_holm), cell.n_pairs,
+                        int(cell.greyed), _f(cell.accuracy_median),
+                        json.dumps(list(cell.hparams)),
+                        json.dumps([[s, v if not math.isinf(v) else "inf"] for s, v in cell.seeds]),
+                    ]
+                    if paper is not None:
+                        pv = paper.get((r, c.key))
+                        d = paper_diff(t, result.stat, cell, pv)
+                        rec += [_f(pv.value) if pv else "", _f(pv.std) if pv else "",
+                                int(pv.greyed) if pv else "", _f(d)]
+                    w.writerow(rec)
+    return buf.getvalue()
+
+
+RENDERERS = {"md": (render_markdown, "md"), "latex": (render_latex, "tex"), "csv": (render_csv, "csv")}

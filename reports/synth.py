@@ -1,0 +1,169 @@
+"""Synthetic study stores for tests and benchmarks.
+
+Two writers of the same run records (docs/architecture.md §6):
+
+- :func:`write_with_client`: through ``MlflowClient`` (slow, exactly what the study writes);
+- :func:`write_bulk_sql`: MLflow creates the SQLite schema, then rows are bulk-inserted with SQL
+  (fast; for the 10,000-run benchmark).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from study import schema
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthRun:
+    """One trial run to write."""
+
+    task: str
+    """Task key."""
+    variant: str
+    """Variant key."""
+    seed: int
+    """Seed."""
+    hparams: dict = field(default_factory=dict)
+    """Selection hyperparameters (also logged as params)."""
+    status: str = schema.STATUS_FINISHED
+    """``finished``, ``running`` or ``failed``."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Final metrics (``best_dev_score``, ``test.<split>.<metric>``, ...)."""
+    params: dict[str, str] = field(default_factory=dict)
+    """Extra params (e.g. ``task.t0``); part of the cell id."""
+    n_seeds: int = 5
+    """Seeds the spec expects for the cell."""
+    end_time_ms: int | None = None
+    """End time; default: start + 1 s. Running runs get none."""
+
+
+def _cell(run: SynthRun) -> str:
+    extra = "".join(f",{k}={v}" for k, v in sorted(run.params.items()))
+    return f"task={run.task},variant={run.variant}{extra}"
+
+
+def _tags(study: str, run: SynthRun) -> dict[str, str]:
+    hp = json.dumps(run.hparams, sort_keys=True)
+    key = hashlib.sha1(f"{study}|{_cell(run)}|{hp}|{run.seed}".encode()).hexdigest()[:16]
+    tags = {
+        schema.ROLE: schema.ROLE_TRIAL, schema.STUDY: study, schema.RUN_KEY: key,
+        schema.CELL: _cell(run), schema.HPARAMS: hp, schema.TASK: run.task,
+        schema.VARIANT: run.variant, schema.SEED: str(run.seed),
+        schema.N_SEEDS: str(run.n_seeds), schema.STATUS: run.status,
+        schema.CODE_VERSION: "synthetic", schema.DEV_SCORING: "teacher_forced",
+    }
+    if run.status == schema.STATUS_FAILED:
+        tags[schema.ERROR] = "synthetic failure"
+    return tags
+
+
+def _params(run: SynthRun) -> dict[str, str]:
+    p = {"task.name": run.task, "variant": run.variant, "seed": str(run.seed)}
+    p.update({k: str(v) for k, v in run.hparams.items()})
+    p.update(run.params)
+    return p
+
+
+_MLFLOW_STATUS = {schema.STATUS_FINISHED: "FINISHED", schema.STATUS_FAILED: "FAILED",
+                  schema.STATUS_RUNNING: "RUNNING"}
+
+
+def write_with_client(tracking_uri: str, study: str, runs: Iterable[SynthRun], *,
+                      tables: Sequence[str] = (), t0_ms: int = 1_700_000_000_000) -> list[str]:
+    """Write a parent run and ``runs`` through ``MlflowClient``; returns the trial run ids."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(study)
+    eid = exp.experiment_id if exp else client.create_experiment(study)
+    parent = client.create_run(eid, start_time=t0_ms, tags={
+        schema.ROLE: schema.ROLE_STUDY, schema.STUDY: study, schema.TABLES: ",".join(tables),
+        schema.STATUS: schema.STATUS_FINISHED,
+    })
+    ids = []
+    for i, r in enumerate(runs):
+        start = t0_ms + 1000 * (i + 1)
+        tags = _tags(study, r) | {"mlflow.parentRunId": parent.info.run_id}
+        run = client.create_run(eid, start_time=start, tags=tags)
+        rid = run.info.run_id
+        from mlflow.entities import Metric, Param
+
+        client.log_batch(
+            rid,
+            metrics=[Metric(k, float(v), start + 500, 0) for k, v in sorted(r.metrics.items())],
+            params=[Param(k, v) for k, v in sorted(_params(r).items())],
+        )
+        if r.status != schema.STATUS_RUNNING:
+            client.set_terminated(rid, status=_MLFLOW_STATUS[r.status],
+                                  end_time=r.end_time_ms or start + 1000)
+        ids.append(rid)
+    client.set_terminated(parent.info.run_id, end_time=t0_ms + 1000 * (len(ids) + 2))
+    return ids
+
+
+def create_empty_store(db_path: str | Path, study: str) -> int:
+    """Let MLflow create its SQLite schema and the study's experiment; returns its id."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{Path(db_path).resolve()}")
+    exp = client.get_experiment_by_name(study)
+    return int(exp.experiment_id if exp else client.create_experiment(study))
+
+
+def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
+                   tables: Sequence[str] = (), t0_ms: int = 1_700_000_000_000) -> int:
+    """Create the schema with MLflow, then insert ``runs`` (and a parent) with plain SQL.
+
+    Fills ``runs``, ``tags``, ``params``, ``latest_metrics`` and ``metrics`` as MLflow does.
+    Returns the number of runs written (trials + parent).
+    """
+    eid = create_empty_store(db_path, study)
+    conn = sqlite3.connect(str(db_path))
+    run_rows, tag_rows, param_rows, lm_rows, m_rows = [], [], [], [], []
+
+    def add_run(rid: str, status: str, start: int, end: int | None) -> None:
+        run_rows.append((rid, rid[:8], "LOCAL", "synth", "", "synth", status, start, end, "",
+                         "active", f"mlflow-artifacts:/{eid}/{rid}/artifacts", eid))
+
+    parent = uuid.UUID(int=1).hex
+    add_run(parent, "FINISHED", t0_ms, None)
+    tag_rows += [(schema.ROLE, schema.ROLE_STUDY, parent), (schema.STUDY, study, parent),
+                 (schema.TABLES, ",".join(tables), parent)]
+    n = 1
+    last_end = t0_ms
+    for i, r in enumerate(runs):
+        rid = uuid.UUID(int=i + 2).hex
+        start = t0_ms + 1000 * (i + 1)
+        end = None if r.status == schema.STATUS_RUNNING else (r.end_time_ms or start + 1000)
+        add_run(rid, _MLFLOW_STATUS[r.status], start, end)
+        last_end = max(last_end, end or 0)
+        tag_rows += [(k, v, rid) for k, v in _tags(study, r).items()]
+        tag_rows.append(("mlflow.parentRunId", parent, rid))
+        param_rows += [(k, v, rid) for k, v in _params(r).items()]
+        for k, v in r.metrics.items():
+            lm_rows.append((k, float(v), start + 500, 0, 0, rid))
+            m_rows.append((k, float(v), start + 500, rid, 0, 0))
+        n += 1
+    run_rows[0] = run_rows[0][:8] + (last_end + 1000,) + run_rows[0][9:]
+    with conn:
+        conn.executemany(
+            "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id,"
+            " status, start_time, end_time, source_version, lifecycle_stage, artifact_uri,"
+            " experiment_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", run_rows)
+        conn.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?,?,?)", tag_rows)
+        conn.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?,?,?)", param_rows)
+        conn.executemany(
+            "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)"
+            " VALUES (?,?,?,?,?,?)", lm_rows)
+        conn.executemany(
+            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan)"
+            " VALUES (?,?,?,?,?,?)", m_rows)
+    conn.close()
+    return n

@@ -1,0 +1,328 @@
+"""Table definitions: the layout of every paper table we regenerate, as data.
+
+A table is a list of row sections (variant keys; labels come from ``locattn.variants.PAPER_LABELS``)
+and a list of panels. A panel is a list of column groups (a header such as "Copy") and each group
+holds columns. A column names the task(s), the test split(s) and optionally run params (Raffel's
+``task.t0``) it reads; when a column lists several tasks or splits, each seed's value is the mean
+over them (Dubois et al. Table 3 averages over three datasets and over the interpolation sets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Stat = Literal["median", "mean_std", "mean", "iqr", "n"]
+Direction = Literal["max", "min"]
+MetricKind = Literal["split", "epochs_or_accuracy"]
+
+STATS: tuple[str, ...] = ("median", "mean_std", "mean", "iqr", "n")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Column:
+    """One column of a table."""
+
+    label: str
+    """Header text of the column, e.g. ``15`` or ``Long 1``."""
+    tasks: tuple[str, ...]
+    """Task keys the column reads (several: the per-seed value is their mean)."""
+    splits: tuple[str, ...]
+    """Test split names the column reads (several: the per-seed value is their mean)."""
+    params: tuple[tuple[str, str], ...] = ()
+    """Run params a run must have to belong to the column, e.g. ``(("task.t0", "50"),)``."""
+    key: str = ""
+    """Stable identifier used by paper-number files; derived from tasks/splits/params when empty."""
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError(f"Column {self.label!r}: tasks must not be empty")
+        if not self.splits:
+            raise ValueError(f"Column {self.label!r}: splits must not be empty")
+        if not self.key:
+            key = "+".join(self.tasks) + ":" + "+".join(self.splits)
+            for name, value in self.params:
+                key += f":{name}={value}"
+            object.__setattr__(self, "key", key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnGroup:
+    """Columns under one spanning header."""
+
+    label: str
+    """Spanning header, e.g. ``Reverse Copy``."""
+    columns: tuple[Column, ...]
+    """The columns of the group, left to right."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Panel:
+    """A block of column groups rendered as one header + body (papers stack two panels)."""
+
+    groups: tuple[ColumnGroup, ...]
+    """Column groups, left to right."""
+    header: str = "(Length Splits)"
+    """Text of the second header line's first cell."""
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return tuple(c for g in self.groups for c in g.columns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableDef:
+    """A paper table."""
+
+    id: str
+    """Table id, e.g. ``rc_table2``."""
+    source: str
+    """Which paper table this reproduces, e.g. ``Ray Chowdhury & Caragea (2023), Table 2``."""
+    title: str
+    """One-line description used as the caption's first sentence."""
+    sections: tuple[tuple[str | None, tuple[str, ...]], ...]
+    """Row sections: (section label or None, variant keys)."""
+    panels: tuple[Panel, ...]
+    """Column panels, top to bottom."""
+    metric: str
+    """Split metric name (``seq_acc``, ``edit_distance``, ``attn_loss``) or ``epochs_to_100``."""
+    direction: Direction
+    """Whether higher (``max``) or lower (``min``) is better."""
+    stat: Stat = "median"
+    """Default statistic over seeds."""
+    scale: float = 100.0
+    """Multiplier applied before display (accuracies are fractions in the store)."""
+    decimals: int = 1
+    """Digits after the decimal point."""
+    kind: MetricKind = "split"
+    """``split``: metric ``test.<split>.<metric>``; ``epochs_or_accuracy``: Raffel & Ellis Table 1."""
+    note: str = ""
+    """Extra caption text (choices we made where the paper is silent)."""
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("max", "min"):
+            raise ValueError(f"TableDef {self.id}: direction={self.direction!r}; valid: max, min")
+        if self.stat not in STATS:
+            raise ValueError(f"TableDef {self.id}: stat={self.stat!r}; valid: {', '.join(STATS)}")
+        keys = [c.key for c in self.columns]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"TableDef {self.id}: duplicate column keys")
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return tuple(v for _, vs in self.sections for v in vs)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return tuple(c for p in self.panels for c in p.columns)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for c in self.columns:
+            for t in c.tasks:
+                seen[t] = None
+        return tuple(seen)
+
+    def metric_keys(self) -> tuple[str, ...]:
+        """The MLflow metric keys this table reads (besides ``best_dev_score``)."""
+        keys: dict[str, None] = {}
+        for c in self.columns:
+            for s in c.splits:
+                if self.kind == "split":
+                    keys[f"test.{s}.{self.metric}"] = None
+                else:
+                    keys[f"test.{s}.accuracy"] = None
+        if self.kind == "epochs_or_accuracy":
+            keys["epochs_to_100"] = None
+        return tuple(keys)
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+
+_LEN = (("len15", "15"), ("len30", "30"), ("len100", "100"))
+_LEN_IID = (("iid", "IID"),) + _LEN
+# Ray Chowdhury & Caragea's Lookup lengths 7, 9, 11 are Long 1, 3, 5 (longer_seen_*).
+_LOOKUP = (("longer_seen_1", "7"), ("longer_seen_3", "9"), ("longer_seen_5", "11"))
+
+
+def _group(label: str, task: str, splits: tuple[tuple[str, str], ...]) -> ColumnGroup:
+    return ColumnGroup(
+        label=label,
+        columns=tuple(Column(label=lab, tasks=(task,), splits=(s,)) for s, lab in splits),
+    )
+
+
+RC_PANEL_A = Panel(
+    groups=(
+        _group("Copy", "copy", _LEN),
+        _group("Reverse Copy", "reverse_copy", _LEN),
+        _group("Lookup", "lookup", _LOOKUP),
+        _group("Reverse Lookup", "reverse_lookup", _LOOKUP),
+    )
+)
+RC_PANEL_B = Panel(
+    groups=(
+        _group("ReCopy", "recopy", _LEN),
+        _group("Reverse ReCopy", "reverse_recopy", _LEN),
+        _group("Inv ReCopy", "inv_recopy", _LEN),
+        _group("Inv Reverse ReCopy", "inv_reverse_recopy", _LEN),
+    )
+)
+
+_RC_MAIN = (
+    (None, ("content", "relative", "locattn")),
+    ("Ours", ("birelative", "onestep", "mono")),
+)
+
+_DUBOIS_INTERP = ("heldout_inputs", "heldout_compositions", "heldout_tables", "new_compositions")
+_DUBOIS_TASKS = ("lookup", "reverse_lookup", "noisy_lookup")
+_RAFFEL_T0 = ("50", "100", "500", "1000", "5000", "10000")
+
+
+def _raffel_group(label: str, task: str) -> ColumnGroup:
+    return ColumnGroup(
+        label=label,
+        columns=tuple(
+            Column(label=t0, tasks=(task,), splits=("test",), params=(("task.t0", t0),),
+                   key=f"{task}:t0={t0}")
+            for t0 in _RAFFEL_T0
+        ),
+    )
+
+
+TABLES: dict[str, TableDef] = {}
+
+
+def _register(t: TableDef) -> TableDef:
+    TABLES[t.id] = t
+    return t
+
+
+_register(TableDef(
+    id="rc_table2",
+    source="Ray Chowdhury & Caragea (2023), Table 2",
+    title="Sequence accuracy (%) on the length-generalisation splits of the probing tasks",
+    sections=_RC_MAIN,
+    panels=(RC_PANEL_A, RC_PANEL_B),
+    metric="seq_acc", direction="max",
+))
+_register(TableDef(
+    id="rc_table3",
+    source="Ray Chowdhury & Caragea (2023), Table 3",
+    title="Sequence accuracy (%) on the SCAN and CFQ length splits",
+    sections=(
+        (None, ("content", "relative", "mix_locattn")),
+        ("Ours", ("birelative", "mix_onestep", "mix_mono")),
+    ),
+    panels=(Panel(header="", groups=(
+        ColumnGroup(label="", columns=(
+            Column(label="SCAN (Len.)", tasks=("scan",), splits=("test",)),
+            Column(label="CFQ (Len.)", tasks=("cfq",), splits=("test",)),
+        )),
+    )),),
+    metric="seq_acc", direction="max", stat="mean_std", decimals=2,
+    note="As in the paper, cells are mean ± std (5 seeds for SCAN, 3 for CFQ).",
+))
+_register(TableDef(
+    id="rc_table4",
+    source="Ray Chowdhury & Caragea (2023), Table 4",
+    title="Sequence accuracy (%) of the OneStepAttn ablations",
+    sections=((None, ("onestep", "onestep_no_step2", "onestep_no_step3", "onestep_no_sigmoid")),),
+    panels=(RC_PANEL_A, RC_PANEL_B),
+    metric="seq_acc", direction="max",
+))
+_register(TableDef(
+    id="rc_table6",
+    source="Ray Chowdhury & Caragea (2023), Table 6",
+    title="Sequence accuracy (%) on DeDupe and PosRetrieve",
+    sections=((None, ("content", "birelative", "locattn", "onestep", "mono")),),
+    panels=(Panel(groups=(
+        _group("DeDupe", "dedupe", _LEN_IID),
+        _group("PosRetrieve", "posretrieve", _LEN_IID),
+    )),),
+    metric="seq_acc", direction="max",
+))
+_register(TableDef(
+    id="rc_table7",
+    source="Ray Chowdhury & Caragea (2023), Table 7",
+    title="Sequence accuracy (%) of the alternative and ablated location attentions",
+    sections=((None, (
+        "birope", "mix_locattn", "locattn_s", "mix_locattn_s", "mix_locattn_s_pr",
+        "mix_onestep", "mix_onestep_pr", "mix_mono", "mix_mono_pr",
+        "rmono", "mix_rmono", "mix_rmono_pr",
+    )),),
+    panels=(RC_PANEL_A, RC_PANEL_B),
+    metric="seq_acc", direction="max",
+))
+_register(TableDef(
+    id="rc_table8",
+    source="Ray Chowdhury & Caragea (2023), Table 8",
+    title="Sequence accuracy (%) on the SCAN length split (ablations)",
+    sections=((None, (
+        "birope", "locattn", "locattn_s", "mix_locattn_s", "mix_locattn_s_pr",
+        "onestep", "mix_onestep_pr", "mono", "mix_mono_pr",
+        "rmono", "mix_rmono", "mix_rmono_pr",
+    )),),
+    panels=(Panel(header="", groups=(
+        ColumnGroup(label="", columns=(
+            Column(label="SCAN (Length Split)", tasks=("scan",), splits=("test",)),
+        )),
+    )),),
+    metric="seq_acc", direction="max", stat="mean_std", decimals=2,
+    note="As in the paper, cells are mean ± std over seeds.",
+))
+_register(TableDef(
+    id="rc_table9",
+    source="Ray Chowdhury & Caragea (2023), Table 9",
+    title="Mean token edit distance (lower is better) on the probing tasks",
+    sections=_RC_MAIN,
+    panels=(RC_PANEL_A, RC_PANEL_B),
+    metric="edit_distance", direction="min", scale=1.0,
+))
+_register(TableDef(
+    id="dubois_table3",
+    source="Dubois et al. (2020), Table 3",
+    title="Attention loss (lower is better) averaged over Lookup, Reverse Lookup and Noisy Lookup",
+    sections=((None, (
+        "dubois_scaled_dot", "dubois_multiplicative", "dubois_additive",
+        "dubois_transformer", "dubois_transformer_xl", "dubois_mix",
+    )),),
+    panels=(Panel(header="", groups=(ColumnGroup(label="", columns=(
+        Column(label="Interp.", tasks=_DUBOIS_TASKS, splits=_DUBOIS_INTERP, key="interp"),
+        *(Column(label=f"Long {i}", tasks=_DUBOIS_TASKS, splits=(f"longer_seen_{i}",),
+                 key=f"long{i}") for i in range(1, 6)),
+    )),)),),
+    metric="attn_loss", direction="min", stat="mean", scale=1.0,
+    note=("Each seed's value is the mean over the three tasks (and, for Interp., over the "
+          "heldout_inputs, heldout_compositions, heldout_tables and new_compositions sets); "
+          "the cell is the mean over seeds, as in the paper. The paper does not say which "
+          "extrapolation files Long i uses; we read longer_seen_i."),
+))
+_register(TableDef(
+    id="raffel_table1",
+    source="Raffel & Ellis (2016), Table 1",
+    title=("Epochs needed to reach 100 % test accuracy, or the accuracy (%) after the epoch "
+           "budget when 100 % was never reached (marked)"),
+    sections=((None, ("ffattn", "mean")),),
+    panels=(Panel(header="T0", groups=(
+        _raffel_group("Addition", "raffel_add"),
+        _raffel_group("Multiplication", "raffel_mul"),
+    )),),
+    metric="epochs_to_100", direction="min", scale=1.0, decimals=0,
+    kind="epochs_or_accuracy",
+    note=("A seed that never reached 100 % counts as infinitely many epochs; when the median "
+          "seed never reached it, the cell shows the median test accuracy after the budget, "
+          "marked with ° (greyed in LaTeX). Any epoch count ranks above any accuracy."),
+))
+
+
+def get_table(table_id: str) -> TableDef:
+    """The table definition for ``table_id``; ValueError listing the valid ids otherwise."""
+    try:
+        return TABLES[table_id]
+    except KeyError:
+        raise ValueError(
+            f"unknown table id {table_id!r}; valid: {', '.join(sorted(TABLES))}"
+        ) from None
