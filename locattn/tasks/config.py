@@ -2,7 +2,34 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+
+#: Every task key ``load_task`` accepts, in the order ``list_tasks()`` reports them.
+TASK_KEYS: tuple[str, ...] = (
+    "copy",
+    "reverse_copy",
+    "recopy",
+    "reverse_recopy",
+    "inv_recopy",
+    "inv_reverse_recopy",
+    "dedupe",
+    "posretrieve",
+    "lookup",
+    "reverse_lookup",
+    "noisy_lookup",
+    "scan",
+    "cfq",
+    "raffel_add",
+    "raffel_mul",
+)
+
+
+def unknown_task_message(name: str) -> str:
+    """Error text for an unknown task key: the valid keys plus a close match if any."""
+    close = difflib.get_close_matches(name, TASK_KEYS, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"TaskConfig.name={name!r} is not a known task.{hint} Valid: {list(TASK_KEYS)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -11,6 +38,10 @@ class TaskConfig:
 
     Defaults are the papers' splits (Ray Chowdhury & Caragea 2023, §2): train 10,000
     examples of length 5-10, dev 2,000 of length 10-15, 2,000 per test length.
+    Sizes and lengths apply to the generated probing tasks (copy ... posretrieve).
+    Long Lookup Tables, SCAN and CFQ have sizes fixed by their own construction
+    (SCAN uses ``dev_size`` for the dev set it carves out of train); Raffel & Ellis uses
+    ``dev_size``/``test_size`` for its fixed held-out sets. See ``locattn.tasks.TASK_DEFAULTS``.
     """
 
     name: str = "copy"
@@ -21,20 +52,52 @@ class TaskConfig:
     train_size: int = 10_000
     """Training examples (generated tasks)."""
     dev_size: int = 2_000
-    """Development examples (generated tasks)."""
+    """Development examples (generated tasks; SCAN: examples carved out of train)."""
     test_size: int = 2_000
-    """Examples per test split (generated tasks)."""
+    """Examples per test split (generated tasks; Raffel: size of the fixed test set)."""
     train_lengths: tuple[int, int] = (5, 10)
-    """Inclusive (min, max) source length of train and IID test examples."""
+    """Inclusive (min, max) task length of train and IID test examples. The task length is
+    the length of the digit sequence X (for the inverse tasks and DeDupe: of the target)."""
     dev_lengths: tuple[int, int] = (10, 15)
-    """Inclusive (min, max) source length of dev examples."""
+    """Inclusive (min, max) task length of dev examples."""
     test_lengths: tuple[int, ...] = (15, 20, 25, 30, 50, 100)
     """One test split ``len<k>`` per length, plus ``iid``."""
     data_dir: str | None = None
     """Directory of user-supplied files (Long Lookup Tables TSVs, SCAN, CFQ). Operational."""
     variant: str = ""
-    """Task-specific sub-variant, e.g. ``noisy`` for lookup tables or ``add`` for Raffel."""
+    """Reserved for task-specific sub-variants; must be empty. Variants are separate task
+    keys (``reverse_lookup``, ``noisy_lookup``, ``raffel_add``, ``raffel_mul``)."""
     t0: int = 50
     """Raffel & Ellis: minimum sequence length T0 (lengths in [T0, 1.1 T0))."""
     variable_length: bool = False
     """Raffel & Ellis: draw one length per batch from [50, 10000] instead of around T0."""
+
+    def __post_init__(self) -> None:
+        if self.name not in TASK_KEYS:
+            raise ValueError(unknown_task_message(self.name))
+        if self.variant:
+            raise ValueError(
+                f"TaskConfig.variant={self.variant!r}: sub-variants are separate task keys; "
+                f"leave variant empty. Valid task keys: {list(TASK_KEYS)}"
+            )
+        if self.data_seed < 0:
+            raise ValueError(f"TaskConfig.data_seed must be >= 0, got {self.data_seed}")
+        for field_name in ("train_size", "dev_size", "test_size"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TaskConfig.{field_name} must be a positive int, got {value!r}")
+        for field_name in ("train_lengths", "dev_lengths"):
+            value = getattr(self, field_name)
+            if len(value) != 2:
+                raise ValueError(f"TaskConfig.{field_name} must be (min, max), got {value!r}")
+            lo, hi = value
+            if lo < 1:
+                raise ValueError(f"TaskConfig.{field_name}: min length must be >= 1, got {value!r}")
+            if lo > hi:
+                raise ValueError(f"TaskConfig.{field_name}: min > max in {value!r}")
+        if any(k < 1 for k in self.test_lengths):
+            raise ValueError(f"TaskConfig.test_lengths must all be >= 1, got {self.test_lengths!r}")
+        if len(set(self.test_lengths)) != len(self.test_lengths):
+            raise ValueError(f"TaskConfig.test_lengths has duplicates: {self.test_lengths!r}")
+        if self.t0 < 20 or self.t0 > 100_000:
+            raise ValueError(f"TaskConfig.t0 must be in [20, 100000], got {self.t0}")

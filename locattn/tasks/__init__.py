@@ -1,0 +1,155 @@
+"""Tasks: generated probing tasks, Long Lookup Tables, SCAN, CFQ, Raffel & Ellis.
+
+```python
+list_tasks() -> list[str]
+load_task(cfg: TaskConfig, *, cache_dir=None) -> TaskData | RegressionTaskData
+encode_examples(examples, vocab) -> Batch
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from locattn.tasks import cache as _cache
+from locattn.tasks.base import (
+    NO_ATTN,
+    Batch,
+    Example,
+    TaskData,
+    Vocab,
+    check_example,
+    encode_examples,
+)
+from locattn.tasks.config import TASK_KEYS, TaskConfig, unknown_task_message
+
+__all__ = [
+    "NO_ATTN",
+    "TASK_DEFAULTS",
+    "Batch",
+    "Example",
+    "TaskConfig",
+    "TaskData",
+    "Vocab",
+    "encode_examples",
+    "list_tasks",
+    "load_task",
+]
+
+ALGORITHMIC = ("copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
+               "inv_reverse_recopy", "dedupe", "posretrieve")
+LOOKUP = ("lookup", "reverse_lookup", "noisy_lookup")
+RAFFEL = ("raffel_add", "raffel_mul")
+
+#: Per-task overrides of the copy-task defaults, as dotted RunConfig keys. The config layer
+#: (or a study spec) applies them; ``load_task`` itself uses whatever TaskConfig it is given.
+#: - lookup*: sizes are fixed by the Long Lookup Tables construction (train_size etc. unused).
+#: - scan: dev_size is carved out of the 16,990 length-split training commands.
+#: - raffel_*: fixed dev/test sets of 1,000 sequences (Raffel & Ellis §3); batch 100,
+#:   an "epoch" of 1,000 updates (REFERENCE §4).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "scan": {"task.dev_size": 1_000},
+    "cfq": {"optim.batch_size": 128},
+    "raffel_add": {"task.dev_size": 1_000, "task.test_size": 1_000,
+                   "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
+    "raffel_mul": {"task.dev_size": 1_000, "task.test_size": 1_000,
+                   "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
+}
+
+
+def list_tasks() -> list[str]:
+    """All task keys."""
+    return list(TASK_KEYS)
+
+
+def _cache_params(cfg: TaskConfig, version: int) -> dict[str, Any]:
+    """Everything that determines a generated dataset (data_dir excluded: operational)."""
+    return {
+        "generator_version": version,
+        "name": cfg.name,
+        "data_seed": cfg.data_seed,
+        "train_size": cfg.train_size,
+        "dev_size": cfg.dev_size,
+        "test_size": cfg.test_size,
+        "train_lengths": list(cfg.train_lengths),
+        "dev_lengths": list(cfg.dev_lengths),
+        "test_lengths": list(cfg.test_lengths),
+    }
+
+
+def _cached(cfg: TaskConfig, version: int, cache_dir: str | Path | None, use_cache: bool,
+            make: Any) -> tuple[dict[str, list[Example]], list[str]]:
+    params = _cache_params(cfg, version)
+    path = _cache.cache_path(cache_dir, cfg.name, params)
+    if use_cache:
+        hit = _cache.load(path, params)
+        if hit is not None:
+            return hit
+    splits, tokens = make()
+    if use_cache:
+        _cache.save(path, params, splits, tokens)
+    return splits, tokens
+
+
+def load_task(cfg: TaskConfig, *, cache_dir: str | Path | None = None,
+              use_cache: bool = True) -> Any:
+    """Build or load the task ``cfg.name``.
+
+    Generated tasks are cached under ``cache_dir`` (default ``~/.cache/locattn``); a second
+    call reads the cache. Tasks read from ``cfg.data_dir`` are parsed directly (no cache).
+    Returns :class:`TaskData` (seq2seq) or ``RegressionTaskData`` (Raffel & Ellis).
+    """
+    if not isinstance(cfg, TaskConfig):
+        raise TypeError(f"load_task expects a TaskConfig, got {type(cfg).__name__}")
+    name = cfg.name
+    if name not in TASK_KEYS:  # TaskConfig validates too; kept for configs built oddly
+        raise ValueError(unknown_task_message(name))
+
+    if name in ALGORITHMIC:
+        from locattn.tasks import algorithmic as alg
+
+        def make() -> tuple[dict[str, list[Example]], list[str]]:
+            return alg.generate(cfg), list(alg.RULES[name].tokens)
+
+        alg.check_feasible(cfg)
+        splits, tokens = _cached(cfg, alg.GENERATOR_VERSION, cache_dir, use_cache, make)
+        return TaskData(
+            name=name, kind="seq2seq", vocab=Vocab(tokens), splits=splits,
+            test_splits=alg.test_splits(cfg), decode_cap_fn=alg.decode_cap(name),
+            has_attention=alg.RULES[name].has_attention, notes=dict(alg.NOTES),
+        )
+
+    if name in LOOKUP:
+        from locattn.tasks import lookup
+
+        if cfg.data_dir:
+            return lookup.load_dir(cfg)
+
+        def make_lookup() -> tuple[dict[str, list[Example]], list[str]]:
+            return lookup.generate(cfg), list(lookup.tokens(name))
+
+        splits, tokens = _cached(cfg, lookup.GENERATOR_VERSION, cache_dir, use_cache, make_lookup)
+        return lookup.task_data(name, splits, tokens)
+
+    if name == "scan":
+        from locattn.tasks import scan
+
+        if cfg.data_dir:
+            return scan.load_dir(cfg)
+
+        def make_scan() -> tuple[dict[str, list[Example]], list[str]]:
+            splits = scan.generate(cfg)
+            return splits, scan.tokens_of(splits["train"])
+
+        splits, tokens = _cached(cfg, scan.GENERATOR_VERSION, cache_dir, use_cache, make_scan)
+        return scan.task_data(splits, tokens)
+
+    if name == "cfq":
+        from locattn.tasks import cfq
+
+        return cfq.load_dir(cfg)
+
+    from locattn.tasks import raffel
+
+    return raffel.load(cfg)

@@ -1,0 +1,289 @@
+"""Generated probing tasks: the copy family, DeDupe and PosRetrieve (REFERENCE §4).
+
+Every task draws a digit sequence X (tokens "0".."9") whose length n is the *task length*
+(TaskConfig.train_lengths etc.), then maps it to (source, target, gold attention):
+
+| key                 | source              | target                      | gold attention          |
+|---------------------|---------------------|-----------------------------|-------------------------|
+| copy                | X                   | X                           | i                       |
+| reverse_copy        | X                   | reversed X                  | n-1-i                   |
+| recopy              | X                   | each x repeated r(x) times  | index of the repeated x |
+| reverse_recopy      | X                   | reversed ReCopy target      | same, reversed          |
+| inv_recopy          | ReCopy expansion    | X                           | None                    |
+| inv_reverse_recopy  | reversed expansion  | X                           | None                    |
+| dedupe              | runs of X (1/3/5)   | X                           | None                    |
+| posretrieve         | X                   | ``x : X[x] ;`` per x        | i, -1, x (or -1), -1    |
+
+r(x) = num2repeat(x): 1 for x <= 3, 3 for 4 <= x <= 6, 5 for x >= 7.
+
+Choices that the papers leave open, fixed here:
+- For the inverse tasks and DeDupe the task length is the length of X, i.e. of the *target*
+  (Ray Chowdhury & Caragea's Table 10 shows Inv ReCopy outputs of the test length with
+  much longer inputs). The source is 1-5 times longer.
+- DeDupe: X has no two equal neighbours (so the target is exactly X and has length n) and
+  each x is repeated 1, 3 or 5 times, drawn uniformly and independently of x (unlike ReCopy).
+- Inverse tasks and DeDupe have no gold attention: any token of a run is a valid position.
+- PosRetrieve: the target has 4 tokens per source item: ``x``, ``:``, ``X[x]`` or ``n/a``,
+  ``;``. Separators have no gold position (-1).
+- No task defines gold attention for the ``<eos>`` step (the model's END vector is not a
+  source token), so ``len(attn) == len(tgt)``.
+- Task lengths are drawn uniformly from the split's range; sources are unique within a split
+  *and across all splits* (the IID test never repeats a training source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from locattn.tasks.base import DECODE_SLACK, NO_ATTN, Example
+from locattn.tasks.config import TaskConfig
+
+GENERATOR_VERSION = 1
+DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
+_REPEATS = (1, 3, 5)
+
+
+def num2repeat(d: int) -> int:
+    """ReCopy repetition count of digit ``d`` (REFERENCE §4)."""
+    return 1 if d <= 3 else (3 if d <= 6 else 5)
+
+
+def _expand(x: list[int]) -> tuple[list[int], list[int]]:
+    """ReCopy expansion of ``x`` and, per expanded token, the index of its source digit."""
+    out: list[int] = []
+    idx: list[int] = []
+    for i, d in enumerate(x):
+        r = num2repeat(d)
+        out.extend([d] * r)
+        idx.extend([i] * r)
+    return out, idx
+
+
+def _s(xs: list[int]) -> tuple[str, ...]:
+    return tuple(DIGITS[d] for d in xs)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one task turns a choice vector into an example."""
+
+    radices: Callable[[int], list[int]]
+    """Per task length n, the number of options of each choice (mixed-radix digits)."""
+    build: Callable[[list[int]], Example]
+    """Choice vector -> example. Injective in the source."""
+    max_tgt: Callable[[int], int]
+    """Longest target the task can produce for a source of the given length."""
+    tokens: tuple[str, ...]
+    """Task tokens (vocabulary order)."""
+    has_attention: bool
+
+
+def _copy(c: list[int]) -> Example:
+    return Example(_s(c), _s(c), tuple(range(len(c))))
+
+
+def _reverse_copy(c: list[int]) -> Example:
+    n = len(c)
+    return Example(_s(c), _s(c[::-1]), tuple(range(n - 1, -1, -1)))
+
+
+def _recopy(c: list[int]) -> Example:
+    out, idx = _expand(c)
+    return Example(_s(c), _s(out), tuple(idx))
+
+
+def _reverse_recopy(c: list[int]) -> Example:
+    out, idx = _expand(c)
+    return Example(_s(c), _s(out[::-1]), tuple(idx[::-1]))
+
+
+def _inv_recopy(c: list[int]) -> Example:
+    out, _ = _expand(c)
+    return Example(_s(out), _s(c), None)
+
+
+def _inv_reverse_recopy(c: list[int]) -> Example:
+    out, _ = _expand(c)
+    return Example(_s(out[::-1]), _s(c), None)
+
+
+def _dedupe(c: list[int]) -> Example:
+    n = len(c) // 2
+    x = [c[0]]
+    for i in range(1, n):
+        x.append((x[-1] + 1 + c[i]) % 10)  # never equal to its left neighbour
+    src: list[int] = []
+    for d, r in zip(x, c[n:]):
+        src.extend([d] * _REPEATS[r])
+    return Example(_s(src), _s(x), None)
+
+
+def _posretrieve(c: list[int]) -> Example:
+    n = len(c)
+    tgt: list[str] = []
+    attn: list[int] = []
+    for i, x in enumerate(c):
+        inside = x < n
+        tgt += [DIGITS[x], ":", DIGITS[c[x]] if inside else "n/a", ";"]
+        attn += [i, NO_ATTN, x if inside else NO_ATTN, NO_ATTN]
+    return Example(_s(c), tuple(tgt), tuple(attn))
+
+
+def _digits(n: int) -> list[int]:
+    return [10] * n
+
+
+RULES: dict[str, Rule] = {
+    "copy": Rule(_digits, _copy, lambda s: s, DIGITS, True),
+    "reverse_copy": Rule(_digits, _reverse_copy, lambda s: s, DIGITS, True),
+    "recopy": Rule(_digits, _recopy, lambda s: 5 * s, DIGITS, True),
+    "reverse_recopy": Rule(_digits, _reverse_recopy, lambda s: 5 * s, DIGITS, True),
+    "inv_recopy": Rule(_digits, _inv_recopy, lambda s: s, DIGITS, False),
+    "inv_reverse_recopy": Rule(_digits, _inv_reverse_recopy, lambda s: s, DIGITS, False),
+    "dedupe": Rule(lambda n: [10] + [9] * (n - 1) + [3] * n, _dedupe, lambda s: s, DIGITS, False),
+    "posretrieve": Rule(_digits, _posretrieve, lambda s: 4 * s, DIGITS + (":", ";", "n/a"), True),
+}
+
+
+def capacity(rule: Rule, n: int) -> int:
+    """Number of distinct sources of task length ``n``."""
+    return int(np.prod([int(r) for r in rule.radices(n)], dtype=object))
+
+
+def split_plan(cfg: TaskConfig) -> list[tuple[str, str, tuple[int, int], int]]:
+    """(split name, TaskConfig fields that set it, (min, max) length, size), in build order."""
+    lo, hi = cfg.train_lengths
+    plan = [
+        ("train", "train_size/train_lengths", cfg.train_lengths, cfg.train_size),
+        ("dev", "dev_size/dev_lengths", cfg.dev_lengths, cfg.dev_size),
+        ("iid", "test_size/train_lengths", (lo, hi), cfg.test_size),
+    ]
+    for k in cfg.test_lengths:
+        plan.append((f"len{k}", "test_size/test_lengths", (k, k), cfg.test_size))
+    return plan
+
+
+def check_feasible(cfg: TaskConfig) -> None:
+    """Reject, before generating, sizes that exceed the number of distinct sources."""
+    rule = RULES[cfg.name]
+    plan = split_plan(cfg)
+    for split, fields_, (lo, hi), size in plan:
+        cap = sum(capacity(rule, n) for n in range(lo, hi + 1))
+        if size > cap:
+            raise ValueError(
+                f"TaskConfig {fields_}: split {split!r} asks for {size} unique sources of "
+                f"length {lo}-{hi}, but task {cfg.name!r} has only {cap} distinct sources there"
+            )
+    # Splits are disjoint by source. By Hall's theorem they fit iff every group of splits
+    # asks for no more than the sources at the union of their lengths.
+    caps = {n: capacity(rule, n) for _, _, (lo, hi), _ in plan for n in range(lo, hi + 1)}
+    for mask in range(1, 1 << len(plan)):
+        group = [p for j, p in enumerate(plan) if mask >> j & 1]
+        if len(group) < 2:
+            continue
+        lengths = {n for _, _, (lo, hi), _ in group for n in range(lo, hi + 1)}
+        need = sum(size for *_, size in group)
+        cap = sum(caps[n] for n in lengths)
+        if need > cap:
+            names = ", ".join(f"{g[0]} ({g[1]})" for g in group)
+            raise ValueError(
+                f"TaskConfig sizes/lengths: splits {names} together need {need} unique sources "
+                f"but task {cfg.name!r} has only {cap} at lengths {sorted(lengths)}; reduce the "
+                f"sizes or widen the lengths"
+            )
+
+
+def _decode_index(index: int, radices: list[int]) -> list[int]:
+    out = []
+    for r in reversed(radices):
+        index, rem = divmod(index, r)
+        out.append(rem)
+    return out[::-1]
+
+
+def _draw(rule: Rule, n: int, need: int, used: set[tuple[int, ...]],
+          rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """``need`` new distinct choice vectors of task length ``n`` (not in ``used``)."""
+    radices = rule.radices(n)
+    cap = capacity(rule, n)
+    got: list[tuple[int, ...]] = []
+    if cap <= 1_000_000 and 4 * (need + len(used)) > cap:
+        # Tight: enumerate the space in random order (sampling without replacement).
+        for index in rng.permutation(cap):
+            c = tuple(_decode_index(int(index), radices))
+            if c not in used:
+                used.add(c)
+                got.append(c)
+                if len(got) == need:
+                    break
+        return got
+    high = np.asarray(radices, dtype=np.int64)
+    while len(got) < need:
+        m = int((need - len(got)) * 1.1) + 8
+        draws = rng.integers(0, high, size=(m, len(radices)))  # (m, len(radices))
+        for row in draws.tolist():
+            c = tuple(row)
+            if c not in used:
+                used.add(c)
+                got.append(c)
+                if len(got) == need:
+                    break
+    return got
+
+
+def generate(cfg: TaskConfig) -> dict[str, list[Example]]:
+    """All splits of a generated probing task; deterministic in ``cfg``."""
+    rule = RULES[cfg.name]
+    check_feasible(cfg)
+    rng = np.random.default_rng(np.random.SeedSequence([cfg.data_seed, GENERATOR_VERSION]))
+    used: dict[int, set[tuple[int, ...]]] = {}
+    splits: dict[str, list[Example]] = {}
+    for split, fields_, (lo, hi), size in split_plan(cfg):
+        lengths = np.arange(lo, hi + 1)
+        counts = np.bincount(rng.integers(0, len(lengths), size=size), minlength=len(lengths))
+        counts = counts.astype(object)
+        room = [capacity(rule, int(n)) - len(used.get(int(n), ())) for n in lengths]
+        excess = 0
+        for j in range(len(lengths)):
+            if counts[j] > room[j]:
+                excess += counts[j] - room[j]
+                counts[j] = room[j]
+        for j in range(len(lengths)):  # move any excess to lengths with room, shortest first
+            take = min(excess, room[j] - counts[j])
+            counts[j] += take
+            excess -= take
+        if excess:
+            raise ValueError(
+                f"TaskConfig {fields_}: not enough distinct sources left for split {split!r} "
+                f"(length {lo}-{hi}) after the earlier splits; reduce the sizes or widen lengths"
+            )
+        choices: list[tuple[int, ...]] = []
+        for j, n in enumerate(lengths):
+            if counts[j]:
+                choices += _draw(rule, int(n), int(counts[j]), used.setdefault(int(n), set()), rng)
+        order = rng.permutation(len(choices))
+        splits[split] = [rule.build(list(choices[i])) for i in order]
+    return splits
+
+
+def decode_cap(name: str) -> Callable[[int], int]:
+    """Greedy cap for task ``name``: longest possible target + <eos> + slack."""
+    rule = RULES[name]
+    return lambda src_len: rule.max_tgt(src_len) + 1 + DECODE_SLACK
+
+
+def test_splits(cfg: TaskConfig) -> list[str]:
+    """Test split names in paper order."""
+    return ["iid"] + [f"len{k}" for k in cfg.test_lengths]
+
+
+NOTES = {
+    "length": "task length n = len(X); for inv_* and dedupe that is the target length",
+    "uniqueness": "sources unique within and across splits",
+    "eos_attention": "no gold attention for the <eos> step (len(attn) == len(tgt))",
+    "dedupe": "X without equal neighbours; each x repeated 1/3/5 times uniformly",
+    "posretrieve": "tokens x : X[x]|n/a ; per item; separators have gold -1",
+}

@@ -1,0 +1,254 @@
+"""Generated probing tasks: rules, uniqueness, determinism, caching, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+
+import pytest
+import torch
+
+from locattn.tasks import (
+    TaskConfig,
+    encode_examples,
+    list_tasks,
+    load_task,
+)
+from locattn.tasks import algorithmic as alg
+from locattn.tasks import cache as task_cache
+from locattn.tasks.base import Vocab, check_example
+
+ALG = list(alg.RULES)
+SMALL = dict(train_size=300, dev_size=60, test_size=40, test_lengths=(15, 30))
+
+
+def small(name: str, **kw) -> TaskConfig:
+    return TaskConfig(name=name, **{**SMALL, **kw})
+
+
+def split_digest(task) -> str:
+    blob = json.dumps(
+        {k: [[list(e.src), list(e.tgt), e.attn] for e in v] for k, v in task.splits.items()},
+        separators=(",", ":"),
+    ).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def expand(xs):
+    return [x for x in xs for _ in range(alg.num2repeat(int(x)))]
+
+
+def test_list_tasks_has_every_family():
+    keys = list_tasks()
+    for k in ALG + ["lookup", "reverse_lookup", "noisy_lookup", "scan", "cfq",
+                    "raffel_add", "raffel_mul"]:
+        assert k in keys
+
+
+def test_num2repeat_table():
+    assert [alg.num2repeat(d) for d in range(10)] == [1, 1, 1, 1, 3, 3, 3, 5, 5, 5]
+
+
+@pytest.mark.parametrize("name", ALG)
+def test_splits_sizes_lengths_and_uniqueness(name, tmp_path):
+    task = load_task(small(name), cache_dir=tmp_path)
+    assert list(task.splits) == ["train", "dev", "iid", "len15", "len30"]
+    assert task.test_splits == ["iid", "len15", "len30"]
+    assert [len(v) for v in task.splits.values()] == [300, 60, 40, 40, 40]
+    # task length = len(X): the source for copy-like tasks, the target for inv_* and dedupe
+    measure = (lambda e: len(e.tgt)) if name.startswith("inv") or name == "dedupe" else (
+        lambda e: len(e.src))
+    for split, (lo, hi) in [("train", (5, 10)), ("dev", (10, 15)), ("iid", (5, 10)),
+                            ("len15", (15, 15)), ("len30", (30, 30))]:
+        lengths = {measure(e) for e in task.splits[split]}
+        assert min(lengths) >= lo and max(lengths) <= hi, (split, lengths)
+    assert len({measure(e) for e in task.splits["train"]}) == 6  # all lengths 5..10 drawn
+    all_sources = [e.src for v in task.splits.values() for e in v]
+    assert len(set(all_sources)) == len(all_sources)  # unique within and across splits
+    assert task.vocab.itos[:4] == ["<pad>", "<sos>", "<eos>", "<unk>"]
+    assert task.vocab.itos[4:14] == [str(d) for d in range(10)]
+    for split, exs in task.splits.items():
+        for i, e in enumerate(exs):
+            check_example(e, f"{name}/{split}/{i}")
+            assert all(t in task.vocab.stoi for t in e.src + e.tgt)
+
+
+@pytest.mark.parametrize("name", ALG)
+def test_rules_on_every_example(name, tmp_path):
+    task = load_task(small(name), cache_dir=tmp_path)
+    for e in task.splits["train"] + task.splits["len15"]:
+        s, t = list(e.src), list(e.tgt)
+        if name == "copy":
+            assert t == s and e.attn == tuple(range(len(s)))
+        elif name == "reverse_copy":
+            assert t == s[::-1] and [s[a] for a in e.attn] == t
+        elif name == "recopy":
+            assert t == expand(s) and [s[a] for a in e.attn] == t
+            assert list(e.attn) == sorted(e.attn)
+        elif name == "reverse_recopy":
+            assert t == expand(s)[::-1] and [s[a] for a in e.attn] == t
+        elif name == "inv_recopy":
+            assert s == expand(t) and e.attn is None
+        elif name == "inv_reverse_recopy":
+            assert s == expand(t)[::-1] and e.attn is None
+        elif name == "dedupe":
+            runs = [s[0]] + [b for a, b in zip(s, s[1:]) if a != b]
+            assert t == runs
+            # each run has length 1, 3 or 5
+            i = 0
+            while i < len(s):
+                j = i
+                while j < len(s) and s[j] == s[i]:
+                    j += 1
+                assert j - i in (1, 3, 5)
+                i = j
+        elif name == "posretrieve":
+            n = len(s)
+            assert len(t) == 4 * n
+            for i, x in enumerate(s):
+                item = t[4 * i: 4 * i + 4]
+                want = s[int(x)] if int(x) < n else "n/a"
+                assert item == [x, ":", want, ";"]
+                assert e.attn[4 * i] == i and e.attn[4 * i + 1] == -1
+                assert e.attn[4 * i + 2] == (int(x) if int(x) < n else -1)
+
+
+def test_paper_examples():
+    # Ray Chowdhury & Caragea, Table 1 and Table 5 (4 7 9 8).
+    ex = alg.RULES["recopy"].build([4, 7, 9, 8])
+    assert ex.tgt == tuple("444777779999988888")
+    assert alg.RULES["inv_reverse_recopy"].build([4, 7, 9, 8]).src == tuple("888889999977777444")
+    assert alg.RULES["reverse_recopy"].build([4, 7, 9, 8]).tgt == tuple("888889999977777444")
+    pr = alg.RULES["posretrieve"].build([5, 4, 2, 7, 9, 6, 9, 5, 7, 3])
+    assert " ".join(pr.tgt[:8]) == "5 : 6 ; 4 : 9 ;"
+    assert pr.attn[:4] == (0, -1, 5, -1)
+
+
+@pytest.mark.parametrize("name", ["copy", "inv_recopy", "dedupe"])
+def test_same_seed_same_bytes_other_seed_differs(name, tmp_path):
+    a = load_task(small(name), cache_dir=tmp_path / "a")
+    b = load_task(small(name), use_cache=False)
+    c = load_task(small(name, data_seed=1), use_cache=False)
+    assert split_digest(a) == split_digest(b)
+    assert split_digest(a) != split_digest(c)
+    files = sorted((tmp_path / "a" / "tasks").glob("*.json.gz"))
+    assert len(files) == 1
+
+
+def test_cache_is_used_and_keyed(tmp_path):
+    cfg = small("recopy")
+    first = load_task(cfg, cache_dir=tmp_path)
+    (path,) = (tmp_path / "tasks").glob("recopy-*.json.gz")
+    # Rewrite the cache with a marked example (valid checksum): a second load must return it.
+    params = json.loads(gzip.decompress(path.read_bytes()).partition(b"\n")[2])["params"]
+    marked = {k: list(v) for k, v in first.splits.items()}
+    marked["train"][0] = type(marked["train"][0])(("9",), ("9", "9", "9", "9", "9"), (0,) * 5)
+    task_cache.save(path, params, marked, first.vocab.tokens)
+    second = load_task(cfg, cache_dir=tmp_path)
+    assert second.splits["train"][0].src == ("9",)
+    # a different seed is a different cache file
+    load_task(small("recopy", data_seed=3), cache_dir=tmp_path)
+    assert len(list((tmp_path / "tasks").glob("recopy-*.json.gz"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_cache_is_detected_and_regenerated(tmp_path, damage):
+    cfg = small("copy")
+    good = split_digest(load_task(cfg, cache_dir=tmp_path))
+    (path,) = (tmp_path / "tasks").glob("copy-*.json.gz")
+    raw = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(raw[: len(raw) // 2])
+    else:  # valid gzip, payload altered -> checksum mismatch
+        text = gzip.decompress(raw)
+        path.write_bytes(gzip.compress(text.replace(b'"7"', b'"8"', 1).replace(b"7 ", b"8 ", 1)))
+    with pytest.warns(UserWarning, match="unreadable"):
+        again = load_task(cfg, cache_dir=tmp_path)
+    assert split_digest(again) == good
+    # and the file was rewritten correctly
+    assert task_cache.load(path, json.loads(gzip.decompress(path.read_bytes()).partition(b"\n")[2])["params"]) is not None
+    assert not list((tmp_path / "tasks").glob("*.tmp"))
+
+
+def test_encode_examples_shapes_and_padding(tmp_path):
+    task = load_task(small("reverse_recopy"), cache_dir=tmp_path)
+    exs = task.splits["train"][:4]
+    batch = encode_examples(exs, task.vocab)
+    s = max(len(e.src) for e in exs)
+    t = max(len(e.tgt) for e in exs) + 1
+    assert batch.src.shape == (4, s) and batch.tgt.shape == (4, t) and batch.attn.shape == (4, t)
+    assert batch.src.dtype == torch.long
+    for i, e in enumerate(exs):
+        assert batch.src_len[i] == len(e.src) and batch.tgt_len[i] == len(e.tgt) + 1
+        assert batch.tgt[i, len(e.tgt)] == task.vocab.eos_id
+        assert (batch.tgt[i, len(e.tgt) + 1:] == task.vocab.pad_id).all()
+        assert (batch.src[i, len(e.src):] == task.vocab.pad_id).all()
+        assert batch.attn[i, : len(e.tgt)].tolist() == list(e.attn)
+        assert (batch.attn[i, len(e.tgt):] == -1).all()  # eos step and padding
+        assert task.vocab.decode(batch.tgt[i]) == e.tgt
+    assert batch.tgt_in[:, 0].eq(task.vocab.sos_id).all()
+    assert torch.equal(batch.tgt_in[:, 1:], batch.tgt[:, :-1])
+    inv = load_task(small("inv_recopy"), cache_dir=tmp_path)
+    assert encode_examples(inv.splits["train"][:2], inv.vocab).attn is None
+
+
+def test_vocab_encode_decode_unknown():
+    v = Vocab(["a", "b"])
+    assert v.encode(["a", "zz", "b"], add_eos=True) == [4, 3, 5, 2]
+    assert v.decode([1, 4, 5, 2, 4]) == ("a", "b")
+    assert v.decode([4, 2, 5], stop_at_eos=False) == ("a", "<eos>", "b")
+    with pytest.raises(ValueError, match="duplicate"):
+        Vocab(["a", "a"])
+
+
+def test_decode_cap_depends_on_source_only(tmp_path):
+    task = load_task(small("recopy"), cache_dir=tmp_path)
+    for e in task.splits["len30"]:
+        assert task.decode_cap(len(e.src)) >= len(e.tgt) + 1
+    assert task.decode_cap(10) == 5 * 10 + 1 + 5
+
+
+def test_unknown_task_lists_keys_and_suggests():
+    with pytest.raises(ValueError) as err:
+        TaskConfig(name="reverse_cpy")
+    msg = str(err.value)
+    assert "'reverse_copy'" in msg and "Did you mean" in msg and "posretrieve" in msg
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(train_lengths=(10, 5)), "train_lengths"),
+        (dict(dev_lengths=(0, 3)), "dev_lengths"),
+        (dict(test_lengths=(15, -1)), "test_lengths"),
+        (dict(train_size=0), "train_size"),
+        (dict(variant="noisy"), "variant"),
+    ],
+)
+def test_invalid_config_names_field(kw, field):
+    with pytest.raises(ValueError, match=field):
+        TaskConfig(name="copy", **kw)
+
+
+def test_too_few_distinct_sources_rejected_before_generating(tmp_path):
+    # lengths 1-2 have only 10 + 100 distinct digit strings
+    cfg = TaskConfig(name="copy", train_lengths=(1, 2), train_size=500, dev_size=10,
+                     test_size=10, test_lengths=(3,))
+    with pytest.raises(ValueError, match="train_size/train_lengths.*only 110"):
+        load_task(cfg, cache_dir=tmp_path)
+    assert not (tmp_path / "tasks").exists()
+    # feasible alone but not together with the iid test drawn from the same lengths
+    cfg = TaskConfig(name="copy", train_lengths=(1, 2), train_size=100, dev_size=10,
+                     dev_lengths=(3, 3), test_size=50, test_lengths=(4,))
+    with pytest.raises(ValueError, match="together"):
+        load_task(cfg, cache_dir=tmp_path)
+
+
+def test_tight_capacity_is_filled_exactly(tmp_path):
+    # 110 distinct sources at lengths 1-2: train 80 + iid 30 uses all of them
+    cfg = TaskConfig(name="copy", train_lengths=(1, 2), train_size=80, dev_size=5,
+                     dev_lengths=(3, 3), test_size=30, test_lengths=(4,))
+    task = load_task(cfg, cache_dir=tmp_path)
+    srcs = {e.src for e in task.splits["train"] + task.splits["iid"]}
+    assert len(srcs) == 110
