@@ -167,3 +167,36 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
             " VALUES (?,?,?,?,?,?)", m_rows)
     conn.close()
     return n
+
+
+def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[str] = (),
+                      param_keys: Sequence[str] = (), t0_ms: int = 1_700_000_000_000):
+    """An in-memory :class:`~reports.store.RunSet` with the same columns the readers produce."""
+    import polars as pl
+
+    from reports.store import _assemble
+
+    run_rows, tag_rows, param_rows, metric_rows = [], [], [], []
+    parent = uuid.UUID(int=1).hex
+    run_rows.append((parent, "FINISHED", t0_ms, t0_ms + 1000 * (len(runs) + 2)))
+    tag_rows += [(parent, schema.ROLE, schema.ROLE_STUDY), (parent, schema.STUDY, study),
+                 (parent, schema.TABLES, ",".join(tables))]
+    for i, r in enumerate(runs):
+        rid = uuid.UUID(int=i + 2).hex
+        start = t0_ms + 1000 * (i + 1)
+        end = None if r.status == schema.STATUS_RUNNING else (r.end_time_ms or start + 1000)
+        run_rows.append((rid, _MLFLOW_STATUS[r.status], start, end))
+        tag_rows += [(rid, k, v) for k, v in _tags(study, r).items()]
+        param_rows += [(rid, k, v) for k, v in _params(r).items() if k in param_keys]
+        metric_rows += [(rid, k, float(v)) for k, v in r.metrics.items()]
+    s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
+    return _assemble(
+        study, "memory",
+        pl.DataFrame(run_rows, schema={"run_id": pl.String, "mlflow_status": pl.String,
+                                       "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),
+        pl.DataFrame(tag_rows, schema=s3, orient="row"),
+        pl.DataFrame(param_rows, schema=s3, orient="row"),
+        pl.DataFrame(metric_rows, schema={"run_id": pl.String, "key": pl.String,
+                                          "value": pl.Float64}, orient="row"),
+        param_keys,
+    )
