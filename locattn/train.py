@@ -286,9 +286,9 @@ class _Seq2SeqRun:
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1), ignore_index=pad
             )
-            if not torch.isfinite(loss):
+            if not torch.isfinite(loss.detach()):
                 raise NonFiniteLossError(
-                    f"non-finite training loss ({float(loss)}) at epoch {self.epoch}, batch {step} "
+                    f"non-finite training loss ({loss.detach().item()}) at epoch {self.epoch}, batch {step} "
                     f"(task={self.cfg.task.name}, variant={self.cfg.variant}, lr={o.lr})"
                 )
             opt.zero_grad(set_to_none=True)
