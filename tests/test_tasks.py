@@ -252,3 +252,94 @@ def test_tight_capacity_is_filled_exactly(tmp_path):
     task = load_task(cfg, cache_dir=tmp_path)
     srcs = {e.src for e in task.splits["train"] + task.splits["iid"]}
     assert len(srcs) == 110
+
+
+# ----------------------------------------------------------------------------- Long Lookup Tables
+
+from locattn.tasks import lookup as lk  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lookups(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lookup_cache")
+    return {n: load_task(TaskConfig(name=n), cache_dir=d)
+            for n in ("lookup", "reverse_lookup", "noisy_lookup")}
+
+
+def test_lookup_split_sizes_match_canonical(lookups):
+    task = lookups["lookup"]
+    sizes = {k: len(v) for k, v in task.splits.items()}
+    assert sizes["train"] == 9081
+    assert sizes["dev"] == 475  # 5 % of the 9,492-row pool, rounded up
+    assert sizes["heldout_inputs"] == (6**4 - 50) * 2
+    assert sizes["heldout_compositions"] == 50 * 8
+    assert sizes["heldout_tables"] == 5000
+    assert sizes["new_compositions"] == 2**4 * 8
+    for i in range(1, 6):
+        assert sizes[f"longer_seen_{i}"] == 5000
+        assert sizes[f"longer_incremental_{i}"] == 5000
+        assert sizes[f"longer_new_{i}"] == min(2 ** (4 + i) * 8, 5000)
+    assert task.test_splits == lk.TEST_SPLITS
+    assert list(task.splits)[:2] == ["train", "dev"]
+
+
+def _tables_of(e):
+    return [t for t in e.src if t.startswith("t")]
+
+
+def test_lookup_semantics_and_attention(lookups):
+    task = lookups["lookup"]
+    mapping: dict[tuple[str, str], str] = {}
+    for split, exs in task.splits.items():
+        for e in exs:
+            tabs = _tables_of(e)
+            assert e.src[0] == e.tgt[0] and e.src[-1] == "."
+            assert len(e.tgt) == len(tabs) + 1 and len(e.attn) == len(e.tgt) + 1
+            assert e.attn == tuple(range(len(e.src)))
+            for j, t in enumerate(tabs):
+                key = (t, e.tgt[j])
+                assert mapping.setdefault(key, e.tgt[j + 1]) == e.tgt[j + 1]  # one function
+                assert e.src[e.attn[j + 1]] == t
+    # 8 tables x 8 inputs, each a bijection
+    assert len(mapping) == 64
+    for t in lk.TABLE_NAMES:
+        assert len({mapping[(t, b)] for b in lk.BITS}) == 8
+    # t7/t8 only alone in training; lengths of longer_seen_1/3/5 are 7/9/11 tokens
+    for e in task.splits["train"]:
+        tabs = _tables_of(e)
+        if len(tabs) > 1:
+            assert not {"t7", "t8"} & set(tabs)
+    assert {len(e.src) for e in task.splits["longer_seen_1"]} == {7}
+    assert {len(e.src) for e in task.splits["longer_seen_3"]} == {9}
+    assert {len(e.src) for e in task.splits["longer_seen_5"]} == {11}
+    assert all({"t7", "t8"} & set(_tables_of(e)) and set(_tables_of(e)) - {"t7", "t8"}
+               for e in task.splits["heldout_tables"])
+    assert all(set(_tables_of(e)) <= {"t7", "t8"} for e in task.splits["longer_new_2"])
+    train_srcs = {e.src for e in task.splits["train"]}
+    for split in ("dev", "heldout_inputs", "heldout_compositions"):
+        assert not train_srcs & {e.src for e in task.splits[split]}
+    assert task.decode_cap(len(task.splits["longer_seen_5"][0].src)) >= 10 + 1
+
+
+def test_reverse_and_noisy_lookup(lookups):
+    base, rev, noisy = (lookups[k] for k in ("lookup", "reverse_lookup", "noisy_lookup"))
+    for a, b, c in zip(base.splits["longer_seen_2"], rev.splits["longer_seen_2"],
+                       noisy.splits["longer_seen_2"]):
+        assert a.tgt == b.tgt == c.tgt
+        k = len(a.tgt) - 1
+        assert b.src == tuple(reversed(a.src[1:-1])) + (a.src[0], ".")
+        assert b.attn == tuple(range(k, -1, -1)) + (k + 1,)
+        assert [b.src[i] for i in b.attn[1:-1]] == list(a.src[1:-1])
+        bang = c.src.index("!")
+        assert c.src[0] == a.src[0] and c.src[bang + 1:] == a.src[1:]
+        assert c.attn == (0,) + tuple(range(bang + 1, len(c.src)))
+    noise = [n.src.index("!") - 1 for n in noisy.splits["train"]]
+    assert min(noise) == 0 and max(noise) == 9
+    assert "!" in noisy.vocab.stoi and "!" not in base.vocab.stoi
+
+
+def test_lookup_deterministic_in_seed():
+    a = lk.generate_rows(0)
+    b = lk.generate_rows(0)
+    c = lk.generate_rows(1)
+    assert a == b and a[0] != c[0]
