@@ -21,6 +21,14 @@ CODE_VERSION = "locattn.code_version"
 VERSIONS = "locattn.versions"
 DEV_SCORING = "locattn.dev_scoring"
 TABLES = "locattn.tables"
+# Added by the study package (operational; reports may ignore them):
+PROFILE = "locattn.profile"  # (parent) spec profile: smoke, quick, paper
+SPEC_PATH = "locattn.spec"  # (parent) spec file the study was launched from
+N_TRIALS = "locattn.n_trials"  # (parent) Tune trials the spec expands to
+N_RUNS = "locattn.n_runs"  # (parent) MLflow trial runs expected
+RESUMED_FROM = "locattn.resumed_from"  # (trial) epoch the latest attempt resumed from (0 = fresh)
+NODE_ID = "locattn.node_id"  # (trial) Ray node id of the latest attempt
+ATTEMPTS = "locattn.attempts"  # (trial) failures so far (Tune retries)
 
 STATUS_FINISHED = "finished"
 STATUS_FAILED = "failed"

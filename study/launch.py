@@ -1,0 +1,442 @@
+"""Launch, resume and inspect studies: spec -> Ray Tune (+ Optuna) -> MLflow.
+
+Layout of a study directory (``<root>/<name>/``, absolute):
+
+    study.json     the spec as launched (raw + resolved), profile, tracking URI
+    mlflow.db      the MLflow SQLite store (unless --tracking-uri)
+    artifacts/     MLflow artifact root of the study's experiment
+    tune/          Ray Tune experiment state and trial checkpoints (Tuner.restore reads it)
+    runs/<key>/    per-run trainer out_dir (checkpoint, config.json, result.json, attention.png)
+    optuna.db      Optuna studies (search specs only)
+
+Nothing here calls ``ray.init`` at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from study import schema
+from study.spec import SpecError, StudySpec, resolve_spec, read_yaml
+
+DEFAULT_TRAIN_FN = "locattn.train:train"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyPaths:
+    """Where a study keeps its state."""
+
+    dir: Path
+    """The study directory (absolute)."""
+
+    @property
+    def meta(self) -> Path:
+        return self.dir / "study.json"
+
+    @property
+    def db(self) -> Path:
+        return self.dir / "mlflow.db"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.dir / "artifacts"
+
+    @property
+    def tune(self) -> Path:
+        return self.dir / "tune"
+
+    @property
+    def optuna_db(self) -> Path:
+        return self.dir / "optuna.db"
+
+    def default_tracking_uri(self) -> str:
+        return f"sqlite:///{self.db}"
+
+
+def study_paths(name_or_dir: str | Path, root: str | Path = "studies") -> StudyPaths:
+    """Paths of a study given its name (under ``root``) or its directory."""
+    p = Path(name_or_dir)
+    if (p / "study.json").is_file() or p.is_absolute() or len(p.parts) > 1:
+        return StudyPaths(dir=p.resolve())
+    return StudyPaths(dir=(Path(root) / p).resolve())
+
+
+def load_meta(paths: StudyPaths) -> dict[str, Any]:
+    """The saved ``study.json``; a clear error when the study does not exist."""
+    if not paths.meta.is_file():
+        raise SpecError(f"{paths.dir}: no study here (missing study.json); launch it first")
+    return json.loads(paths.meta.read_text())
+
+
+def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
+    """Rebuild the study's spec from what was saved at launch (the YAML may have changed)."""
+    return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None)
+
+
+# ---------------------------------------------------------------------------- ray
+
+
+def init_ray(address: str | None = None) -> bool:
+    """Start a local Ray on loopback, or join ``address``. Returns True if this call started it."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    # Workers of a local Ray inherit the environment: make this checkout importable.
+    pp = os.environ.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pp) if p)
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    else:
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _node_ip_address="127.0.0.1",
+        )
+    return True
+
+
+def _trial_dirname(trial: Any) -> str:
+    return f"trial_{trial.trial_id}"
+
+
+# ---------------------------------------------------------------------------- launch
+
+
+def launch(
+    spec_path: str | Path,
+    *,
+    profile: str | None = None,
+    name: str | None = None,
+    root: str | Path = "studies",
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    max_concurrent: int | None = None,
+    dry_run: bool = False,
+    progress_seconds: float = 10.0,
+    train_fn: str = DEFAULT_TRAIN_FN,
+    out: TextIO | None = None,
+) -> dict[str, Any]:
+    """Launch a study, or resume it if it already exists with the same spec (idempotent)."""
+    out = out or sys.stdout
+    spec_path = Path(spec_path).resolve()
+    raw = read_yaml(spec_path)
+    spec = resolve_spec(raw, path=str(spec_path), profile=profile)
+    name = name or f"{spec.name}-{spec.profile}" if spec.profile else (name or spec.name)
+    paths = study_paths(Path(root).resolve() / name)
+    if dry_run:
+        print(f"study    {name} -> {paths.dir}", file=out)
+        print(spec.plan(), file=out)
+        return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs()}
+    if paths.meta.is_file():
+        meta = load_meta(paths)
+        if meta["resolved"] != spec.resolved:
+            raise SpecError(
+                f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
+                f"profile ({meta['spec_path']}, profile {meta['profile']}); resume it with "
+                f"`study resume {paths.dir}` or launch under another --name"
+            )
+        print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)", file=out)
+    else:
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "name": name,
+            "spec_path": str(spec_path),
+            "profile": spec.profile,
+            "raw": raw,
+            "resolved": spec.resolved,
+            "tracking_uri": tracking_uri or paths.default_tracking_uri(),
+            "train_fn": train_fn,
+            "created": time.time(),
+        }
+        tmp = paths.meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=1, default=str))
+        os.replace(tmp, paths.meta)
+    return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
+                progress_seconds=progress_seconds, out=out)
+
+
+def resume(
+    study: str | Path,
+    *,
+    root: str | Path = "studies",
+    address: str | None = None,
+    progress_seconds: float = 10.0,
+    out: TextIO | None = None,
+) -> dict[str, Any]:
+    """Resume a study from its directory: finished trials are kept, unfinished ones continue."""
+    paths = study_paths(study, root)
+    meta = load_meta(paths)
+    spec = spec_from_meta(meta)
+    return _run(spec, paths, meta, address=address, max_concurrent=None,
+                progress_seconds=progress_seconds, out=out or sys.stdout)
+
+
+def _run(
+    spec: StudySpec,
+    paths: StudyPaths,
+    meta: dict[str, Any],
+    *,
+    address: str | None,
+    max_concurrent: int | None,
+    progress_seconds: float,
+    out: TextIO,
+) -> dict[str, Any]:
+    # Tune settings read from the environment by the driver.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # MLflow is the record
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # objective only at the end
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    import logging
+
+    from ray import tune
+
+    # Tune's default result loggers are off (MLflow is the record), so the end-of-run
+    # dataframe fetch has no files to read: silence that warning only.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+
+    from study.record import MlflowRecorder, existing_runs
+    from study.trainable import run_trial, trial_descriptor, trial_run_keys
+
+    name = meta["name"]
+    tracking_uri = meta["tracking_uri"]
+    t_start = time.time()
+    started = init_ray(address)
+    trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
+    metric = spec.search.metric if spec.search else "best_dev_score"
+    common = dict(study=name, study_dir=str(paths.dir), cpus=spec.cpus, metric=metric,
+                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN))
+    with_epochs = _max_epochs(spec)
+    recorder = MlflowRecorder(
+        tracking_uri=tracking_uri,
+        study=name,
+        study_dir=str(paths.dir),
+        artifact_location=paths.artifacts.as_uri(),
+        parent_tags={
+            schema.TABLES: ",".join(spec.tables),
+            schema.PROFILE: spec.profile,
+            schema.SPEC_PATH: meta["spec_path"],
+            schema.N_TRIALS: str(spec.n_trials()),
+            schema.N_RUNS: str(spec.n_runs()),
+            schema.N_SEEDS: str(len(spec.seeds)),
+        },
+        n_seeds=len(spec.seeds),
+        total_trials=spec.n_trials(),
+        epochs_per_trial=with_epochs,
+        progress_seconds=progress_seconds,
+        out=out,
+    )
+    run_config = tune.RunConfig(
+        name="tune",
+        storage_path=str(paths.dir),
+        callbacks=[recorder],
+        failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=3),
+        verbose=0,
+    )
+    limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+    try:
+        if tune.Tuner.can_restore(str(paths.tune)):
+            tuner = tune.Tuner.restore(
+                str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True
+            )
+            # Callbacks are restored from the pickled tuner state: use this session's writer.
+            try:
+                tuner._local_tuner.get_run_config().callbacks = [recorder]
+            except AttributeError:  # pragma: no cover - depends on Ray internals
+                pass
+            skipped = 0
+        else:
+            if spec.search is None:
+                trials = []
+                done = {k for k, s in _existing(tracking_uri, name).items()
+                        if s.status == schema.STATUS_FINISHED}
+                skipped = 0
+                for t in spec.grid_trials():
+                    desc = trial_descriptor(cell=t.cell, task=t.task, variant=t.variant,
+                                            overrides=t.overrides, hparams=t.hparams,
+                                            seeds=t.seeds, **common)
+                    if all(k in done for _, k in trial_run_keys({"trial": desc})):
+                        skipped += 1
+                        continue
+                    trials.append(desc)
+                if not trials:
+                    print(f"[study {name}] every trial is already finished in the record", file=out)
+                    return {"name": name, "dir": str(paths.dir), "skipped": skipped,
+                            "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start}
+                tune_config = tune.TuneConfig(
+                    num_samples=1,
+                    max_concurrent_trials=limit or None,
+                    reuse_actors=True,
+                    trial_dirname_creator=_trial_dirname,
+                )
+                param_space = {"trial": tune.grid_search(trials)}
+            else:
+                from study.search import CellSearch
+
+                groups = []
+                for cell in spec.cells:
+                    for hp in spec.hparam_points():
+                        groups.append(trial_descriptor(
+                            cell=cell.cell, task=cell.task, variant=cell.variant,
+                            overrides={**cell.overrides, **hp}, hparams=hp, seeds=spec.seeds,
+                            **common))
+                searcher = CellSearch(
+                    groups=groups, space=spec.search.space, num_samples=spec.search.num_samples,
+                    sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
+                    mode=spec.search.mode, storage_url=f"sqlite:///{paths.optuna_db}", study=name,
+                )
+                tune_config = tune.TuneConfig(
+                    search_alg=searcher,
+                    num_samples=spec.n_trials(),
+                    max_concurrent_trials=limit or None,
+                    reuse_actors=True,
+                    trial_dirname_creator=_trial_dirname,
+                )
+                param_space = {}
+                skipped = 0
+            tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config,
+                               run_config=run_config)
+        t_fit = time.time()
+        grid = tuner.fit()
+        fit_seconds = time.time() - t_fit
+        errors = sum(1 for r in grid if r.error is not None)
+        summary = {
+            "name": name,
+            "dir": str(paths.dir),
+            "tracking_uri": tracking_uri,
+            "trials": len(grid),
+            "errors": errors,
+            "skipped": skipped,
+            "wall_seconds": time.time() - t_start,
+            "fit_seconds": fit_seconds,
+        }
+        print(f"[study {name}] {len(grid) - errors} trials finished, {errors} failed; record: "
+              f"{tracking_uri} (experiment {name!r}); `study ui {paths.dir}` to browse", file=out)
+        return summary
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _existing(tracking_uri: str, name: str) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    from study.record import existing_runs
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return {}
+    return existing_runs(client, tracking_uri, exp.experiment_id)
+
+
+def _max_epochs(spec: StudySpec) -> int:
+    from locattn.config import make_run_config
+
+    cell = spec.cells[0]
+    cfg = make_run_config(task=cell.task, variant=cell.variant,
+                          overrides={**cell.overrides, **spec.hparam_points()[0]})
+    return cfg.optim.epochs
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def status(study: str | Path, *, root: str | Path = "studies") -> list[dict[str, Any]]:
+    """Per cell: seeds done, running, failed and missing (from the MLflow record + spec)."""
+    from mlflow.tracking import MlflowClient
+
+    paths = study_paths(study, root)
+    meta = load_meta(paths)
+    spec = spec_from_meta(meta)
+    client = MlflowClient(tracking_uri=meta["tracking_uri"])
+    exp = client.get_experiment_by_name(meta["name"])
+    runs: list[tuple[str, str, str]] = []  # (cell, seed, status)
+    if exp is not None:
+        runs = _trial_rows(client, meta["tracking_uri"], exp.experiment_id)
+    per_point = spec.search.num_samples if spec.search else 1
+    expected = len(spec.seeds) * len(spec.hparam_points()) * per_point
+    rows = []
+    for cell in spec.cells:
+        mine = [r for r in runs if r[0] == cell.cell]
+        by = {s: sorted({int(r[1]) for r in mine if r[2] == s})
+              for s in (schema.STATUS_FINISHED, schema.STATUS_RUNNING, schema.STATUS_FAILED)}
+        counts = {s: sum(1 for r in mine if r[2] == s) for s in by}
+        seen = sum(counts.values())
+        rows.append({
+            "cell": cell.cell,
+            "done": counts[schema.STATUS_FINISHED],
+            "running": counts[schema.STATUS_RUNNING],
+            "failed": counts[schema.STATUS_FAILED],
+            "missing": max(0, expected - seen),
+            "expected": expected,
+            "seeds_done": by[schema.STATUS_FINISHED],
+            "seeds_running": by[schema.STATUS_RUNNING],
+            "seeds_failed": by[schema.STATUS_FAILED],
+            "seeds_missing": sorted(set(spec.seeds) - {int(r[1]) for r in mine})
+            if per_point * len(spec.hparam_points()) == 1 else [],
+        })
+    return rows
+
+
+def _trial_rows(client: Any, tracking_uri: str, experiment_id: str) -> list[tuple[str, str, str]]:
+    from study.record import sqlite_path
+
+    db = sqlite_path(tracking_uri)
+    if db is not None:
+        import sqlite3
+
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            q = ("SELECT r.run_uuid, t.key, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+                 "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND t.key IN (?, ?, ?, ?)")
+            tags: dict[str, dict[str, str]] = {}
+            for run_id, key, value in con.execute(
+                q, (int(experiment_id), schema.ROLE, schema.CELL, schema.SEED, schema.STATUS)
+            ):
+                tags.setdefault(run_id, {})[key] = value
+        finally:
+            con.close()
+        rows = list(tags.values())
+    else:
+        rows = []
+        token = None
+        while True:
+            page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+            rows += [r.data.tags for r in page]
+            token = page.token
+            if not token:
+                break
+    return [(t.get(schema.CELL, ""), t.get(schema.SEED, "-1"), t.get(schema.STATUS, ""))
+            for t in rows if t.get(schema.ROLE) == schema.ROLE_TRIAL]
+
+
+def format_status(rows: list[dict[str, Any]]) -> str:
+    """A compact per-cell table."""
+    width = max([len("cell")] + [len(r["cell"]) for r in rows])
+    lines = [f"{'cell':<{width}}  done  running  failed  missing"]
+    for r in rows:
+        extra = ""
+        if r["seeds_failed"]:
+            extra += f"  failed seeds {r['seeds_failed']}"
+        if r["seeds_missing"]:
+            extra += f"  missing seeds {r['seeds_missing']}"
+        lines.append(f"{r['cell']:<{width}}  {r['done']:>4}  {r['running']:>7}  {r['failed']:>6}  "
+                     f"{r['missing']:>7}{extra}")
+    tot = {k: sum(r[k] for r in rows) for k in ("done", "running", "failed", "missing")}
+    lines.append(f"{'total':<{width}}  {tot['done']:>4}  {tot['running']:>7}  {tot['failed']:>6}  "
+                 f"{tot['missing']:>7}")
+    return "\n".join(lines)

@@ -1,0 +1,515 @@
+"""MLflow is the record: a driver-side Tune callback that writes one MLflow run per seed.
+
+All MLflow writes happen here, in the driver process, batched with ``MlflowClient.log_batch``;
+trial processes never talk to MLflow (so a SQLite store is safe). A run is identified by its
+deterministic ``locattn.run_key`` tag: at start the callback reads every existing run key of the
+experiment once (direct SQL on a SQLite store, ``search_runs`` otherwise) into memory, so
+re-launching or resuming continues the same run and never logs an epoch step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from study import schema
+from study.spec import hparams_json
+from study.trainable import OBJECTIVE, resolve_run_config, run_dir, trial_run_keys
+
+try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
+    from ray.tune import Callback as _TuneCallback
+except ImportError:  # pragma: no cover
+    _TuneCallback = object  # type: ignore[assignment,misc]
+
+#: Result keys that are bookkeeping, not metrics.
+NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
+                   "seeds_done", OBJECTIVE}
+MAX_TAG_CHARS = 5000
+
+
+@dataclass
+class RunState:
+    """What the driver knows about one MLflow trial run."""
+
+    run_id: str
+    """MLflow run id."""
+    last_step: int = 0
+    """Last epoch step logged (metrics at or below it are not logged again)."""
+    status: str = schema.STATUS_RUNNING
+    """``locattn.status`` tag value."""
+    resumed_from: int = -1
+    """Last ``resumed_from`` tag written in this session (-1: none)."""
+    pending: list = field(default_factory=list)
+    """Buffered ``mlflow.entities.Metric`` objects."""
+
+
+# ---------------------------------------------------------------------------- provenance
+
+
+def code_version(repo: str | Path | None = None) -> str:
+    """``<git sha>`` or ``<git sha>+dirty``; ``unknown`` outside a git checkout."""
+    repo = Path(repo or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha or "unknown") + ("+dirty" if dirty and sha else "")
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that change results or records."""
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for name in ("torch", "numpy", "ray", "mlflow", "optuna", "locattn"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            try:
+                out[name] = getattr(__import__(name), "__version__", "unknown")
+            except ImportError:
+                continue
+    return out
+
+
+# ---------------------------------------------------------------------------- store access
+
+
+def sqlite_path(tracking_uri: str) -> str | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None."""
+    if tracking_uri.startswith("sqlite:///"):
+        return tracking_uri[len("sqlite:///"):]
+    return None
+
+
+def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[str, RunState]:
+    """run key -> RunState for every active run of the experiment (trial and parent runs)."""
+    db = sqlite_path(tracking_uri)
+    out: dict[str, RunState] = {}
+    if db is not None and os.path.isfile(db):
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            rows = con.execute(
+                "SELECT t.value, r.run_uuid FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+                "WHERE t.key = ? AND r.experiment_id = ? AND r.lifecycle_stage = 'active'",
+                (schema.RUN_KEY, int(experiment_id)),
+            ).fetchall()
+            for key, run_id in rows:
+                out[key] = RunState(run_id=run_id)
+            by_id = {s.run_id: s for s in out.values()}
+            marks = ",".join("?" * len(schema.EPOCH_METRICS))
+            for run_id, step in con.execute(
+                f"SELECT m.run_uuid, MAX(m.step) FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+                f"WHERE r.experiment_id = ? AND m.key IN ({marks}) GROUP BY m.run_uuid",
+                (int(experiment_id), *schema.EPOCH_METRICS),
+            ):
+                if run_id in by_id:
+                    by_id[run_id].last_step = int(step)
+            for run_id, status in con.execute(
+                "SELECT t.run_uuid, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+                "WHERE t.key = ? AND r.experiment_id = ?",
+                (schema.STATUS, int(experiment_id)),
+            ):
+                if run_id in by_id:
+                    by_id[run_id].status = status
+        finally:
+            con.close()
+        return out
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string="", max_results=1000, page_token=token
+        )
+        for run in page:
+            key = run.data.tags.get(schema.RUN_KEY)
+            if key is None:
+                continue
+            state = RunState(run_id=run.info.run_id,
+                             status=run.data.tags.get(schema.STATUS, schema.STATUS_RUNNING))
+            if state.status != schema.STATUS_FINISHED:
+                for metric in schema.EPOCH_METRICS:
+                    hist = client.get_metric_history(run.info.run_id, metric)
+                    if hist:
+                        state.last_step = max(state.last_step, max(m.step for m in hist))
+            out[key] = state
+        token = page.token
+        if not token:
+            return out
+
+
+def study_key(study: str) -> str:
+    """Run key of the study's parent run."""
+    import hashlib
+
+    return hashlib.sha1(json.dumps(["study", study]).encode()).hexdigest()[:16]
+
+
+def _chunks(items: list, n: int) -> Iterable[list]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+# ---------------------------------------------------------------------------- the callback
+
+
+class MlflowRecorder(_TuneCallback):
+    """Tune callback: the driver's single, batched, idempotent MLflow writer."""
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str,
+        study: str,
+        study_dir: str,
+        artifact_location: str,
+        parent_tags: Mapping[str, str],
+        n_seeds: int,
+        total_trials: int,
+        epochs_per_trial: int,
+        flush_seconds: float = 5.0,
+        progress_seconds: float = 10.0,
+        out: Any = None,
+    ) -> None:
+        self.cfg = dict(
+            tracking_uri=tracking_uri, study=study, study_dir=str(study_dir),
+            artifact_location=artifact_location, parent_tags=dict(parent_tags), n_seeds=n_seeds,
+            total_trials=total_trials, epochs_per_trial=epochs_per_trial,
+            flush_seconds=flush_seconds, progress_seconds=progress_seconds,
+        )
+        self._out = out
+        self._ready = False
+
+    # Pickled into Tune's tuner state: keep only the configuration.
+    def __getstate__(self) -> dict:
+        return {"cfg": self.cfg, "_ready": False, "_out": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self, **info: Any) -> None:
+        self._ensure()
+
+    def _ensure(self) -> None:
+        if self._ready:
+            return
+        from mlflow.tracking import MlflowClient
+
+        c = self.cfg
+        self.client = MlflowClient(tracking_uri=c["tracking_uri"])
+        self.experiment_id = ensure_experiment(self.client, c["study"], c["artifact_location"])
+        self.runs = existing_runs(self.client, c["tracking_uri"], self.experiment_id)
+        self.code_version = code_version()
+        self.versions = json.dumps(package_versions(), sort_keys=True)
+        self.parent_id = self._ensure_parent()
+        self.trial_current: dict[str, str] = {}  # Tune trial id -> run key in progress
+        self.trial_progress: dict[str, float] = {}  # Tune trial id -> fraction done
+        self.t0 = time.time()
+        self.last_flush = self.last_progress = time.time()
+        self.units_at_start: float | None = None
+        self.stats = {"mlflow_seconds": 0.0, "results": 0}
+        self._ready = True
+
+    def _ensure_parent(self) -> str:
+        c = self.cfg
+        key = study_key(c["study"])
+        tags = {
+            schema.ROLE: schema.ROLE_STUDY,
+            schema.STUDY: c["study"],
+            schema.RUN_KEY: key,
+            schema.CODE_VERSION: self.code_version,
+            schema.VERSIONS: self.versions,
+            schema.STATUS: schema.STATUS_RUNNING,
+            **c["parent_tags"],
+        }
+        state = self.runs.get(key)
+        if state is None:
+            run = self.client.create_run(self.experiment_id, tags=tags, run_name=f"study {c['study']}")
+            state = RunState(run_id=run.info.run_id)
+            self.runs[key] = state
+        else:
+            self._set_tags(state.run_id, tags)
+            self.client.update_run(state.run_id, status="RUNNING")
+        return state.run_id
+
+    # ------------------------------------------------------------------ helpers
+
+    def _set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
+        for chunk in _chunks(items, 100):
+            self.client.log_batch(run_id, tags=chunk, synchronous=True)
+
+    def _run_for(self, trial: Any, seed: int, key: str) -> RunState:
+        """Find (from the in-memory map) or create the MLflow run of one seed of a trial."""
+        state = self.runs.get(key)
+        if state is not None:
+            return state
+        from mlflow.entities import Param
+
+        t = trial.config["trial"]
+        from study.trainable import trial_hparams
+
+        hp = trial_hparams(trial.config)
+        cfg = resolve_run_config(trial.config, seed)
+        from locattn.config import config_to_dict, flatten
+
+        flat = flatten(config_to_dict(cfg))
+        tags = {
+            schema.ROLE: schema.ROLE_TRIAL,
+            schema.STUDY: self.cfg["study"],
+            schema.RUN_KEY: key,
+            schema.CELL: t["cell"],
+            schema.HPARAMS: hparams_json(hp),
+            schema.TASK: t["task"],
+            schema.VARIANT: t["variant"],
+            schema.SEED: str(seed),
+            schema.N_SEEDS: str(self.cfg["n_seeds"]),
+            schema.STATUS: schema.STATUS_RUNNING,
+            schema.CODE_VERSION: self.code_version,
+            schema.VERSIONS: self.versions,
+            schema.DEV_SCORING: str(flat.get("optim.dev_scoring", "")),
+            "mlflow.parentRunId": self.parent_id,
+        }
+        name = f"{t['cell']} seed={seed}" + (f" {hparams_json(hp)}" if hp else "")
+        run = self.client.create_run(self.experiment_id, tags=tags, run_name=name[:250])
+        params = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in
+                  sorted(flat.items())]
+        for chunk in _chunks(params, 100):
+            self.client.log_batch(run.info.run_id, params=chunk, synchronous=True)
+        state = RunState(run_id=run.info.run_id)
+        self.runs[key] = state
+        return state
+
+    def _current(self, trial: Any) -> tuple[int, str] | None:
+        """(seed, key) of the first seed of the trial that is not finished."""
+        for seed, key in trial_run_keys(trial.config):
+            state = self.runs.get(key)
+            if state is None or state.status != schema.STATUS_FINISHED:
+                return seed, key
+        return None
+
+    def _flush(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last_flush < self.cfg["flush_seconds"]:
+            return
+        t = time.perf_counter()
+        for state in self.runs.values():
+            if state.pending:
+                for chunk in _chunks(state.pending, 1000):
+                    self.client.log_batch(state.run_id, metrics=chunk, synchronous=True)
+                state.pending = []
+        self.stats["mlflow_seconds"] += time.perf_counter() - t
+        self.last_flush = now
+
+    # ------------------------------------------------------------------ Tune hooks
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ensure()
+        t = time.perf_counter()
+        current = self._current(trial)
+        if current is not None:
+            state = self._run_for(trial, *current)
+            if state.status != schema.STATUS_RUNNING:
+                state.status = schema.STATUS_RUNNING
+                self._set_tags(state.run_id, {schema.STATUS: schema.STATUS_RUNNING})
+                self.client.update_run(state.run_id, status="RUNNING")
+            self.trial_current[trial.trial_id] = current[1]
+        self.stats["mlflow_seconds"] += time.perf_counter() - t
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        self._ensure()
+        from mlflow.entities import Metric
+
+        t = time.perf_counter()
+        self.stats["results"] += 1
+        kind = result.get("kind")
+        key = result.get("run_key")
+        if kind not in ("epoch", "seed_final") or key is None:
+            return
+        seed = int(result["seed"])
+        state = self._run_for(trial, seed, key)
+        self.trial_current[trial.trial_id] = key
+        if result.get("resumed_from", 0) != state.resumed_from and kind == "epoch":
+            state.resumed_from = int(result.get("resumed_from", 0))
+            self._set_tags(state.run_id, {schema.RESUMED_FROM: state.resumed_from,
+                                          schema.NODE_ID: result.get("node_id", "")})
+        ts = int(time.time() * 1000)
+        if kind == "epoch":
+            epoch = int(result["epoch"])
+            self.trial_progress[trial.trial_id] = _progress(trial, seed, epoch, self.cfg)
+            if epoch > state.last_step:
+                state.pending.extend(
+                    Metric(k, float(v), ts, epoch)
+                    for k, v in result.items()
+                    if k in schema.EPOCH_METRICS and isinstance(v, (int, float))
+                )
+                state.last_step = epoch
+            self.stats["mlflow_seconds"] += time.perf_counter() - t
+            self._flush()
+            self._progress_line(trials)
+            return
+        # seed_final: final metrics, artifacts, status
+        if state.status != schema.STATUS_FINISHED:
+            finals = [
+                Metric(k, float(v), ts, 0)
+                for k, v in result.items()
+                if k not in NON_METRIC_KEYS and (k in schema.FINAL_METRICS or k.startswith("test."))
+                and isinstance(v, (int, float))
+            ]
+            state.pending.extend(finals)
+            self._flush(force=True)
+            self._log_artifacts(state.run_id, key)
+            state.status = schema.STATUS_FINISHED
+            self._set_tags(state.run_id, {schema.STATUS: schema.STATUS_FINISHED})
+            self.client.set_terminated(state.run_id, "FINISHED")
+        self.trial_progress[trial.trial_id] = 0.0
+        self.stats["mlflow_seconds"] += time.perf_counter() - t
+        self._progress_line(trials)
+
+    def _log_artifacts(self, run_id: str, key: str) -> None:
+        out_dir = run_dir(self.cfg["study_dir"], key)
+        for name in ("attention.png", "result.json"):
+            path = out_dir / name
+            if path.is_file():
+                self.client.log_artifact(run_id, str(path))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ensure()
+        key = self.trial_current.get(trial.trial_id)
+        if key and key in self.runs:
+            self._set_tags(self.runs[key].run_id, {schema.ERROR: _error_text(trial)[:MAX_TAG_CHARS],
+                                                  schema.ATTEMPTS: str(trial.run_metadata.num_failures)})
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ensure()
+        self._flush(force=True)
+        current = self._current(trial)
+        if current is None:
+            return
+        state = self._run_for(trial, *current)
+        state.status = schema.STATUS_FAILED
+        self._set_tags(state.run_id, {
+            schema.STATUS: schema.STATUS_FAILED,
+            schema.ERROR: _error_text(trial)[:MAX_TAG_CHARS],
+            schema.ATTEMPTS: str(trial.run_metadata.num_failures),
+        })
+        self.client.set_terminated(state.run_id, "FAILED")
+        self._progress_line(trials, force=True)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ensure()
+        self._flush(force=True)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._ensure()
+        self._flush(force=True)
+        counts = _counts(trials)
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self.client.log_batch(self.parent_id, metrics=[
+            Metric("trials_finished", counts["done"], ts, 0),
+            Metric("trials_failed", counts["failed"], ts, 0),
+            Metric("wall_seconds", time.time() - self.t0, ts, 0),
+        ], synchronous=True)
+        done = counts["done"] + counts["failed"] == len(trials) and len(trials) >= self.cfg["total_trials"]
+        status = schema.STATUS_FINISHED if done else schema.STATUS_RUNNING
+        self._set_tags(self.parent_id, {schema.STATUS: status})
+        if done:
+            self.client.set_terminated(self.parent_id, "FINISHED" if not counts["failed"] else "FAILED")
+        self._progress_line(trials, force=True)
+
+    # ------------------------------------------------------------------ progress
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._ready:
+            self._flush()
+            self._progress_line(trials)
+
+    def _progress_line(self, trials: list, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last_progress < self.cfg["progress_seconds"]:
+            return
+        self.last_progress = now
+        c = _counts(trials)
+        total = max(self.cfg["total_trials"], len(trials))
+        units = c["done"] + c["failed"] + sum(
+            self.trial_progress.get(t.trial_id, 0.0) for t in trials if t.status == "RUNNING"
+        )
+        if self.units_at_start is None:
+            self.units_at_start = units
+            self.t_units = now
+        rate = (units - self.units_at_start) / max(1e-9, now - self.t_units)
+        eta = (total - units) / rate if rate > 0 else float("nan")
+        line = (
+            f"[study {self.cfg['study']}] {c['done']}/{total} done, {c['running']} running, "
+            f"{c['failed']} failed, {c['pending']} pending | elapsed {_hms(now - self.t0)}"
+            f" | ETA {_hms(eta)}"
+        )
+        print(line, file=self._out or sys.stdout, flush=True)
+
+
+def ensure_experiment(client: Any, name: str, artifact_location: str) -> str:
+    """Experiment id of ``name``, created with ``artifact_location`` if missing."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage != "active":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_location)
+
+
+def _progress(trial: Any, seed: int, epoch: int, cfg: Mapping[str, Any]) -> float:
+    seeds = trial.config["trial"]["seeds"]
+    index = seeds.index(seed) if seed in seeds else 0
+    per = max(1, cfg["epochs_per_trial"])
+    return min(1.0, (index + min(epoch, per) / per) / len(seeds))
+
+
+def _counts(trials: list) -> dict[str, int]:
+    c = {"done": 0, "running": 0, "failed": 0, "pending": 0}
+    for t in trials:
+        if t.status == "TERMINATED":
+            c["done"] += 1
+        elif t.status == "RUNNING":
+            c["running"] += 1
+        elif t.status == "ERROR":
+            c["failed"] += 1
+        else:
+            c["pending"] += 1
+    return c
+
+
+def _error_text(trial: Any) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and os.path.isfile(path):
+        text = Path(path).read_text(errors="replace")
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        # The exception line(s) are at the end; keep the end of the traceback.
+        return "\n".join(lines[-25:])
+    return "unknown error (no error file)"
+
+
+def _hms(seconds: float) -> str:
+    if seconds != seconds or seconds == float("inf"):
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"

@@ -1,0 +1,139 @@
+"""Optuna search per cell, behind one Tune ``Searcher``.
+
+Each (cell, grid-hparams point) gets its own Optuna study (stored in ``<study>/optuna.db``) and
+``num_samples`` search points. A search point is one Tune trial that trains every seed; the
+sampler is told the median of the seeds' final scores only when the trial finished all of them.
+Intermediate results are never reported (no pruning, no partial budgets as complete results),
+and a trial that fails is told to Optuna as FAIL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from study.trainable import OBJECTIVE
+
+
+def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Spec distributions -> Optuna distributions (keys are dotted config paths)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    out: dict[str, Any] = {}
+    for key, d in space.items():
+        kind = d["type"]
+        if kind == "loguniform":
+            out[key] = FloatDistribution(float(d["low"]), float(d["high"]), log=True)
+        elif kind == "uniform":
+            out[key] = FloatDistribution(float(d["low"]), float(d["high"]))
+        elif kind == "int":
+            out[key] = IntDistribution(int(d["low"]), int(d["high"]))
+        else:
+            out[key] = CategoricalDistribution(list(d["choices"]))
+    return out
+
+
+def make_sampler(name: str, seed: int) -> Any:
+    """An Optuna sampler by spec name."""
+    import optuna
+
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+class CompleteOnlyOptunaSearch(OptunaSearch):
+    """OptunaSearch that sees only complete results: no intermediate reports, ever."""
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        return None
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        if error or not result or OBJECTIVE not in result:
+            # Incomplete (error or unfinished seeds): FAIL, never a value.
+            super().on_trial_complete(trial_id, None, error=True)
+        else:
+            super().on_trial_complete(trial_id, {OBJECTIVE: result[OBJECTIVE]}, error=False)
+
+
+class CellSearch(Searcher):
+    """Round-robin over groups (cell x grid hparams), one Optuna study per group."""
+
+    def __init__(
+        self,
+        *,
+        groups: list[dict[str, Any]],
+        space: Mapping[str, Mapping[str, Any]],
+        num_samples: int,
+        sampler: str,
+        sampler_seed: int,
+        mode: str,
+        storage_url: str,
+        study: str,
+    ) -> None:
+        super().__init__(metric=OBJECTIVE, mode=mode)
+        import optuna
+
+        self.groups = groups
+        self.num_samples = num_samples
+        self.count = [0] * len(groups)
+        self.owner: dict[str, int] = {}
+        self.subs = []
+        dists = optuna_space(space)
+        for i, _ in enumerate(groups):
+            storage = optuna.storages.RDBStorage(storage_url)
+            self.subs.append(
+                CompleteOnlyOptunaSearch(
+                    space=dists,
+                    metric=OBJECTIVE,
+                    mode=mode,
+                    sampler=make_sampler(sampler, sampler_seed + i),
+                    study_name=f"{study}:{i}",
+                    storage=storage,
+                )
+            )
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict | None:
+        open_groups = [i for i, n in enumerate(self.count) if n < self.num_samples]
+        if not open_groups:
+            return Searcher.FINISHED
+        i = min(open_groups, key=lambda g: (self.count[g], g))
+        point = self.subs[i].suggest(trial_id)
+        if point is None or point == Searcher.FINISHED:
+            return point
+        self.count[i] += 1
+        self.owner[trial_id] = i
+        return {"trial": dict(self.groups[i]), "search": dict(point)}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        return None
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        i = self.owner.get(trial_id)
+        if i is not None:
+            self.subs[i].on_trial_complete(trial_id, result, error)
+
+    def save(self, checkpoint_path: str) -> None:
+        import pickle
+
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__.copy(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        import pickle
+
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))

@@ -1,0 +1,250 @@
+"""The Ray Tune function trainable: one trial trains one or more seeds with ``locattn.train``.
+
+A trial config carries a ``trial`` descriptor (see :func:`trial_descriptor`) and, for Optuna
+studies, a ``search`` mapping of sampled values. Per epoch the trainer saves its checkpoint
+atomically and calls the recorder, which reports the epoch metrics to Tune with a Tune
+checkpoint holding the trainer checkpoint plus this trial's progress (which seed, which epoch,
+the finished seeds' scores). On restore that checkpoint is copied back into the seed's
+``out_dir/checkpoint`` and training continues from it.
+
+Results carry ``kind`` = ``epoch`` | ``seed_final``; the last ``seed_final`` of a trial carries
+``objective``: the median over *all* seeds of the search metric, each at its full budget.
+Nothing here runs at import time; Ray is imported inside the trial.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from study.spec import run_key
+
+OBJECTIVE = "objective"
+STATE_FILE = "trial_state.json"
+RUN_SUBDIR = "run"
+
+
+def trial_descriptor(
+    *,
+    study: str,
+    study_dir: str,
+    cell: str,
+    task: str,
+    variant: str,
+    overrides: Mapping[str, Any],
+    hparams: Mapping[str, Any],
+    seeds: tuple[int, ...] | list[int],
+    cpus: float,
+    metric: str,
+    train_fn: str,
+) -> dict[str, Any]:
+    """The JSON-safe description of one trial placed in its Tune config."""
+    return {
+        "study": study,
+        "study_dir": str(study_dir),
+        "cell": cell,
+        "task": task,
+        "variant": variant,
+        "overrides": dict(overrides),
+        "hparams": dict(hparams),
+        "seeds": [int(s) for s in seeds],
+        "cpus": float(cpus),
+        "metric": metric,
+        "train_fn": train_fn,
+    }
+
+
+def trial_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Selection hyperparameters of a trial: grid hparams plus the Optuna-sampled values."""
+    t = config["trial"]
+    return {**t["hparams"], **(config.get("search") or {})}
+
+
+def trial_run_keys(config: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(seed, run key) of every seed this trial trains, in training order."""
+    t = config["trial"]
+    hp = trial_hparams(config)
+    return [(seed, run_key(t["study"], t["cell"], hp, seed)) for seed in t["seeds"]]
+
+
+def run_dir(study_dir: str | Path, key: str) -> Path:
+    """Per-run output directory (absolute, under the study directory)."""
+    return Path(study_dir).resolve() / "runs" / key
+
+
+def resolve_run_config(config: Mapping[str, Any], seed: int) -> Any:
+    """The resolved ``RunConfig`` of one seed of a trial (also used by the driver for params)."""
+    from dataclasses import replace
+
+    from locattn.config import make_run_config
+
+    t = config["trial"]
+    overrides = {**t["overrides"], **(config.get("search") or {})}
+    cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
+    return replace(cfg, num_threads=max(1, int(t["cpus"])))
+
+
+def load_train_fn(path: str) -> Callable[..., Any]:
+    """Import ``module:function``."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
+    """Final per-run metrics from the trainer: its ``RunResult`` or ``out_dir/result.json``.
+
+    Returns flat MLflow keys: ``best_dev_score``, ``best_epoch``, ``epochs_run``,
+    ``epochs_to_100`` and ``test.<split>.<metric>``.
+    """
+    if result is not None and hasattr(result, "final_metrics"):
+        return {k: float(v) for k, v in result.final_metrics().items()}
+    data: Mapping[str, Any] = {}
+    path = out_dir / "result.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+    elif result is not None:
+        from dataclasses import asdict, is_dataclass
+
+        data = asdict(result) if is_dataclass(result) else dict(getattr(result, "__dict__", {}))
+    out: dict[str, float] = {}
+    for key in ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100"):
+        value = data.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+    test = data.get("test") or data.get("test_metrics") or {}
+    for split, metrics in test.items():
+        if isinstance(metrics, Mapping):
+            for metric, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"test.{split}.{metric}"] = float(value)
+    for key, value in data.items():  # already-flat test keys
+        if key.startswith("test.") and isinstance(value, (int, float)):
+            out[key] = float(value)
+    return out
+
+
+class _TuneRecorder:
+    """locattn Recorder that forwards each epoch to Tune with a checkpoint."""
+
+    def __init__(self, *, seed: int, key: str, staging: Path, state: dict, base: dict) -> None:
+        self.seed = seed
+        self.key = key
+        self.staging = staging
+        self.state = state
+        self.base = base
+
+    def on_epoch(self, epoch: int, metrics: Mapping[str, float], checkpoint_dir: Path) -> None:
+        from ray import tune
+
+        self.state["epoch"] = int(epoch)
+        ckpt = _stage_checkpoint(self.staging, self.state, Path(checkpoint_dir))
+        result = {
+            **self.base,
+            "kind": "epoch",
+            "seed": self.seed,
+            "run_key": self.key,
+            "epoch": int(epoch),
+            **{k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        }
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+    def on_end(self, result: Any) -> None:  # final metrics are reported by the trial loop
+        pass
+
+
+def _stage_checkpoint(staging: Path, state: Mapping[str, Any], run_ckpt: Path | None) -> Path:
+    """A directory with the trial state and (hard links to) the trainer checkpoint."""
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    if run_ckpt is not None:
+        try:
+            shutil.copytree(run_ckpt, staging / RUN_SUBDIR, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(staging / RUN_SUBDIR, ignore_errors=True)
+            shutil.copytree(run_ckpt, staging / RUN_SUBDIR)
+    (staging / STATE_FILE).write_text(json.dumps(state))
+    return staging
+
+
+def _restore(out_dir: Path, ckpt_dir: Path | None) -> None:
+    """Make ``out_dir/checkpoint`` equal to the Tune checkpoint (or absent: start fresh).
+
+    The Tune checkpoint is the source of truth: every epoch it holds was reported, so metrics
+    continue without gaps.
+    """
+    target = out_dir / "checkpoint"
+    shutil.rmtree(target, ignore_errors=True)
+    if ckpt_dir is not None and (ckpt_dir / RUN_SUBDIR).is_dir():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(ckpt_dir / RUN_SUBDIR, target)
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint."""
+    import ray
+    from ray import tune
+
+    t = config["trial"]
+    threads = max(1, int(t["cpus"]))
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    train = load_train_fn(t["train_fn"])
+    keys = trial_run_keys(config)
+    state: dict[str, Any] = {"seed_index": 0, "epoch": 0, "scores": {}}
+    ckpt_dir: Path | None = None
+    checkpoint = tune.get_checkpoint()
+    # Keep the restored checkpoint on disk while it is copied into the run directory.
+    restored_ctx = checkpoint.as_directory() if checkpoint is not None else None
+    if restored_ctx is not None:
+        ckpt_dir = Path(restored_ctx.__enter__())
+        state = json.loads((ckpt_dir / STATE_FILE).read_text())
+    base = {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "resumed_from": int(state["epoch"]) if checkpoint is not None else 0,
+        "start_time": time.time(),
+    }
+    staging_root = Path(t["study_dir"]) / "staging"
+    try:
+        for index in range(state["seed_index"], len(keys)):
+            seed, key = keys[index]
+            out_dir = run_dir(t["study_dir"], key)
+            _restore(out_dir, ckpt_dir if index == state["seed_index"] else None)
+            if index != state["seed_index"] or ckpt_dir is None:
+                state["epoch"] = 0
+            if restored_ctx is not None:
+                restored_ctx.__exit__(None, None, None)
+                restored_ctx = None
+            out_dir.mkdir(parents=True, exist_ok=True)
+            cfg = resolve_run_config(config, seed)
+            staging = staging_root / f"{key}.{os.getpid()}"
+            recorder = _TuneRecorder(seed=seed, key=key, staging=staging, state=state, base=base)
+            result = train(cfg, out_dir, recorder=recorder, resume=True)
+            final = final_metrics(out_dir, result)
+            score = final.get(t["metric"])
+            state["scores"][str(seed)] = score
+            state["seed_index"] = index + 1
+            state["epoch"] = 0
+            report = {**base, "kind": "seed_final", "seed": seed, "run_key": key, **final}
+            if index + 1 == len(keys):
+                scores = [state["scores"].get(str(s)) for s, _ in keys]
+                if all(isinstance(v, (int, float)) for v in scores):
+                    report[OBJECTIVE] = float(statistics.median(scores))
+                report["seeds_done"] = len(keys)
+            ckpt = _stage_checkpoint(staging, state, None)
+            tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
+            shutil.rmtree(ckpt, ignore_errors=True)
+            base["resumed_from"] = 0
+    finally:
+        if restored_ctx is not None:
+            restored_ctx.__exit__(None, None, None)
