@@ -98,7 +98,7 @@ def _cli(out: Path, cache: Path) -> list[str]:
     args = [sys.executable, "-m", "locattn", "train", "--task", "copy", "--variant", "onestep",
             "--seed", "1", "--epochs", "4", "--threads", "1", "--no-progress",
             "--out", str(out), "--cache-dir", str(cache)]
-    for key, value in {"task.train_size": 600, "task.dev_size": 100, "task.test_size": 16,
+    for key, value in {"task.train_size": 320, "task.dev_size": 60, "task.test_size": 16,
                        "task.test_lengths": "15,30"}.items():
         args += ["--set", f"{key}={value}"]
     return args
@@ -111,7 +111,7 @@ def test_sigkill_during_epoch_3_then_resume_equals_uninterrupted(tmp_path: Path)
     from locattn.tasks import load_task
 
     load_task(make_run_config(task="copy", overrides={
-        "task.train_size": 600, "task.dev_size": 100, "task.test_size": 16,
+        "task.train_size": 320, "task.dev_size": 60, "task.test_size": 16,
         "task.test_lengths": (15, 30)}).task, cache_dir=cache)
 
     full = subprocess.Popen(_cli(tmp_path / "full", cache), env=env, cwd=ROOT,
