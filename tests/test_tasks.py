@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -343,3 +344,103 @@ def test_lookup_deterministic_in_seed():
     b = lk.generate_rows(0)
     c = lk.generate_rows(1)
     assert a == b and a[0] != c[0]
+
+
+# ----------------------------------------------------------------------------- SCAN
+
+from locattn.tasks import scan as scan_mod  # noqa: E402
+
+
+def test_scan_grammar_counts_and_length_split(tmp_path):
+    pairs = scan_mod.all_commands()
+    assert len(pairs) == 20910 and len({c for c, _ in pairs}) == 20910
+    n_train = sum(len(a) <= 22 for _, a in pairs)
+    n_test = sum(24 <= len(a) <= 48 for _, a in pairs)
+    assert (n_train, n_test) == (16990, 3920)
+    task = load_task(TaskConfig(name="scan", dev_size=1000), cache_dir=tmp_path)
+    assert [len(task.splits[s]) for s in ("train", "dev", "test")] == [15990, 1000, 3920]
+    assert max(len(e.tgt) for e in task.splits["train"] + task.splits["dev"]) == 22
+    assert min(len(e.tgt) for e in task.splits["test"]) == 24
+    assert max(len(e.tgt) for e in task.splits["test"]) == 48
+    assert not {e.src for e in task.splits["train"]} & {e.src for e in task.splits["dev"]}
+    assert task.test_splits == ["test"]
+    for e in task.splits["test"]:
+        assert task.decode_cap(len(e.src)) >= len(e.tgt) + 1
+
+
+@pytest.mark.parametrize(
+    "command, actions",
+    [
+        ("turn opposite left", "I_TURN_LEFT I_TURN_LEFT"),
+        ("walk around left", "I_TURN_LEFT I_WALK " * 4),
+        ("look and run right", "I_LOOK I_TURN_RIGHT I_RUN"),
+        ("jump after walk twice", "I_WALK I_WALK I_JUMP"),
+        ("turn around right thrice", "I_TURN_RIGHT " * 12),
+        ("run opposite right after look left", "I_TURN_LEFT I_LOOK I_TURN_RIGHT I_TURN_RIGHT I_RUN"),
+    ],
+)
+def test_scan_interpretation(command, actions):
+    table = dict(scan_mod.all_commands())
+    assert table[tuple(command.split())] == tuple(actions.split())
+
+
+# ----------------------------------------------------------------------------- Raffel & Ellis
+
+from locattn.tasks import raffel  # noqa: E402
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_raffel_sequences_follow_the_rules(op):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(50, 56, size=64)
+    x, n, y = raffel.sample_sequences(rng, lengths, op)
+    assert x.shape == (64, int(lengths.max()), 2) and x.dtype == torch.float32
+    for b in range(64):
+        t = int(n[b])
+        vals, mark = x[b, :t, 0], x[b, :t, 1]
+        assert mark[0] == -1 and mark[t - 1] == -1
+        ones = torch.nonzero(mark == 1).flatten().tolist()
+        assert len(ones) == 2
+        assert 1 <= ones[0] <= 9 or 1 <= ones[1] <= 9
+        assert all(1 <= i <= t // 2 - 1 for i in ones)  # N2 <= T/2-2, +1 after a collision
+        assert ((mark == 0).sum() == t - 4)
+        assert (x[b, t:] == 0).all()
+        lo = -1 if op == "add" else 0
+        assert vals.min() >= lo and vals.max() <= 1
+        a, c = float(vals[ones[0]]), float(vals[ones[1]])
+        want = 0.5 + (a + c) / 4 if op == "add" else a * c
+        assert float(y[b]) == pytest.approx(want, abs=1e-6)
+
+
+def test_raffel_task_lengths_sampler_and_fixed_sets():
+    fixed = load_task(TaskConfig(name="raffel_add", t0=100, dev_size=50, test_size=70))
+    assert fixed.kind == "regression" and fixed.lengths == (100, 109)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    a, b = fixed.sample_batch(g1, 32), fixed.sample_batch(g2, 32)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert a[1].min() >= 100 and a[1].max() <= 109
+    c = fixed.sample_batch(g1, 32)  # the generator advanced: a different batch
+    assert not torch.equal(a[2], c[2])
+    assert len(fixed.splits["dev"]) == 50 and len(fixed.splits["test"]) == 70
+    x, n, y = fixed.splits["test"].tensors
+    again = load_task(TaskConfig(name="raffel_add", t0=100, dev_size=50, test_size=70))
+    assert torch.equal(again.splits["test"].tensors[0], x)
+    assert not torch.equal(fixed.splits["dev"].tensors[2][:50], y[:50])
+    sizes = [len(bb[2]) for bb in fixed.splits["test"].batches(32)]
+    assert sizes == [32, 32, 6]
+
+    var = load_task(TaskConfig(name="raffel_mul", variable_length=True))
+    xb, nb, yb = var.sample_batch(np.random.default_rng(1), 8)
+    assert len(set(nb.tolist())) == 1 and 50 <= int(nb[0]) <= 10000
+    assert xb.shape[1] == int(nb[0])
+
+
+def test_raffel_big_batch_is_fast():
+    import time
+
+    task = load_task(TaskConfig(name="raffel_mul", t0=10000))
+    start = time.perf_counter()
+    x, n, y = task.sample_batch(torch.Generator().manual_seed(0), 100)
+    elapsed = time.perf_counter() - start
+    assert x.shape[0] == 100 and x.shape[1] >= 10000
+    assert elapsed < 2.0, elapsed  # vectorised: ~0.1 s on a 2-core CPU

@@ -15,7 +15,6 @@ seed, built on first use and not cached on disk (regenerating is faster than rea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, Literal
@@ -35,7 +34,7 @@ def length_range(cfg: TaskConfig) -> tuple[int, int]:
     """Inclusive (min, max) sequence length of a run."""
     if cfg.variable_length:
         return VARIABLE_RANGE
-    return cfg.t0, math.ceil(1.1 * cfg.t0) - 1
+    return cfg.t0, (11 * cfg.t0 + 9) // 10 - 1  # integer ceil(1.1 T0) - 1
 
 
 def sample_sequences(rng: np.random.Generator, lengths: np.ndarray, op: Op
