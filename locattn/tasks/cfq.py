@@ -70,13 +70,14 @@ def load_dir(cfg: TaskConfig) -> TaskData:
     if not cfg.data_dir or not Path(cfg.data_dir).is_dir():
         raise FileNotFoundError(expected_files_message(cfg.data_dir))
     data_dir = Path(cfg.data_dir)
-    splits: dict[str, list[Example]] = {}
-    for split, stems in SPLIT_FILES.items():
+    paths: dict[str, Path] = {}
+    for split, stems in SPLIT_FILES.items():  # check every file exists before parsing any
         path = next((data_dir / f"{s}{ext}" for s in stems for ext in (".tsv", ".jsonl")
                      if (data_dir / f"{s}{ext}").is_file()), None)
         if path is None:
             raise FileNotFoundError(f"missing {split} file in {data_dir}. " + expected_files_message(cfg.data_dir))
-        splits[split] = _read(path)
+        paths[split] = path
+    splits = {split: _read(path) for split, path in paths.items()}
     ratio = max(len(e.tgt) / len(e.src) for e in splits["train"])
 
     def cap(src_len: int) -> int:
