@@ -33,7 +33,7 @@ _TABLE: list[tuple[str, str, str | None, dict[str, Any]]] = [
     # --- Ray Chowdhury & Caragea: baselines
     ("content", "Content", None, {}),
     ("relative", "Relative", "content",
-     {_A + "family": "positional", _A + "positions": "relative"}),
+     {_A + "family": "positional"}),
     ("birelative", "Bi-Relative", "relative", {_A + "direction": "mixed"}),
     ("birope", "Bi-ROPE", "birelative", {_A + "positions": "rotary"}),
     # --- location family

@@ -3,7 +3,7 @@
 * START/END (Ray Chowdhury App. E / REFERENCE §1): learned vectors placed before the first and
   after the last embedded source token, so L_b = S_b + 2 and p_j = j / max(1, L_b - 1) puts START
   at 0 and END at 1. With ``source_boundaries="none"`` L_b = S_b.
-* ``bigru``: bidirectional GRU, hidden/2 units per direction, packed by length. Per layer,
+* ``bigru``: bidirectional GRU, hidden/2 units per direction, run by length. Per layer,
   e_cls = [last forward state; first backward state] (the backward GRU's final state), which also
   initialises that decoder layer.
 * ``gru_residual`` (Dubois et al. §6.3): unidirectional GRU; outputs e = GRU(x) + P x, with P the
@@ -14,6 +14,12 @@
   [0, L_b) of each sequence and leaves padding in place; with START/END the two boundary
   encodings swap ends, so attention over the reversed view still begins at a boundary vector at
   position 0 and ends at one at position L_b - 1.
+
+Speed: the GRU parameters live in an ``nn.GRU`` (standard names and initialisation), but the
+recurrence is run here: input maps for all steps and both directions in one product, then one
+batched (directions x batch) step per position, with the backward direction run over each
+sequence's reversed valid span and states frozen past each length. This equals a packed
+``nn.GRU`` (a test checks it) and is several times faster on CPU than the packed call.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from locattn.models.config import Boundaries, EncoderKind
 
@@ -83,22 +88,60 @@ class SourceEncoder(nn.Module):
         x = torch.where(is_end.unsqueeze(-1), self.end, x)  # END right after each source
         return x, src_len + 2
 
+    def _layer_weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        suffixes = ("", "_reverse") if self.bidirectional else ("",)
+        get = lambda name: torch.stack(  # noqa: E731
+            [getattr(self.rnn, f"{name}_l{layer}{sfx}") for sfx in suffixes]
+        )
+        return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh")
+
+    def _recurrence(self, x: Tensor, lengths: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, L, E) -> (outputs (B, L, d) zero on padding, final states (layers, B, d))."""
+        B, L, _ = x.shape
+        j = torch.arange(L, device=x.device).unsqueeze(0)
+        flip = torch.where(mask, lengths.unsqueeze(1) - 1 - j, j)  # (B, L) reverses valid spans
+        valid = mask.t().unsqueeze(-1).unbind(0)  # L x (B, 1)
+        finals = []
+        inp = x
+        for layer in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = self._layer_weights(layer)  # (D, 3H, In) (D, 3H, H) ...
+            D, H = w_hh.shape[0], w_hh.shape[2]
+            seqs = [inp]
+            if D == 2:
+                seqs.append(inp.gather(1, flip.unsqueeze(-1).expand_as(inp)))
+            seq = torch.stack(seqs).transpose(1, 2)  # (D, L, B, In)
+            gi = (seq.reshape(D, L * B, -1) @ w_ih.transpose(1, 2) + b_ih.unsqueeze(1)).view(
+                D, L, B, 3 * H
+            ).transpose(0, 1).unbind(0)  # L x (D, B, 3H); unbind keeps backward O(L)
+            w_hh_t = w_hh.transpose(1, 2)  # (D, H, 3H)
+            b_hh = b_hh.unsqueeze(1)  # (D, 1, 3H)
+            h = x.new_zeros(D, B, H)
+            outs = []
+            for t in range(L):
+                gh = torch.baddbmm(b_hh, h, w_hh_t)  # (D, B, 3H)
+                g = gi[t]  # (D, B, 3H)
+                rz = torch.sigmoid(g[..., : 2 * H] + gh[..., : 2 * H])
+                n = torch.tanh(g[..., 2 * H :] + rz[..., :H] * gh[..., 2 * H :])
+                h_new = n + rz[..., H:] * (h - n)  # (D, B, H)
+                h = torch.where(valid[t], h_new, h)  # frozen past each length
+                outs.append(h_new)
+            out = torch.stack(outs, dim=2) * mask.unsqueeze(-1)  # (D, B, L, H)
+            if D == 2:
+                back = out[1].gather(1, flip.unsqueeze(-1).expand_as(out[1]))  # un-reverse
+                out = torch.cat((out[0], back), dim=-1)  # (B, L, 2H)
+            else:
+                out = out[0]
+            finals.append(h.permute(1, 0, 2).reshape(B, D * H))  # [forward; backward]
+            inp = out
+        return inp, torch.stack(finals)
+
     def forward(self, embedded: Tensor, src_len: Tensor) -> Encoded:  # type: ignore[override]
         x, lengths = self._add_boundaries(embedded, src_len)  # (B, L, E), (B,)
-        B, L, _ = x.shape
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = self.rnn(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=L)  # (B, L, d)
+        L = x.shape[1]
         mask = torch.arange(L, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, L)
+        out, cls = self._recurrence(x, lengths, mask)  # (B, L, d), (layers, B, d)
         if self.residual is not None:
             out = out + self.residual(x) * mask.unsqueeze(-1)
-        if self.bidirectional:
-            # h_n: (layers*2, B, d/2); the backward final state is the state at position 0.
-            cls = h_n.view(self.num_layers, 2, B, -1).permute(0, 2, 1, 3).reshape(
-                self.num_layers, B, -1
-            )  # (layers, B, d)
-        else:
-            cls = h_n  # (layers, B, d)
         return Encoded(outputs=out, cls=cls, lengths=lengths, mask=mask)
 
 

@@ -9,6 +9,12 @@ Per step t (0-based), with h_{t-1} the top decoder state before the update (h_{-
     h_t     = GRUCell([emb(y_{t-1}); c_t], h_{t-1})  # stacked cells for num_layers > 1
     logits  = (W_p h_t) E^T + b                      # tied to the embedding E
 
+Speed: the first cell's input map is split, W_ih [emb; c] = W_e emb + W_c c. W_e emb(y) is
+computed for all teacher-forced steps at once, and since c_t is linear in the values,
+W_c c_t = sum_j alpha_tj (W_c W_o v_j) with W_c W_o v precomputed per sequence, so a step costs
+one (B, L)x(B, L, 3H) product instead of two dense maps. The cell itself is the standard GRU
+update (same parameters as ``nn.GRUCell``; a test checks the two agree).
+
 ``forward`` is teacher forced (tgt_in = [<sos>, y_1 .. y_{T-1}]); ``greedy`` decodes until each
 sequence emits <eos> or reaches its caller-given cap, finished sequences emitting ``pad_id``.
 ``start``/``step`` expose one decoding step for external decoders and for tests.
@@ -26,6 +32,7 @@ from torch import Tensor, nn
 from locattn.models.attention import AttnStep, SourceMemory, build_attender
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
+from locattn.models.functional import dropout
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,8 @@ class DecoderState:
     """Per-layer decoder states, each (B, H)."""
     t: int
     dir_gate: Tensor | None
+    value_gates: Tensor
+    """(B, L, 3H) W_c W_o v: the first cell's input gates contributed by each source position."""
 
 
 def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None) -> AttentionTrace:
@@ -111,7 +120,7 @@ class Seq2Seq(nn.Module):
             kind=cfg.encoder, boundaries=cfg.source_boundaries, embedding_size=E,
             hidden_size=H, num_layers=cfg.num_layers,
         )
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout_p = cfg.dropout
         self.direction = (
             DirectionMixer(H, cfg.attention.direction_temperature)
             if cfg.attention.direction == "mixed" else None
@@ -161,11 +170,12 @@ class Seq2Seq(nn.Module):
         """Encode the source; the returned state is ready for the first :meth:`step`."""
         self._check(src, src_len)
         enc = self.encoder(self.embedding(src), src_len)
-        e = self.dropout(enc.outputs)  # (B, L, d)
+        e = dropout(enc.outputs, self.dropout_p, self.training)  # (B, L, d)
         dir_gate = None
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
-        values = self.value_out(self.dropout(F.leaky_relu(self.value_in(e))))  # (B, L, H)
+        hidden_v = dropout(F.leaky_relu(self.value_in(e)), self.dropout_p, self.training)
+        values = self.value_out(hidden_v)  # (B, L, H)
         lengths = enc.lengths.to(e.dtype)  # (B,)
         stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)
         positions = torch.arange(e.shape[1], device=e.device, dtype=e.dtype).unsqueeze(0)
@@ -181,22 +191,37 @@ class Seq2Seq(nn.Module):
             hidden=tuple(enc.cls.unbind(0)),
             t=0,
             dir_gate=dir_gate,
+            value_gates=values @ self.cells[0].weight_ih[:, self.cfg.embedding_size :].t(),
         )
 
-    def _advance(self, state: DecoderState, emb: Tensor) -> tuple[DecoderState, AttnStep]:
-        """One step given the embedded previous token (B, E)."""
+    def _embed_gates(self, emb: Tensor) -> Tensor:
+        """W_e emb + b_ih of the first cell: (..., E) -> (..., 3H)."""
+        cell = self.cells[0]
+        return F.linear(emb, cell.weight_ih[:, : self.cfg.embedding_size], cell.bias_ih)
+
+    def _advance(self, state: DecoderState, emb_gates: Tensor) -> tuple[DecoderState, AttnStep]:
+        """One step given W_e emb(y_{t-1}) + b_ih (B, 3H)."""
+        h0 = state.hidden[0]
         attn, attn_state = self.attender(
             state.hidden[-1], state.memory, state.cache, state.attn_state, state.t
         )
-        context = torch.bmm(attn.weights.unsqueeze(1), state.memory.values).squeeze(1)  # (B, H)
-        x = torch.cat((emb, context), dim=-1)  # (B, E + H)
-        hidden = []
-        for cell, h in zip(self.cells, state.hidden):
+        gi = torch.baddbmm(
+            emb_gates.unsqueeze(1), attn.weights.unsqueeze(1), state.value_gates
+        ).squeeze(1)  # (B, 3H) = W_e emb + b_ih + W_c c_t
+        cell = self.cells[0]
+        gh = F.linear(h0, cell.weight_hh, cell.bias_hh)  # (B, 3H)
+        H = h0.shape[1]
+        rz = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H])  # (B, 2H)
+        r, z = rz[:, :H], rz[:, H:]
+        n = torch.tanh(gi[:, 2 * H :] + r * gh[:, 2 * H :])  # (B, H)
+        x = n + z * (h0 - n)  # (1 - z) n + z h
+        hidden = [x]
+        for cell, h in zip(self.cells[1:], state.hidden[1:]):
             x = cell(x, h)
             hidden.append(x)
         new = DecoderState(
             memory=state.memory, cache=state.cache, attn_state=attn_state, hidden=tuple(hidden),
-            t=state.t + 1, dir_gate=state.dir_gate,
+            t=state.t + 1, dir_gate=state.dir_gate, value_gates=state.value_gates,
         )
         return new, attn
 
@@ -206,7 +231,7 @@ class Seq2Seq(nn.Module):
 
     def step(self, state: DecoderState, prev_tokens: Tensor) -> tuple[Tensor, DecoderState, AttnStep]:
         """Feed y_{t-1} (B,) -> (logits (B, V), next state, this step's attention)."""
-        state, attn = self._advance(state, self.embedding(prev_tokens))
+        state, attn = self._advance(state, self._embed_gates(self.embedding(prev_tokens)))
         return self.logits(state.hidden[-1]), state, attn
 
     # ------------------------------------------------------------------ decoding
@@ -216,10 +241,10 @@ class Seq2Seq(nn.Module):
         """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}]."""
         self._check(src, src_len, tgt_in)
         state = self.start(src, src_len)
-        emb = self.embedding(tgt_in)  # (B, T, E)
+        emb_gates = self._embed_gates(self.embedding(tgt_in))  # (B, T, 3H)
         tops, steps = [], []
-        for t in range(tgt_in.shape[1]):
-            state, attn = self._advance(state, emb[:, t])
+        for gates_t in emb_gates.unbind(1):  # unbind: one gradient stack, not T zero-fills
+            state, attn = self._advance(state, gates_t)
             tops.append(state.hidden[-1])
             steps.append(attn)
         logits = self.logits(torch.stack(tops, dim=1))  # (B, T, V)
