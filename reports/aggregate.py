@@ -104,8 +104,8 @@ class TableResult:
     """Paired tests run."""
     n_testable: int = 0
     """Paired tests with enough non-zero differences to reach p < alpha."""
-    warnings: tuple[str, ...] = ()
-    """Problems found in the data (runs missing metrics, ...)."""
+    warnings: tuple[tuple[str, str, str], ...] = ()
+    """Problems found in the data: (variant, column key, message)."""
 
     def cell(self, row: str, column: str) -> Cell:
         return self.cells[(row, column)]
@@ -302,7 +302,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
     stat = stat or table.stat
     units = _units(runset, table)
     cells: dict[tuple[str, str], Cell] = {}
-    warnings: list[str] = []
+    warnings: list[tuple[str, str, str]] = []
     for col in table.columns:
         for variant in table.rows:
             us = _column_units(table, col, variant, units)
@@ -334,9 +334,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 n_hparam_choices=max(u.n_choices for u in present),
             )
             if n_missing:
-                warnings.append(
-                    f"{variant} / {col.key}: {n_missing} finished run(s) lack the metric"
-                )
+                warnings.append((variant, col.key, f"{n_missing} finished run(s) lack the metric"))
             if not shared:
                 cells[(variant, col.key)] = Cell(**common)
                 continue
@@ -347,7 +345,8 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 greyed = math.isinf(med)
                 accs = [a * 100.0 for a in acc.values() if a is not None]
                 seeds = tuple((s, float(ep[s])) for s in shared)
-                st = _stats([v for _, v in seeds]) if not greyed else {
+                finite = all(math.isfinite(v) for _, v in seeds)
+                st = _stats([v for _, v in seeds]) if finite else {
                     "median": med, "mean": None, "std": None, "q25": None, "q75": None}
                 cells[(variant, col.key)] = Cell(
                     **common, seeds=seeds, greyed=greyed,

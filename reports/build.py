@@ -132,7 +132,7 @@ def collect(
         uri, name = resolve_source(tracking_uri=src, study=study)
     else:
         uri, name = resolve_source(src, study=study)
-    defs = [get_table(t) for t in tables] if tables else list(TABLES.values())
+    defs = [_table(t) for t in tables] if tables else list(TABLES.values())
     keys: dict[str, None] = {"best_dev_score": None}
     for t in defs:
         for k in t.metric_keys():
@@ -147,12 +147,19 @@ def collect(
                 f"study {name!r} does not say which tables it regenerates (no parent run with "
                 f"tag {schema.TABLES}); pass --table ID (valid: {', '.join(sorted(TABLES))})"
             )
-        defs = [get_table(t) for t in ids]
+        defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
     results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
     return Built(runset=runset, results=results, provenance=provenance(runset))
+
+
+def _table(table_id: str, where: str = "") -> TableDef:
+    try:
+        return get_table(table_id)
+    except ValueError as exc:
+        raise ReportsError(f"{exc}" + (f" (from {where})" if where else "")) from None
 
 
 def describe_gaps(result: TableResult) -> list[str]:

@@ -165,7 +165,7 @@ def notes(result: TableResult, label: Labeler) -> list[str]:
         any_choice = max((c.n_hparam_choices for c in result.cells.values()), default=0)
         txt = "; ".join(f"{h} for {', '.join(label(v) for v in vs)}" for h, vs in hs)
         how = ("chosen per cell by the best median best_dev_score over seeds, never by test"
-               if any_choice > 1 else "fixed (no alternative was run)")
+               if any_choice > 1 else "fixed, no alternative was run")
         out.append(f"Hyperparameters ({how}): {txt}.")
     if t.kind != "epochs_or_accuracy" and result.stat != "n":
         if result.n_tests == 0:
@@ -181,8 +181,11 @@ def notes(result: TableResult, label: Labeler) -> list[str]:
                 f"so such pairs are left unmarked: {result.n_testable} of {result.n_tests} "
                 "comparisons in this table were testable."
             )
-    for w in result.warnings:
-        out.append(f"Data: {w}.")
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for row, col, msg in result.warnings:
+        grouped.setdefault((row, msg), []).append(col_label[col])
+    for (row, msg), cols in grouped.items():
+        out.append(f"Data: {label(row)} / {', '.join(cols)}: {msg}.")
     return out
 
 
@@ -300,7 +303,7 @@ _LATEX_CHARS = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
     "±": r"$\pm$", "−": r"$-$", "†": r"$^\dagger$", "–": r"--", "≈": r"$^{\approx}$",
-    "≥": r"$\geq$", "°": "", "×": r"$\times$", "μ": r"$\mu$", "σ": r"$\sigma$",
+    "≥": r"$\geq$", "<": r"$<$", ">": r"$>$", "°": "", "×": r"$\times$", "μ": r"$\mu$", "σ": r"$\sigma$",
 }
 
 
