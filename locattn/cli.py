@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("variants", help="list variant presets with their paper labels")
     v.add_argument("pattern", nargs="?", default="*", help="glob pattern, e.g. 'mix*'")
-    sub.add_parser("tasks", help="list tasks")
+    t = sub.add_parser("tasks", help="list tasks")
+    parser.commands = {"train": p, "attention": a, "variants": v, "tasks": t}  # type: ignore[attr-defined]
     return parser
 
 
@@ -269,7 +270,10 @@ COMMANDS = {"train": cmd_train, "attention": cmd_attention, "variants": cmd_vari
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``locattn`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # report on the sub-command's parser, which names its own options
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:

@@ -145,3 +145,16 @@ def test_sigkill_during_epoch_3_then_resume_equals_uninterrupted(tmp_path: Path)
     assert without_time(a["history"]) == without_time(b["history"])
     assert a["test"] == b["test"] and a["by_length"] == b["by_length"]
     assert a["best_epoch"] == b["best_epoch"] and a["best_dev_score"] == b["best_dev_score"]
+
+
+def test_regression_run_resumes_exactly(tmp_path: Path) -> None:
+    cfg = make_run_config(task="raffel_mul", variant="ffattn", seed=2, overrides={
+        "optim.batch_size": 20, "optim.updates_per_epoch": 15, "optim.epochs": 3,
+        "task.dev_size": 50, "task.test_size": 50, "num_threads": 1})
+    full = train(cfg, tmp_path / "full")
+    assert full.kind == "regression" and full.epochs_run == 3
+    with pytest.raises(Interrupt):
+        train(cfg, tmp_path / "cut", recorder=StopAfter(1))
+    resumed = train(cfg, tmp_path / "cut")
+    assert without_time(resumed.history) == without_time(full.history)
+    assert resumed.test == full.test

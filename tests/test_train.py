@@ -178,3 +178,19 @@ def test_locattn_imports_no_tracking_library() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_regression_task_reaches_100_and_stops(tmp_path: Path) -> None:
+    """Raffel & Ellis addition, T0 = 50: the attention regressor gets every dev sequence within
+    0.04 after a few hundred updates; the run stops there and records epochs_to_100."""
+    cfg = make_run_config(task="raffel_add", variant="ffattn", seed=0, overrides={
+        "optim.batch_size": 100, "optim.updates_per_epoch": 150, "optim.epochs": 8,
+        "optim.lr": 3e-3, "task.dev_size": 200, "task.test_size": 200, "num_threads": 1})
+    result = train(cfg, tmp_path / "raffel")
+    assert result.kind == "regression" and result.dev_scoring == "accuracy"
+    assert result.epochs_to_100 is not None and result.epochs_to_100 == result.epochs_run
+    assert result.stop_reason == "reached_100"
+    assert result.history[-1]["dev_score"] == 1.0
+    assert result.history[0]["train_loss"] > result.history[-1]["train_loss"]
+    assert result.test["test"]["n"] == 200 and result.test["test"]["accuracy"] >= 0.98
+    assert result.final_metrics()["epochs_to_100"] == result.epochs_to_100
