@@ -1,0 +1,291 @@
+"""Studies end to end: real local Ray, real MLflow SQLite store, real locattn training (smoke).
+
+One Ray instance (2 CPUs, loopback) is shared by the tests of this module; drivers launched as
+subprocesses join it with --address, so killing them leaves no Ray processes behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+pytest.importorskip("optuna")
+
+from study import schema  # noqa: E402
+from study.launch import init_ray, launch, resume, status  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
+         "task.test_lengths": [15], "optim.epochs": 2}
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    import ray
+
+    started = init_ray()
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def write_spec(tmp_path: Path, name: str, **body) -> Path:
+    spec = {"name": name, "seeds": 1, "resources": {"cpus": 1}, "max_failures": 0,
+            "profiles": {"smoke": {}}, "default_profile": "smoke", **body}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def trial_runs(db: Path) -> dict[str, dict]:
+    """run_id -> {tags, status, metrics: {key: [(step, value)]}} of the trial runs."""
+    con = sqlite3.connect(db)
+    try:
+        runs: dict[str, dict] = {}
+        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
+            runs[run_id] = {"status": status, "tags": {}, "metrics": {}}
+        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
+            if run_id in runs:
+                runs[run_id]["tags"][k] = v
+        for run_id, k, step, v in con.execute(
+            "SELECT run_uuid, key, step, value FROM metrics ORDER BY step, timestamp"
+        ):
+            if run_id in runs:
+                runs[run_id]["metrics"].setdefault(k, []).append((step, v))
+    finally:
+        con.close()
+    return {r: d for r, d in runs.items() if d["tags"].get(schema.ROLE) == schema.ROLE_TRIAL}
+
+
+def test_smoke_study_records_runs(ray_address, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "studies"
+    summary = launch(ROOT / "ablations/rc_table2.yaml", profile="smoke", root=root,
+                     progress_seconds=1.0)
+    assert summary["trials"] == 4 and summary["errors"] == 0
+    out = capsys.readouterr().out
+    assert "4/4 done" in out and "ETA" in out
+    study_dir = root / "rc_table2-smoke"
+    runs = trial_runs(study_dir / "mlflow.db")
+    assert len(runs) == 4  # 2 variants x 2 seeds
+    cells = sorted((r["tags"][schema.CELL], r["tags"][schema.SEED]) for r in runs.values())
+    assert cells == [("task=copy,variant=content", "0"), ("task=copy,variant=content", "1"),
+                     ("task=copy,variant=onestep", "0"), ("task=copy,variant=onestep", "1")]
+    for run in runs.values():
+        assert run["status"] == "FINISHED" and run["tags"][schema.STATUS] == "finished"
+        assert run["tags"][schema.N_SEEDS] == "2" and run["tags"][schema.STUDY] == "rc_table2-smoke"
+        assert len(run["tags"][schema.CODE_VERSION]) >= 40
+        assert "torch" in json.loads(run["tags"][schema.VERSIONS])
+        assert "mlflow.parentRunId" in run["tags"]
+        # per-epoch metrics at steps 1..2, once each; final per-split test metrics
+        assert [s for s, _ in run["metrics"]["train_loss"]] == [1, 2]
+        assert [s for s, _ in run["metrics"]["dev_score"]] == [1, 2]
+        assert all(v > 0 for _, v in run["metrics"]["train_loss"])
+        acc = run["metrics"]["test.len15.seq_acc"][0][1]
+        assert 0.0 <= acc <= 1.0
+        assert run["metrics"]["test.iid.n"][0][1] == 32
+        assert run["metrics"]["epochs_run"][0][1] == 2
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{study_dir / 'mlflow.db'}")
+    run_id = next(iter(runs))
+    params = client.get_run(run_id).data.params
+    assert params["optim.epochs"] == "2" and params["task.train_size"] == "64"
+    arts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"attention.png", "result.json"} <= arts
+    exp = client.get_experiment_by_name("rc_table2-smoke")
+    assert exp.artifact_location.startswith("file://" + str(study_dir))
+    parent = client.search_runs([exp.experiment_id], f"tags.`{schema.ROLE}` = 'study'")
+    assert len(parent) == 1 and parent[0].data.tags[schema.TABLES] == "rc_table2"
+    assert parent[0].data.metrics["trials_finished"] == 4
+
+    # status: per cell, both seeds done
+    rows = status(study_dir)
+    assert [(r["done"], r["running"], r["failed"], r["missing"]) for r in rows] == [(2, 0, 0, 0)] * 2
+
+    # launching the same spec again is idempotent: nothing reruns, no new run
+    mtimes = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
+    again = launch(ROOT / "ablations/rc_table2.yaml", profile="smoke", root=root)
+    assert again["errors"] == 0
+    assert len(trial_runs(study_dir / "mlflow.db")) == 4
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+
+
+def test_nan_trial_is_recorded_failed_while_others_finish(ray_address, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "nan", grid={"task": ["copy"], "variant": ["onestep"]},
+                      hparams={"optim.lr": [1e-3, 1e12]}, overrides=SMOKE, max_failures=1)
+    summary = launch(spec, root=tmp_path / "s", progress_seconds=60)
+    assert summary["trials"] == 2 and summary["errors"] == 1
+    runs = trial_runs(tmp_path / "s" / "nan-smoke" / "mlflow.db")
+    by_lr = {json.loads(r["tags"][schema.HPARAMS])["optim.lr"]: r for r in runs.values()}
+    assert by_lr[1e-3]["status"] == "FINISHED"
+    bad = by_lr[1e12]
+    assert bad["status"] == "FAILED" and bad["tags"][schema.STATUS] == "failed"
+    assert "NonFiniteLossError" in bad["tags"][schema.ERROR]
+    assert bad["tags"][schema.ATTEMPTS] == "2"  # first attempt + 1 retry
+    rows = status(tmp_path / "s" / "nan-smoke")
+    assert rows[0]["done"] == 1 and rows[0]["failed"] == 1
+
+
+def _wait_for(pred, timeout: float, what: str, proc=None):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        value = pred()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"driver exited ({proc.returncode}) before {what}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _progress(db: Path) -> tuple[int, int]:
+    """(finished trial runs, max epoch step of an unfinished run)."""
+    if not db.is_file():
+        return 0, 0
+    try:
+        runs = trial_runs(db)
+    except sqlite3.OperationalError:
+        return 0, 0
+    done = sum(1 for r in runs.values() if r["tags"].get(schema.STATUS) == "finished")
+    steps = [max((s for s, _ in r["metrics"].get("train_loss", [])), default=0)
+             for r in runs.values() if r["tags"].get(schema.STATUS) != "finished"]
+    return done, max(steps, default=0)
+
+
+def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
+    import ray
+
+    overrides = {**SMOKE, "optim.epochs": 6, "task.train_size": 160}
+    spec = write_spec(tmp_path, "kill", grid={"task": ["copy"], "variant": ["onestep", "mono"]},
+                      seeds=2, overrides=overrides, max_concurrent=2)
+    root = tmp_path / "s"
+    db = root / "kill-smoke" / "mlflow.db"
+    env = dict(os.environ, TUNE_GLOBAL_CHECKPOINT_S="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+         "--address", ray_address, "--progress-seconds", "1"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: _progress(db)[0] >= 1 and _progress(db)[1] >= 3, 240,
+                  "one finished run and one at epoch >= 3", proc)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
+        proc.wait()
+    finished_before = {rid: r["metrics"]["train_loss"] for rid, r in trial_runs(db).items()
+                       if r["tags"][schema.STATUS] == "finished"}
+    result_files = {p: p.stat().st_mtime for p in (root / "kill-smoke" / "runs").glob("*/result.json")}
+    assert finished_before and len(finished_before) < 4
+    # Ray frees the dead driver's trial actors.
+    _wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
+
+    summary = resume(root / "kill-smoke", progress_seconds=60)
+    assert summary["errors"] == 0
+    runs = trial_runs(db)
+    assert len(runs) == 4  # one MLflow run per trial, no duplicates
+    assert all(r["status"] == "FINISHED" for r in runs.values())
+    for rid, r in runs.items():
+        steps = [s for s, _ in r["metrics"]["train_loss"]]
+        assert steps == sorted(set(steps)) and steps[-1] == r["metrics"]["epochs_run"][0][1]
+        assert len(r["metrics"]["test.len15.seq_acc"]) == 1  # final metrics logged once
+    for rid, hist in finished_before.items():
+        assert runs[rid]["metrics"]["train_loss"] == hist  # finished runs untouched
+    for p, mtime in result_files.items():
+        assert p.stat().st_mtime == mtime  # and not retrained
+    resumed = [int(r["tags"].get(schema.RESUMED_FROM, 0)) for r in runs.values()]
+    assert max(resumed) > 0  # an unfinished trial continued from its epoch checkpoint
+
+
+def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, tmp_path: Path) -> None:
+    import optuna
+
+    root = tmp_path / "s"
+    summary = launch(ROOT / "ablations/search_lr.yaml", profile="smoke", root=root,
+                     progress_seconds=60)
+    assert summary["trials"] == 3 and summary["errors"] == 0
+    study_dir = root / "search_lr-smoke"
+    runs = trial_runs(study_dir / "mlflow.db")
+    assert len(runs) == 3 * 2  # 3 search points x 2 seeds, one run each
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    (summary_,) = optuna.get_all_study_summaries(storage)
+    ostudy = optuna.load_study(study_name=summary_.study_name, storage=storage)
+    trials = ostudy.get_trials(deepcopy=False)
+    assert len(trials) == 3
+    for t in trials:
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        assert t.intermediate_values == {}  # no partial budgets ever reported
+        seeds = [r for r in runs.values()
+                 if abs(json.loads(r["tags"][schema.HPARAMS])["optim.lr"] - t.params["optim.lr"]) < 1e-15]
+        assert sorted(r["tags"][schema.SEED] for r in seeds) == ["0", "1"]
+        scores = sorted(r["metrics"]["best_dev_score"][0][1] for r in seeds)
+        assert t.value == pytest.approx(sum(scores) / 2)  # median of 2 = mean, full budgets
+        assert all(r["metrics"]["epochs_run"][0][1] == 2 for r in seeds)
+    lrs = sorted(t.params["optim.lr"] for t in trials)
+    assert len(set(lrs)) == 3 and 1e-4 <= lrs[0] and lrs[-1] <= 1e-2
+
+    # Resume/relaunch keeps the sampler state: no new Optuna trial, no new run.
+    again = resume(study_dir, progress_seconds=60)
+    assert again["errors"] == 0
+    assert len(optuna.load_study(study_name=summary_.study_name, storage=storage).trials) == 3
+    assert len(trial_runs(study_dir / "mlflow.db")) == 6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_study_on_loopback(ray_address, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "ui", grid={"task": ["copy"], "variant": ["onestep"]},
+                      overrides={**SMOKE, "optim.epochs": 1})
+    root = tmp_path / "s"
+    launch(spec, root=root, progress_seconds=60)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "study.cli", "ui", str(root / "ui-smoke"), "--port", str(port)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}" in line
+        base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+
+        def search():
+            try:
+                with urllib.request.urlopen(f"{base}/experiments/get-by-name?experiment_name=ui-smoke",
+                                            timeout=2) as r:
+                    exp = json.load(r)["experiment"]
+                req = urllib.request.Request(
+                    f"{base}/runs/search", method="POST", headers={"Content-Type": "application/json"},
+                    data=json.dumps({"experiment_ids": [exp["experiment_id"]]}).encode())
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    return json.load(r)["runs"]
+            except OSError:
+                return None
+
+        runs = _wait_for(search, 90, "the MLflow server", proc)
+        roles = sorted(next(t["value"] for t in r["data"]["tags"] if t["key"] == schema.ROLE)
+                       for r in runs)
+        assert roles == ["study", "trial"]
+        # bound to loopback only
+        conns = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
+        listening = [ln for ln in conns.splitlines() if f":{port} " in ln]
+        assert listening and all("127.0.0.1:" in ln for ln in listening)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group of the process this test started
+        proc.wait(timeout=30)

@@ -1,0 +1,132 @@
+"""Study specs: validation errors name the file, the key and the valid choices; plans expand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.cli import main
+from study.spec import SpecError, load_spec, run_key
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "ablations").glob("*.yaml"))
+
+BASE = {
+    "name": "t",
+    "grid": {"task": ["copy"], "variant": ["onestep"]},
+    "seeds": 2,
+    "profiles": {"smoke": {"overrides": {"optim.epochs": 1}}},
+}
+
+
+def write(tmp_path: Path, body: dict) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def bad(tmp_path: Path, **changes) -> str:
+    body = {**BASE, **changes}
+    path = write(tmp_path, body)
+    with pytest.raises(SpecError) as info:
+        load_spec(path, "smoke")
+    msg = str(info.value)
+    assert str(path) in msg  # every message names the file
+    return msg
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_shipped_specs_validate(spec: Path, profile: str) -> None:
+    s = load_spec(spec, profile)
+    assert s.n_trials() > 0 and s.n_runs() >= s.n_trials()
+    assert s.profile == profile
+    if profile == "paper":
+        assert len(s.seeds) == 5  # the papers' budget
+        cfgs = s.resolved["overrides"]
+        assert cfgs["optim.epochs"] == 100
+
+
+def test_unknown_top_key(tmp_path: Path) -> None:
+    msg = bad(tmp_path, gird={"task": ["copy"]})
+    assert "gird" in msg and "grid" in msg and "valid" in msg
+
+
+def test_unknown_variant_lists_valid(tmp_path: Path) -> None:
+    msg = bad(tmp_path, grid={"task": ["copy"], "variant": ["onestepp"]})
+    assert "grid.variant" in msg and "'onestepp'" in msg and "'onestep'" in msg and "'mono'" in msg
+
+
+def test_unknown_task_lists_valid(tmp_path: Path) -> None:
+    msg = bad(tmp_path, grid={"task": ["kopy"], "variant": ["onestep"]})
+    assert "grid.task" in msg and "'kopy'" in msg and "'reverse_copy'" in msg
+
+
+def test_empty_grid_axis(tmp_path: Path) -> None:
+    msg = bad(tmp_path, grid={"task": [], "variant": ["onestep"]})
+    assert "grid.task" in msg and "empty" in msg
+
+
+def test_bad_types(tmp_path: Path) -> None:
+    assert "seeds" in bad(tmp_path, seeds="five")
+    assert "grid.variant" in bad(tmp_path, grid={"task": ["copy"], "variant": "onestep"})
+    msg = bad(tmp_path, resources={"cpus": "two"})
+    assert "resources.cpus" in msg
+    msg = bad(tmp_path, resources={"cpu": 1})
+    assert "resources.cpu" in msg and "cpus" in msg
+
+
+def test_unknown_config_path_and_value(tmp_path: Path) -> None:
+    msg = bad(tmp_path, overrides={"optim.lrr": 0.1})
+    assert "lrr" in msg and "optim" in msg and "'lr'" in msg
+    msg = bad(tmp_path, hparams={"optim.lr": [0.001, "fast"]})
+    assert "optim.lr" in msg
+
+
+def test_unknown_profile_and_profile_key(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE)
+    with pytest.raises(SpecError, match=r"profile.*'huge'.*valid: \['smoke'\]"):
+        load_spec(path, "huge")
+    msg = bad(tmp_path, profiles={"smoke": {"epochs": 3}})
+    assert "profiles.smoke.epochs" in msg and "overrides" in msg
+
+
+def test_bad_search(tmp_path: Path) -> None:
+    space = {"optim.lr": {"type": "logunif", "low": 1e-4, "high": 1e-2}}
+    msg = bad(tmp_path, search={"space": space})
+    assert "search.space.optim.lr.type" in msg and "loguniform" in msg
+    space = {"optim.lr": {"type": "loguniform", "low": 1e-2, "high": 1e-4}}
+    assert "low < high" in bad(tmp_path, search={"space": space})
+    space = {"optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}
+    msg = bad(tmp_path, search={"space": space, "sampler": "grid"})
+    assert "search.sampler" in msg and "tpe" in msg
+
+
+def test_expansion_and_keys(tmp_path: Path) -> None:
+    body = {**BASE, "grid": {"task": ["copy", "reverse_copy"], "variant": ["onestep", "mono"],
+                             "model.attention.sigma_min": [0.27]},
+            "hparams": {"optim.lr": [1e-3, 3e-4]}, "seeds": [0, 7]}
+    s = load_spec(write(tmp_path, body), "smoke")
+    trials = s.grid_trials()
+    assert len(s.cells) == 4 and len(trials) == 4 * 2 * 2 == s.n_trials()
+    assert s.cells[0].cell == "task=copy,variant=onestep,model.attention.sigma_min=0.27"
+    keys = {run_key("t", t.cell, t.hparams, t.seeds[0]) for t in trials}
+    assert len(keys) == len(trials)  # deterministic and distinct
+    assert run_key("t", trials[0].cell, trials[0].hparams, 0) == run_key(
+        "t", trials[0].cell, dict(reversed(list(trials[0].hparams.items()))), 0)
+
+
+def test_dry_run_prints_plan(capsys: pytest.CaptureFixture) -> None:
+    assert main(["launch", str(ROOT / "ablations/rc_table2.yaml"), "--profile", "paper",
+                 "--dry-run", "--root", "/tmp/unused"]) == 0
+    out = capsys.readouterr().out
+    assert "cells    48" in out and "240 Tune trials, 240 MLflow runs" in out and "CPU time" in out
+
+
+def test_cli_bad_spec_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = write(tmp_path, {**BASE, "grid": {"task": ["copy"], "variant": ["nope"]}})
+    assert main(["launch", str(path), "--profile", "smoke", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "grid.variant" in err and "valid" in err
