@@ -131,7 +131,9 @@ def test_same_seed_same_bytes_other_seed_differs(name, tmp_path):
     a = load_task(small(name), cache_dir=tmp_path / "a")
     b = load_task(small(name), use_cache=False)
     c = load_task(small(name, data_seed=1), use_cache=False)
-    assert split_digest(a) == split_digest(b)
+    cached = load_task(small(name), cache_dir=tmp_path / "a")  # read back from the cache
+    assert split_digest(a) == split_digest(b) == split_digest(cached)
+    assert list(cached.splits) == ["train", "dev", "iid", "len15", "len30"]
     assert split_digest(a) != split_digest(c)
     files = sorted((tmp_path / "a" / "tasks").glob("*.json.gz"))
     assert len(files) == 1
@@ -444,3 +446,34 @@ def test_raffel_big_batch_is_fast():
     elapsed = time.perf_counter() - start
     assert x.shape[0] == 100 and x.shape[1] >= 10000
     assert elapsed < 2.0, elapsed  # vectorised: ~0.1 s on a 2-core CPU
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def _load_digest(args):
+    cache_dir, seed = args
+    import torch as _torch
+
+    _torch.set_num_threads(1)
+    return split_digest(load_task(small("recopy", data_seed=seed), cache_dir=cache_dir))
+
+
+def test_concurrent_loads_share_one_cache_file(tmp_path):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    with ctx.Pool(2) as pool:
+        digests = pool.map(_load_digest, [(str(tmp_path), 7)] * 4)
+    assert len(set(digests)) == 1
+    files = list((tmp_path / "tasks").iterdir())
+    assert len(files) == 1 and files[0].name.endswith(".json.gz")  # no temp files left
+    assert _load_digest((str(tmp_path), 7)) == digests[0]
+
+
+def test_cache_files_are_byte_identical_across_directories(tmp_path):
+    load_task(small("posretrieve"), cache_dir=tmp_path / "a")
+    load_task(small("posretrieve"), cache_dir=tmp_path / "b")
+    (fa,) = (tmp_path / "a" / "tasks").iterdir()
+    (fb,) = (tmp_path / "b" / "tasks").iterdir()
+    assert fa.name == fb.name and fa.read_bytes() == fb.read_bytes()

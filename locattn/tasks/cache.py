@@ -20,7 +20,7 @@ from typing import Any
 
 from locattn.tasks.base import Example
 
-_MAGIC = "locattn-task-cache v1"
+_MAGIC = "locattn-task-cache v2"
 
 
 def default_cache_dir() -> Path:
@@ -73,7 +73,8 @@ def payload_bytes(payload: dict[str, Any]) -> bytes:
 def save(path: Path, params: dict[str, Any], splits: dict[str, list[Example]],
          vocab_tokens: list[str]) -> None:
     """Write the cache file atomically (temp file + ``os.replace``)."""
-    payload = {"params": params, "vocab": vocab_tokens, "splits": _encode_splits(splits)}
+    payload = {"params": params, "vocab": vocab_tokens, "order": list(splits),
+               "splits": _encode_splits(splits)}
     body = payload_bytes(payload)
     header = f"{_MAGIC} {hashlib.sha256(body).hexdigest()}\n".encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,8 @@ def load(path: Path, params: dict[str, Any]) -> tuple[dict[str, list[Example]], 
         payload = json.loads(body)
         if payload["params"] != json.loads(json.dumps(params)):
             raise ValueError("parameters differ from the cache key's")
-        return _decode_splits(payload["splits"]), list(payload["vocab"])
+        splits = _decode_splits(payload["splits"])  # keys were sorted on disk
+        return {name: splits[name] for name in payload["order"]}, list(payload["vocab"])
     except Exception as exc:  # any failure means "regenerate"
         warnings.warn(f"Dataset cache {path} is unreadable ({exc}); regenerating it.", stacklevel=3)
         return None
