@@ -16,6 +16,10 @@ Every task draws a digit sequence X (tokens "0".."9") whose length n is the *tas
 
 r(x) = num2repeat(x): 1 for x <= 3, 3 for 4 <= x <= 6, 5 for x >= 7.
 
+Tokens are the ten digits: the HTML text of Ray Chowdhury & Caragea repeats each maths
+glyph ("444 777" is "4 7"; "0-9" renders as "00-999"), and their Table 10 shows single
+digits.
+
 Choices that the papers leave open, fixed here:
 - For the inverse tasks and DeDupe the task length is the length of X, i.e. of the *target*
   (Ray Chowdhury & Caragea's Table 10 shows Inv ReCopy outputs of the test length with
