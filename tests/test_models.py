@@ -289,3 +289,15 @@ def test_regressor_bad_input():
         model(torch.rand(2, 5, 2), torch.tensor([6, 5]))
     with pytest.raises(ValueError, match="kind='regressor'"):
         build_regressor(get_variant("content"))
+
+
+def test_decoder_starts_from_e_cls():
+    model = make("mix_onestep").eval()
+    src, src_len, _, _ = batch()
+    state = model.start(src, src_len)
+    enc = model.encoder(model.embedding(src), src_len)
+    H = enc.cls.shape[-1] // 2
+    # e_cls = [forward state at the last valid position; backward state at position 0]
+    fwd_last = enc.outputs[torch.arange(4), src_len + 1, :H]
+    bwd_first = enc.outputs[:, 0, H:]
+    assert torch.allclose(state.hidden[0], torch.cat((fwd_last, bwd_first), -1), atol=1e-6)
