@@ -163,18 +163,37 @@ def wilcoxon_pair(a: dict[int, float], b: dict[int, float]) -> tuple[float | Non
     nz = int(np.count_nonzero(d))
     if nz == 0:
         return 1.0, 0
-    res = wilcoxon(d, zero_method="wilcox", alternative="two-sided")
-    return float(res.pvalue), nz
+    d = d[d != 0]
+    # The test depends on the differences only through the signed ranks of |d|, so the p-value
+    # is computed (by scipy) once per signed-rank pattern and reused.
+    order = np.argsort(np.abs(d), kind="stable")
+    ranks = np.empty(nz)
+    ranks[order] = np.arange(1, nz + 1)
+    absd = np.abs(d)
+    for v in np.unique(absd):  # average ranks of ties
+        m = absd == v
+        if m.sum() > 1:
+            ranks[m] = ranks[m].mean()
+    key = tuple(sorted((np.sign(d) * ranks).tolist()))
+    p = _P_CACHE.get(key)
+    if p is None:
+        res = wilcoxon(np.asarray(key), zero_method="wilcox", alternative="two-sided")
+        p = _P_CACHE[key] = float(res.pvalue)
+    return p, nz
+
+
+_P_CACHE: dict[tuple[float, ...], float] = {}
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
     arr = np.asarray(values, dtype=float)
+    q25, med, q75 = np.percentile(arr, (25, 50, 75)).tolist()
     return {
-        "median": float(np.median(arr)),
+        "median": med,
         "mean": float(arr.mean()),
         "std": float(arr.std(ddof=1)) if arr.size > 1 else None,
-        "q25": float(np.percentile(arr, 25)),
-        "q75": float(np.percentile(arr, 75)),
+        "q25": q25,
+        "q75": q75,
     }
 
 

@@ -27,17 +27,13 @@ STORE_FILE = "mlflow.db"
 
 # Tags read for every run: the run-record schema of docs/architecture.md §6.
 RUN_TAGS: tuple[str, ...] = (
-    schema.ROLE, schema.STUDY, schema.RUN_KEY, schema.CELL, schema.HPARAMS, schema.TASK,
-    schema.VARIANT, schema.SEED, schema.N_SEEDS, schema.STATUS, schema.CODE_VERSION,
-    schema.TABLES, schema.DEV_SCORING,
+    schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
+    schema.STATUS, schema.CODE_VERSION, schema.TABLES,
 )
 
 # Short column names in the runs frame for the tags above.
 TAG_COLUMNS: dict[str, str] = {
     schema.ROLE: "role",
-    schema.STUDY: "study",
-    schema.RUN_KEY: "run_key",
-    schema.CELL: "cell",
     schema.HPARAMS: "hparams",
     schema.TASK: "task",
     schema.VARIANT: "variant",
@@ -46,7 +42,6 @@ TAG_COLUMNS: dict[str, str] = {
     schema.STATUS: "status",
     schema.CODE_VERSION: "code_version",
     schema.TABLES: "tables",
-    schema.DEV_SCORING: "dev_scoring",
 }
 
 

@@ -42,6 +42,8 @@ class SynthRun:
     """Seeds the spec expects for the cell."""
     end_time_ms: int | None = None
     """End time; default: start + 1 s. Running runs get none."""
+    history: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """Per-epoch metrics (step = epoch from 1), e.g. ``{"dev_score": (0.1, 0.5)}``."""
 
 
 def _cell(run: SynthRun) -> str:
@@ -150,6 +152,11 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
         for k, v in r.metrics.items():
             lm_rows.append((k, float(v), start + 500, 0, 0, rid))
             m_rows.append((k, float(v), start + 500, rid, 0, 0))
+        for k, vs in r.history.items():
+            for step, v in enumerate(vs, start=1):
+                m_rows.append((k, float(v), start + step, rid, step, 0))
+            if vs:
+                lm_rows.append((k, float(vs[-1]), start + len(vs), len(vs), 0, rid))
         n += 1
     run_rows[0] = run_rows[0][:8] + (last_end + 1000,) + run_rows[0][9:]
     with conn:
