@@ -182,6 +182,7 @@ class Seq2Seq(nn.Module):
         positions = (positions * stepsize.unsqueeze(1)) * enc.mask  # (B, L)
         memory = SourceMemory(
             keys=e, values=values, mask=enc.mask, positions=positions, lengths=lengths,
+            score_bias=torch.zeros_like(positions).masked_fill(~enc.mask, float("-inf")),
             stepsize=stepsize,
         )
         return DecoderState(

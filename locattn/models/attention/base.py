@@ -24,6 +24,8 @@ class SourceMemory:
     """(B, L, H) output-projected values W_o·leaky_relu(W_v e); context = sum_j alpha_j values_j."""
     mask: Tensor
     """(B, L) bool, True on valid positions."""
+    score_bias: Tensor
+    """(B, L) float, 0 on valid positions and -inf on padding (added to scores before softmax)."""
     positions: Tensor
     """(B, L) float p_j = j / max(1, L_b - 1) (0 on padding)."""
     lengths: Tensor

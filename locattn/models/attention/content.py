@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.config import ContentScore
-from locattn.models.functional import masked_softmax
 
 
 class ContentScorer(nn.Module):
@@ -83,5 +82,5 @@ class ContentAttender(Attender):
     def forward(  # type: ignore[override]
         self, query: Tensor, memory: SourceMemory, cache: Any, state: Any, t: int
     ) -> tuple[AttnStep, Any]:
-        weights = masked_softmax(self.scorer(query, cache), memory.mask)  # (B, L)
+        weights = torch.softmax(self.scorer(query, cache) + memory.score_bias, dim=-1)  # (B, L)
         return AttnStep(weights=weights), state

@@ -15,7 +15,7 @@ Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
     initial:   mu = clamp(step·stepsize + pa + [t = 0]·sigmoid(rho1))           (LocAttn S)
   with clamp(x) = max(0.01x, min(x, 1 + 0.01x)) (RC eq. 8).
 * lambda_tj = exp(-(p_j - mu)^2 / 2 sigma^2) over valid j, divided by its sum (RC eqs. 6, 9).
-  It is computed as a masked softmax of the log-density, which is the same number but stays
+  It is computed as a softmax of the masked log-density, which is the same number but stays
   finite when every density value underflows (tiny sigma far from mu at long lengths).
 * ``mode="mix"``: alpha = m·lambda + (1-m)·softmax(content), m = sigmoid(beta_mix·Linear(h_{t-1}))
   (RC eqs. 15-16 with m on the location term; Dubois §5.2). Otherwise alpha = lambda.
@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.attention.content import ContentScorer
 from locattn.models.config import ContentScore, Controller, Mode, PaFrom, Reference, StepActivation
-from locattn.models.functional import leaky_clamp, masked_softmax, softstair
+from locattn.models.functional import leaky_clamp, softstair
 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
 
@@ -170,12 +170,13 @@ class LocationAttender(Attender):
         log_density = -((memory.positions - mu.unsqueeze(1)) ** 2) / (
             2.0 * sigma.unsqueeze(1) ** 2
         )  # (B, L)
-        lam = masked_softmax(log_density, memory.mask)  # (B, L) == pdf / sum(pdf)
+        lam = torch.softmax(log_density + memory.score_bias, dim=-1)  # (B, L) == pdf / sum(pdf)
         mix_gate = None
         weights = lam
         if self.content is not None:
             mix_gate = torch.sigmoid(self.mix_temperature * self.mix_gate(query)).squeeze(-1)  # (B,)
-            content = masked_softmax(self.content(query, cache), memory.mask)  # (B, L)
+            scores = self.content(query, cache) + memory.score_bias  # (B, L)
+            content = torch.softmax(scores, dim=-1)  # (B, L)
             m = mix_gate.unsqueeze(1)
             weights = m * lam + (1.0 - m) * content
         pa_source = lam if self.pa_from_location else weights

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.config import Positions
-from locattn.models.functional import masked_softmax, rotary_tables, rotate, sinusoid
+from locattn.models.functional import rotary_tables, rotate, sinusoid
 
 
 class PositionalAttender(Attender):
@@ -98,5 +98,6 @@ class PositionalAttender(Attender):
     def forward(  # type: ignore[override]
         self, query: Tensor, memory: SourceMemory, cache: Any, state: Any, t: int
     ) -> tuple[AttnStep, Any]:
-        weights = masked_softmax(self._score(query, memory, cache, t), memory.mask)  # (B, L)
+        scores = self._score(query, memory, cache, t)  # (B, L)
+        weights = torch.softmax(scores + memory.score_bias, dim=-1)  # (B, L)
         return AttnStep(weights=weights), state
