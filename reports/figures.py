@@ -1,0 +1,302 @@
+"""Figures (matplotlib, PNG + PDF, Agg backend).
+
+- :func:`length_curves`: seqAcc and seqAccBE against test length per variant (Dubois et al.
+  Figures 6-8): median over seeds with the interquartile range shaded.
+- :func:`attention_figure`: an attention heatmap with μ / σ / step / mix-gate traces for one
+  example (Dubois et al. Figure 9). :func:`attention_figure_from_json` reads the
+  ``attention.json`` the trainer writes (keys ``weights``, ``src``, ``pred``/``gold``,
+  ``source_offset``, ``mu``, ``sigma``, ``step``, ``mix_gate``).
+- :func:`raffel_accuracy_curves`: Raffel & Ellis test accuracy against sequence length T0.
+
+:func:`save_figure` writes PNG and PDF without time stamps, so the same data give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from study import schema
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, stem: str | Path, *, dpi: int = 120) -> list[Path]:
+    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (no creation dates); close it."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png, pdf = stem.with_suffix(".png"), stem.with_suffix(".pdf")
+    fig.savefig(png, dpi=dpi, metadata={"Software": None})
+    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                               "Creator": None})
+    _plt().close(fig)
+    return [png, pdf]
+
+
+# ---------------------------------------------------------------------------------------------
+# Length curves
+
+_COPY_ORDER = ("iid", "len15", "len20", "len25", "len30", "len50", "len100")
+
+
+def split_position(split: str) -> tuple[float, str] | None:
+    """(x position, tick label) of a test split on a length axis; None when not a length split."""
+    if split == "iid":
+        return 7.5, "5-10"
+    m = re.fullmatch(r"len(\d+)", split)
+    if m:
+        return float(m.group(1)), m.group(1)
+    m = re.fullmatch(r"longer_(seen|incremental|new)_(\d+)", split)
+    if m:
+        return float(m.group(2)), f"long {m.group(2)}"
+    if split in ("heldout_inputs", "heldout_compositions", "heldout_tables", "new_compositions"):
+        return 0.0, "interp."
+    return None
+
+
+def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen") -> pl.DataFrame:
+    """Tidy ``variant, split, x, seed, value`` (value in %) of finished trial runs of ``task``.
+
+    Lookup tasks use the ``longer_<lookup_family>_i`` files; the interpolation sets are averaged
+    into one point. When a cell has several hyperparameter settings, the one with the best
+    median ``best_dev_score`` is used, as in the tables.
+    """
+    from reports.aggregate import DEV_KEY
+
+    runs = runset.runs.filter(
+        (pl.col("task") == task) & (pl.col("status") == schema.STATUS_FINISHED)
+        & (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+    ).with_columns(pl.col("hparams").fill_null("{}"))
+    if runs.height == 0:
+        return pl.DataFrame(schema={"variant": pl.String, "split": pl.String, "x": pl.Float64,
+                                    "seed": pl.Int64, "value": pl.Float64})
+    dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select("run_id", pl.col("value").alias("dev"))
+    best = (runs.join(dev, on="run_id", how="left").group_by(["variant", "hparams"])
+            .agg(pl.col("dev").median()).sort(["variant", "dev", "hparams"],
+                                              descending=[False, True, False], nulls_last=True)
+            .group_by("variant", maintain_order=True).first().select("variant", "hparams"))
+    runs = runs.join(best, on=["variant", "hparams"], how="inner")
+    m = runset.metrics.filter(pl.col("key").str.starts_with("test.")
+                              & pl.col("key").str.ends_with(f".{metric}"))
+    m = m.with_columns(pl.col("key").str.slice(5).str.replace(f"\\.{metric}$", "").alias("split"))
+    rows = []
+    for rec in m.join(runs.select("run_id", "variant", "seed"), on="run_id").iter_rows(named=True):
+        pos = split_position(rec["split"])
+        if pos is None:
+            continue
+        fam = re.fullmatch(r"longer_(seen|incremental|new)_\d+", rec["split"])
+        if fam and fam.group(1) != lookup_family:
+            continue
+        split = "interp." if pos[1] == "interp." else rec["split"]
+        rows.append((rec["variant"], split, pos[0], rec["seed"], rec["value"] * 100.0))
+    df = pl.DataFrame(rows, schema={"variant": pl.String, "split": pl.String, "x": pl.Float64,
+                                    "seed": pl.Int64, "value": pl.Float64}, orient="row")
+    return df.group_by(["variant", "split", "x", "seed"]).agg(pl.col("value").mean()).sort(
+        ["variant", "x", "seed"])
+
+
+def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
+                  label=lambda k: k):
+    """One panel per metric (e.g. ``{"seqAcc": df, "seqAccBE": df}``) of :func:`length_frame`
+    frames: median over seeds per variant and x, IQR shaded. Returns the figure."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(frames), figsize=(5 * len(frames), 3.6), squeeze=False)
+    for ax, (name, df) in zip(axes[0], frames.items()):
+        ticks: dict[float, str] = {}
+        for variant in sorted(df["variant"].unique().to_list()) if df.height else []:
+            d = (df.filter(pl.col("variant") == variant).group_by(["x", "split"])
+                 .agg(pl.col("value").median().alias("med"),
+                      pl.col("value").quantile(0.25, "linear").alias("lo"),
+                      pl.col("value").quantile(0.75, "linear").alias("hi"))
+                 .sort("x"))
+            xs = d["x"].to_numpy()
+            ax.plot(xs, d["med"].to_numpy(), marker="o", label=label(variant))
+            ax.fill_between(xs, d["lo"].to_numpy(), d["hi"].to_numpy(), alpha=0.2)
+            for x, s in zip(xs, d["split"].to_list()):
+                ticks[float(x)] = split_position(s)[1] if split_position(s) else s
+        if ticks:
+            ax.set_xticks(sorted(ticks), [ticks[k] for k in sorted(ticks)])
+        if df.height and df["x"].max() >= 50:
+            ax.set_xscale("symlog", linthresh=10)
+            ax.set_xticks(sorted(ticks), [ticks[k] for k in sorted(ticks)])
+        ax.set_ylim(-3, 103)
+        ax.set_ylabel(f"{name} (%)")
+        ax.set_xlabel("test length")
+        ax.grid(alpha=0.3)
+        if df.height:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention example
+
+
+def attention_figure(
+    weights: Any,
+    src: Sequence[str],
+    tgt: Sequence[str],
+    *,
+    mu: Sequence[float] | None = None,
+    sigma: Sequence[float] | None = None,
+    step: Sequence[float] | None = None,
+    mix_gate: Sequence[float] | None = None,
+    source_offset: int = 0,
+    title: str | None = None,
+):
+    """Heatmap of ``weights`` (T, L) with target tokens as rows and the attention axis as columns
+    (START/END around ``src`` when ``source_offset`` is 1), plus a side panel with the traces
+    that are given (each of length T). μ is also drawn on the heatmap, in source positions.
+    Returns the figure."""
+    plt = _plt()
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D (T, L); got shape {w.shape}")
+    T, L = w.shape
+    traces = {k: np.asarray(v, dtype=float) for k, v in
+              (("μ", mu), ("σ", sigma), ("step", step), ("mix gate", mix_gate)) if v is not None}
+    for k, v in traces.items():
+        if v.shape != (T,):
+            raise ValueError(f"trace {k} must have shape ({T},) like the weights' rows; got {v.shape}")
+    cols = []
+    for j in range(L):
+        i = j - source_offset
+        cols.append("START" if i < 0 else (src[i] if i < len(src) else "END"))
+    rows = list(tgt)[:T] + ["<eos>"] * max(0, T - len(tgt))
+    side = len(traces) > 0
+    fig, axes = plt.subplots(
+        1, 2 if side else 1, figsize=(max(4.0, 0.32 * L + 2) + (2.6 if side else 0), max(3.0, 0.3 * T + 1.5)),
+        gridspec_kw={"width_ratios": [max(L, 4), 6]} if side else None, squeeze=False,
+    )
+    ax = axes[0][0]
+    im = ax.imshow(w, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(L), cols, rotation=90, fontsize=7)
+    ax.set_yticks(range(T), rows, fontsize=7)
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    if "μ" in traces:
+        # μ is a relative position in [0, 1] over the L attention columns.
+        ax.plot(traces["μ"] * (L - 1), range(T), color="red", lw=1, marker=".", label="μ")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    if side:
+        sx = axes[0][1]
+        for k, v in traces.items():
+            sx.plot(v, range(T), marker=".", label=k)
+        sx.set_ylim(T - 0.5, -0.5)
+        sx.set_yticks(range(T), [])
+        sx.set_xlabel("value")
+        sx.legend(fontsize=7)
+        sx.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def attention_figure_from_json(record: str | Path | Mapping[str, Any], *, title: str | None = None):
+    """:func:`attention_figure` for the trainer's ``attention.json`` (a path or the dict)."""
+    if not isinstance(record, Mapping):
+        path = Path(record)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read attention record {str(path)!r}: {exc}") from exc
+    missing = [k for k in ("weights", "src") if k not in record]
+    if missing:
+        raise ValueError(f"attention record lacks {', '.join(missing)}; "
+                         "expected keys: weights, src, pred or gold, source_offset, mu, sigma, step, mix_gate")
+    tgt = record.get("pred") or record.get("gold") or []
+    if title is None and "split" in record:
+        title = f"{record['split']} #{record.get('index', 0)}"
+    return attention_figure(
+        record["weights"], record["src"], tgt, mu=record.get("mu"), sigma=record.get("sigma"),
+        step=record.get("step"), mix_gate=record.get("mix_gate"),
+        source_offset=int(record.get("source_offset", 0)), title=title,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Raffel & Ellis
+
+
+def raffel_frame(runset) -> pl.DataFrame:
+    """``task, variant, t0, seed, accuracy`` (%) of finished Raffel runs (needs param task.t0)."""
+    if "task.t0" not in runset.runs.columns:
+        raise ValueError("Raffel figures need the run param 'task.t0'; read it with param_keys")
+    runs = runset.runs.filter(pl.col("task").is_in(["raffel_add", "raffel_mul"])
+                              & (pl.col("status") == schema.STATUS_FINISHED))
+    m = runset.metrics.filter(pl.col("key") == "test.test.accuracy")
+    return (runs.join(m, on="run_id").select(
+        "task", "variant", pl.col("task.t0").cast(pl.Float64).alias("t0"), "seed",
+        (pl.col("value") * 100).alias("accuracy"))
+        .sort(["task", "variant", "t0", "seed"]))
+
+
+def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
+    """Test accuracy after training against T0, one panel per task, median over seeds."""
+    plt = _plt()
+    tasks = [t for t in ("raffel_add", "raffel_mul") if t in set(df["task"].to_list())] or ["raffel_add"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        d = df.filter(pl.col("task") == task)
+        for variant in sorted(d["variant"].unique().to_list()):
+            g = (d.filter(pl.col("variant") == variant).group_by("t0")
+                 .agg(pl.col("accuracy").median()).sort("t0"))
+            ax.plot(g["t0"].to_numpy(), g["accuracy"].to_numpy(), marker="o", label=label(variant))
+        ax.set_xscale("log")
+        ax.set_xlabel("sequence length T0")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title({"raffel_add": "Addition", "raffel_mul": "Multiplication"}[task])
+        ax.grid(alpha=0.3)
+        if d.height:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
+    """Every figure the study's data allow: length curves per task, Raffel accuracy curves."""
+    from reports.build import paper_label
+    from reports.store import read_runs, resolve_source
+
+    src = str(source)
+    uri, name = (resolve_source(tracking_uri=src, study=study) if "://" in src
+                 else resolve_source(src, study=study))
+    rs = read_runs(uri, name, metric_keys=["best_dev_score"], metric_prefixes=["test."],
+                   param_keys=["task.t0"])
+    out = Path(out_dir) / "figures"
+    written: list[Path] = []
+    tasks = sorted(set(rs.runs["task"].drop_nulls().to_list()))
+    for task in tasks:
+        if task.startswith("raffel"):
+            continue
+        frames = {"seqAcc": length_frame(rs, task, "seq_acc"),
+                  "seqAccBE": length_frame(rs, task, "seq_acc_be")}
+        if all(f.height == 0 for f in frames.values()):
+            continue
+        fig = length_curves(frames, title=task, label=paper_label)
+        written += save_figure(fig, out / f"length_{task}")
+    if any(t.startswith("raffel") for t in tasks):
+        df = raffel_frame(rs)
+        if df.height:
+            written += save_figure(raffel_accuracy_curves(df, label=paper_label), out / "raffel_accuracy")
+    return written
