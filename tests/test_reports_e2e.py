@@ -152,9 +152,17 @@ def test_cli_strict_refuses_incomplete(study_dir: Path, tmp_path: Path, capsys) 
     assert "rc_table4: -Step 3 (onestep_no_step3) / Copy 15 [copy:len15]: 1 of 3 seeds" in err
     assert "rc_table4: -Step 2 (onestep_no_step2) / ReCopy 15 [recopy:len15]: missing" in err
     assert not out.exists()
-    rc = main(["build", str(study_dir), "--format", "md", "--out", str(out), "--stat", "iqr"])
+    rc = main(["build", str(study_dir), "--format", "md", "--out", str(out), "--stat", "iqr",
+               "--compare", "--figures"])
     assert rc == 0 and (out / "rc_table4.md").exists()
-    assert "the median over seeds [25th, 75th percentile]" in (out / "rc_table4.md").read_text()
+    md = (out / "rc_table4.md").read_text()
+    assert "the median over seeds [25th, 75th percentile]" in md
+    assert "**Published numbers** (Ray Chowdhury & Caragea (2023), Table 4" in md
+    # -Step 2 published Copy 30 = 1.4; ours is the median of the lr=0.001 seeds.
+    diff = _expected_median("onestep_no_step2", "len30") - 1.4
+    assert f"{diff:+.1f}" in md.split("**Difference**")[1]
+    assert (out / "figures" / "length_copy.png").stat().st_size > 5000
+    assert (out / "figures" / "length_copy.pdf").exists()
 
 
 def test_bad_inputs_get_clear_messages(study_dir: Path, tmp_path: Path, capsys) -> None:
