@@ -68,7 +68,7 @@ class RunConfig:
     """Task and split sizes."""
     variant: str = "onestep"
     """Variant preset key (``locattn.list_variants()``)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=lambda: _default_model())
     """Model config, resolved from the variant preset plus overrides."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimisation protocol."""
@@ -80,6 +80,12 @@ class RunConfig:
     """torch intra-op threads (operational)."""
     cache_dir: str | None = None
     """Dataset cache directory (operational); None uses ``~/.cache/locattn``."""
+
+
+def _default_model() -> ModelConfig:
+    from locattn.variants import get_variant
+
+    return get_variant(RunConfig.__dataclass_fields__["variant"].default)
 
 
 def _check_positive(obj: Any, *names: str) -> None:
