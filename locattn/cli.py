@@ -182,6 +182,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     found = None if args.fresh else ckpt.find_checkpoint(out)
     if found is not None:
         initial = int(ckpt.read_meta(found).get("epoch", 0))
+    if args.fresh:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
     recorders: list[Any] = [JsonlRecorder(out / "metrics.jsonl")]
     if not args.no_progress:
         recorders.append(ProgressRecorder(cfg.optim.epochs, min(initial, cfg.optim.epochs),

@@ -257,7 +257,7 @@ class _Seq2SeqRun:
         }
 
     def restore(self, checkpoint_dir: Path) -> None:
-        s = ckpt.load_state(checkpoint_dir, self.device)
+        s = ckpt.load_state(checkpoint_dir)  # CPU: RNG states must stay CPU tensors
         self.model.load_state_dict(s["model"])
         self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])

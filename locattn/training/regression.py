@@ -76,7 +76,7 @@ def train_regression(
         "history": [], "stop_reason": None, "epochs_to_100": None,
     }
     if checkpoint is not None:
-        saved = ckpt.load_state(checkpoint, device)
+        saved = ckpt.load_state(checkpoint)  # CPU: RNG states must stay CPU tensors
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         ckpt.set_rng_state(saved["rng"])
