@@ -124,6 +124,13 @@ def main() -> None:
     print(f"reports build (CLI, fresh process, {len(TABLES)} tables x 3 formats = {n_files} files): "
           f"best {min(times):.2f} s, all {', '.join(f'{x:.2f}' for x in times)}")
 
+    probe = ("import time; t = time.perf_counter(); import locattn.variants, sys; "
+             "print(f'{time.perf_counter() - t:.2f} {\"torch\" in sys.modules}')")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         cwd=ROOT).stdout.split()
+    print(f"  of which importing locattn.variants (for PAPER_LABELS) in a fresh process: {out[0]} s"
+          f" (imports torch: {out[1]})")
+
     from reports.build import build_reports, collect
 
     t = time.perf_counter()
