@@ -59,8 +59,9 @@ def synth_runs(n_runs: int, epochs: int, seed: int = 0) -> list[SynthRun]:
     n_lr = max(1, math.ceil(n_runs / (len(units) * n_seeds)))
     lrs = [10 ** (-3 - 0.5 * i) for i in range(n_lr)]
     runs: list[SynthRun] = []
-    for task, variant, params in units:
-        for lr in lrs:
+    # Learning rates outermost, so every cell gets runs even when n_runs cuts the last sweep.
+    for lr in lrs:
+        for task, variant, params in units:
             for s in range(n_seeds):
                 if len(runs) >= n_runs:
                     return runs
