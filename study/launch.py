@@ -106,6 +106,21 @@ def init_ray(address: str | None = None) -> bool:
     return True
 
 
+def _stale_checkpoint_filter(record: Any) -> bool:
+    """Drop Tune's error about deleting a checkpoint that a killed driver already deleted.
+
+    After ``Tuner.restore`` the restored checkpoint list can name checkpoints that the previous
+    (killed) driver pruned after its last state snapshot; Tune then fails to delete them again
+    and logs the error, but the new checkpoint is registered. Nothing is lost.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (
+        isinstance(exc, FileNotFoundError)
+        and "checkpoint_" in str(exc)
+        and "Error handling checkpoint" in str(record.msg)
+    )
+
+
 def _trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
@@ -204,6 +219,7 @@ def _run(
     # Tune's default result loggers are off (MLflow is the record), so the end-of-run
     # dataframe fetch has no files to read: silence that warning only.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    logging.getLogger("ray.tune.execution.tune_controller").addFilter(_stale_checkpoint_filter)
 
     from study.record import MlflowRecorder, existing_runs
     from study.trainable import run_trial, trial_descriptor, trial_run_keys

@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
-                   "seeds_done", OBJECTIVE}
+                   "seeds_done", "history", "replay", OBJECTIVE}
 MAX_TAG_CHARS = 5000
 
 
@@ -345,39 +345,50 @@ class MlflowRecorder(_TuneCallback):
         seed = int(result["seed"])
         state = self._run_for(trial, seed, key)
         self.trial_current[trial.trial_id] = key
-        if result.get("resumed_from", 0) != state.resumed_from and kind == "epoch":
+        if result.get("resumed_from", 0) != state.resumed_from:
             state.resumed_from = int(result.get("resumed_from", 0))
             self._set_tags(state.run_id, {schema.RESUMED_FROM: state.resumed_from,
                                           schema.NODE_ID: result.get("node_id", "")})
         ts = int(time.time() * 1000)
+        # After a restore the trial replays its epoch history: log the epochs not yet logged.
+        epochs = list(result.get("history") or [])
         if kind == "epoch":
-            epoch = int(result["epoch"])
-            self.trial_progress[trial.trial_id] = _progress(trial, seed, epoch, self.cfg)
+            epochs.append(result)
+        for values in sorted(epochs, key=lambda h: int(h["epoch"])):
+            epoch = int(values["epoch"])
             if epoch > state.last_step:
                 state.pending.extend(
                     Metric(k, float(v), ts, epoch)
-                    for k, v in result.items()
+                    for k, v in values.items()
                     if k in schema.EPOCH_METRICS and isinstance(v, (int, float))
                 )
                 state.last_step = epoch
+        if kind == "epoch":
+            self.trial_progress[trial.trial_id] = _progress(trial, seed, int(result["epoch"]), self.cfg)
             self.stats["mlflow_seconds"] += time.perf_counter() - t
             self._flush()
             self._progress_line(trials)
             return
         # seed_final: final metrics, artifacts, status
         if state.status != schema.STATUS_FINISHED:
+            from mlflow.entities import RunTag
+
+            self._flush(force=True)
+            self._log_artifacts(state.run_id, key)  # idempotent (same paths)
             finals = [
                 Metric(k, float(v), ts, 0)
                 for k, v in result.items()
                 if k not in NON_METRIC_KEYS and (k in schema.FINAL_METRICS or k.startswith("test."))
                 and isinstance(v, (int, float))
             ]
-            state.pending.extend(finals)
-            self._flush(force=True)
-            self._log_artifacts(state.run_id, key)
+            # Final metrics and the finished tag in one batch (one transaction): a driver killed
+            # around here either wrote both or neither, so finals are never logged twice.
+            for chunk in _chunks(finals, 900):
+                self.client.log_batch(state.run_id, metrics=chunk,
+                                      tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
+                                      synchronous=True)
             state.status = schema.STATUS_FINISHED
-            self._set_tags(state.run_id, {schema.STATUS: schema.STATUS_FINISHED})
-            self.client.set_terminated(state.run_id, "FINISHED")
+        self.client.set_terminated(state.run_id, "FINISHED")
         self.trial_progress[trial.trial_id] = 0.0
         self.stats["mlflow_seconds"] += time.perf_counter() - t
         self._progress_line(trials)

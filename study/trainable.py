@@ -142,7 +142,9 @@ class _TuneRecorder:
     def on_epoch(self, epoch: int, metrics: Mapping[str, float], checkpoint_dir: Path) -> None:
         from ray import tune
 
+        values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         self.state["epoch"] = int(epoch)
+        self.state.setdefault("history", []).append({"epoch": int(epoch), **values})
         ckpt = _stage_checkpoint(self.staging, self.state, Path(checkpoint_dir))
         result = {
             **self.base,
@@ -150,13 +152,24 @@ class _TuneRecorder:
             "seed": self.seed,
             "run_key": self.key,
             "epoch": int(epoch),
-            **{k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+            **values,
         }
+        _add_replay(result, self.base, self.state)
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
         shutil.rmtree(ckpt, ignore_errors=True)
 
     def on_end(self, result: Any) -> None:  # final metrics are reported by the trial loop
         pass
+
+
+def _add_replay(result: dict, base: dict, state: Mapping[str, Any]) -> None:
+    """The first report after a restore carries the epoch history of the restored seed.
+
+    The driver logs every epoch it has not logged yet from it, so epochs whose metrics a killed
+    driver had buffered but not written are never missing from the record.
+    """
+    if base.pop("replay", False):
+        result["history"] = list(state.get("history", []))
 
 
 def _stage_checkpoint(staging: Path, state: Mapping[str, Any], run_ckpt: Path | None) -> Path:
@@ -186,6 +199,26 @@ def _restore(out_dir: Path, ckpt_dir: Path | None) -> None:
         shutil.copytree(ckpt_dir / RUN_SUBDIR, target)
 
 
+def _finished_result(out_dir: Path, cfg: Any) -> Any:
+    """The trainer's result if this exact run already finished (its result.json), else None.
+
+    ``train`` deletes ``result.json`` when it starts and writes it last, so its presence with
+    the same run identity means the run finished; it is never trained (or scored) twice.
+    """
+    path = out_dir / "result.json"
+    if not path.is_file():
+        return None
+    from locattn.config import run_identity
+
+    try:
+        from locattn.train import load_result
+
+        result = load_result(out_dir)
+    except (ValueError, TypeError, KeyError, ImportError):
+        return None
+    return result if getattr(result, "run_identity", None) == run_identity(cfg) else None
+
+
 def run_trial(config: dict[str, Any]) -> None:
     """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint."""
     import ray
@@ -213,29 +246,36 @@ def run_trial(config: dict[str, Any]) -> None:
         "node_id": ray.get_runtime_context().get_node_id(),
         "resumed_from": int(state["epoch"]) if checkpoint is not None else 0,
         "start_time": time.time(),
+        "replay": checkpoint is not None,
     }
     staging_root = Path(t["study_dir"]) / "staging"
     try:
         for index in range(state["seed_index"], len(keys)):
             seed, key = keys[index]
             out_dir = run_dir(t["study_dir"], key)
-            _restore(out_dir, ckpt_dir if index == state["seed_index"] else None)
-            if index != state["seed_index"] or ckpt_dir is None:
-                state["epoch"] = 0
+            cfg = resolve_run_config(config, seed)
+            staging = staging_root / f"{key}.{os.getpid()}"
+            result = _finished_result(out_dir, cfg)
+            if result is None:  # not finished yet: continue from the Tune checkpoint
+                _restore(out_dir, ckpt_dir if index == state["seed_index"] else None)
+                if index != state["seed_index"] or ckpt_dir is None:
+                    state["epoch"] = 0
+                    state["history"] = []
             if restored_ctx is not None:
                 restored_ctx.__exit__(None, None, None)
                 restored_ctx = None
-            out_dir.mkdir(parents=True, exist_ok=True)
-            cfg = resolve_run_config(config, seed)
-            staging = staging_root / f"{key}.{os.getpid()}"
-            recorder = _TuneRecorder(seed=seed, key=key, staging=staging, state=state, base=base)
-            result = train(cfg, out_dir, recorder=recorder, resume=True)
+            if result is None:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                recorder = _TuneRecorder(seed=seed, key=key, staging=staging, state=state, base=base)
+                result = train(cfg, out_dir, recorder=recorder, resume=True)
             final = final_metrics(out_dir, result)
             score = final.get(t["metric"])
             state["scores"][str(seed)] = score
+            report = {**base, "kind": "seed_final", "seed": seed, "run_key": key, **final}
+            _add_replay(report, base, state)
             state["seed_index"] = index + 1
             state["epoch"] = 0
-            report = {**base, "kind": "seed_final", "seed": seed, "run_key": key, **final}
+            state["history"] = []
             if index + 1 == len(keys):
                 scores = [state["scores"].get(str(s)) for s, _ in keys]
                 if all(isinstance(v, (int, float)) for v in scores):

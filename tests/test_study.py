@@ -168,7 +168,7 @@ def _progress(db: Path) -> tuple[int, int]:
 def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
     import ray
 
-    overrides = {**SMOKE, "optim.epochs": 6, "task.train_size": 160}
+    overrides = {**SMOKE, "optim.epochs": 8, "task.train_size": 600}
     spec = write_spec(tmp_path, "kill", grid={"task": ["copy"], "variant": ["onestep", "mono"]},
                       seeds=2, overrides=overrides, max_concurrent=2)
     root = tmp_path / "s"
@@ -180,8 +180,8 @@ def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
-        _wait_for(lambda: _progress(db)[0] >= 1 and _progress(db)[1] >= 3, 240,
-                  "one finished run and one at epoch >= 3", proc)
+        _wait_for(lambda: _progress(db)[0] >= 1 and 2 <= _progress(db)[1] <= 5, 240,
+                  "one finished run and one at epoch 2..5", proc)
     finally:
         os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
         proc.wait()
