@@ -221,7 +221,7 @@ def _read_sql(
             metrics: list[tuple] = []
         else:
             metrics = db.query(
-                "SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m "
+                "SELECT m.run_uuid, m.key, m.value, CASE WHEN m.is_nan THEN 1 ELSE 0 END FROM latest_metrics m "
                 f"JOIN runs r ON r.run_uuid = m.run_uuid WHERE {run_filter}{where}",
                 {**exp, **m_params},
             )
