@@ -33,6 +33,25 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+#: Paper names of the tasks (Ray Chowdhury & Caragea 2023; Dubois et al. 2020; Raffel & Ellis
+#: 2016). Used only if ``locattn.tasks`` does not provide ``TASK_LABELS`` itself.
+_FALLBACK_TASK_LABELS = {
+    "copy": "Copy", "reverse_copy": "Reverse Copy", "recopy": "ReCopy",
+    "reverse_recopy": "Reverse ReCopy", "inv_recopy": "Inv ReCopy",
+    "inv_reverse_recopy": "Inv Reverse ReCopy", "dedupe": "DeDupe", "posretrieve": "PosRetrieve",
+    "lookup": "Lookup", "reverse_lookup": "Reverse Lookup", "noisy_lookup": "Noisy Lookup",
+    "scan": "SCAN (length split)", "cfq": "CFQ (length split)",
+    "raffel_add": "Addition (Raffel & Ellis)", "raffel_mul": "Multiplication (Raffel & Ellis)",
+}
+
+
+def _task_labels() -> dict[str, str]:
+    import locattn.tasks as tasks
+
+    labels = getattr(tasks, "TASK_LABELS", _FALLBACK_TASK_LABELS)
+    return {name: labels.get(name, "") for name in tasks.list_tasks()}
+
+
 def _task_names() -> list[str]:
     from locattn.tasks import list_tasks
 
@@ -46,13 +65,15 @@ def _variant_labels(pattern: str = "*") -> dict[str, str]:
 
 
 def _epilog() -> str:
-    lines = ["tasks:", "  " + ", ".join(_task_names()), "", "variants (key: paper label):"]
+    lines = ["tasks (key: paper label):"]
+    lines += [f"  {k:<24} {label}" for k, label in _task_labels().items()]
+    lines += ["", "variants (key: paper label):"]
     lines += [f"  {k:<24} {label}" for k, label in _variant_labels().items()]
     lines += [
         "",
         "examples:",
         "  locattn train --task copy --variant onestep --seed 0 --epochs 3",
-        "  locattn train --task reverse_copy --variant bi_relative --set optim.lr=3e-4 "
+        "  locattn train --task reverse_copy --variant birelative --set optim.lr=3e-4 "
         "--set task.train_size=2000",
     ]
     return "\n".join(lines)
@@ -261,8 +282,8 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    for name in _task_names():
-        print(name)
+    for name, label in _task_labels().items():
+        print(f"{name:<28} {label}")
     return 0
 
 
