@@ -1,0 +1,89 @@
+"""A multi-node Ray cluster on this machine (loopback): losing a worker node mid-trial.
+
+The trial must continue on the other worker from its last epoch checkpoint, and its MLflow run
+must continue (one run, every epoch step once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+from study import schema  # noqa: E402
+from test_study import SMOKE, _wait_for, trial_runs, write_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.cluster
+def test_lost_worker_node_trial_resumes_from_checkpoint_elsewhere(tmp_path: Path) -> None:
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,  # trials run on the workers only
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4},
+        },
+    )
+    workers = [cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1") for _ in range(2)]
+    cluster.wait_for_nodes()
+    assert cluster.address.startswith("127.0.0.1:")
+    spec = write_spec(tmp_path, "node", grid={"task": ["copy"], "variant": ["onestep"]},
+                      overrides={**SMOKE, "optim.epochs": 8, "task.train_size": 600},
+                      max_failures=2)
+    root = tmp_path / "s"
+    db = root / "node-smoke" / "mlflow.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+         "--address", cluster.address, "--progress-seconds", "2"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), TUNE_GLOBAL_CHECKPOINT_S="1"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        def running_at_epoch():
+            if not db.is_file():
+                return None
+            try:
+                runs = list(trial_runs(db).values())
+            except Exception:  # the store is being created
+                return None
+            if not runs or "train_loss" not in runs[0]["metrics"]:
+                return None
+            steps = [s for s, _ in runs[0]["metrics"]["train_loss"]]
+            node = runs[0]["tags"].get(schema.NODE_ID)
+            return (max(steps), node) if max(steps) >= 3 and node else None
+
+        epoch, node_id = _wait_for(running_at_epoch, 300, "the trial at epoch >= 3", proc)
+        victim = [w for w in workers if w.node_id == node_id]
+        assert len(victim) == 1, "the trial runs on one of the two workers"
+        cluster.remove_node(victim[0], allow_graceful=False)  # lose the node mid-trial
+        out, _ = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        cluster.shutdown()
+
+    (run,) = trial_runs(db).values()
+    assert run["status"] == "FINISHED"
+    other = next(w for w in workers if w is not victim[0])
+    assert run["tags"][schema.NODE_ID] == other.node_id  # continued on the other worker
+    resumed = int(run["tags"][schema.RESUMED_FROM])
+    assert 1 <= resumed <= epoch + 1  # from its last epoch checkpoint, not from scratch
+    steps = [s for s, _ in run["metrics"]["train_loss"]]
+    assert steps == list(range(1, int(run["metrics"]["epochs_run"][0][1]) + 1))  # each once
+    assert int(run["tags"][schema.ATTEMPTS]) >= 1
