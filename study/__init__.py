@@ -1,0 +1,9 @@
+"""study: specs -> Ray Tune trials (+ Optuna) -> MLflow runs. Imports locattn.
+
+Importing this package starts nothing. It only asks Ray (read when ``ray`` is first imported)
+to keep a locally started cluster on the loopback address; see :func:`study.launch.init_ray`.
+"""
+
+import os as _os
+
+_os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -90,6 +90,11 @@ def init_ray(address: str | None = None) -> bool:
 
     if ray.is_initialized():
         return False
+    if not address and os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
+        # Ray reads the variable when first imported; if ray was imported before study, apply it.
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
     # Workers of a local Ray inherit the environment: make this checkout importable.
     pp = os.environ.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in pp.split(os.pathsep):
@@ -101,8 +106,7 @@ def init_ray(address: str | None = None) -> bool:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
-            _node_ip_address="127.0.0.1",
-        )
+        )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
     return True
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; before ray is imported
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
@@ -37,7 +38,9 @@ def ray_address():
     import ray
 
     started = init_ray()
-    yield ray.get_runtime_context().gcs_address
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")  # tests talk to loopback only
+    yield address
     if started:
         ray.shutdown()
 

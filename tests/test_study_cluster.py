@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; before ray is imported
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
-
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from study import schema  # noqa: E402
 from test_study import SMOKE, _wait_for, trial_runs, write_spec  # noqa: E402
