@@ -468,9 +468,10 @@ class MlflowRecorder(_TuneCallback):
             self.t_units = now
         rate = (units - self.units_at_start) / max(1e-9, now - self.t_units)
         eta = (total - units) / rate if rate > 0 else float("nan")
+        pending = max(c["pending"], total - c["done"] - c["running"] - c["failed"])
         line = (
             f"[study {self.cfg['study']}] {c['done']}/{total} done, {c['running']} running, "
-            f"{c['failed']} failed, {c['pending']} pending | elapsed {_hms(now - self.t0)}"
+            f"{c['failed']} failed, {pending} pending | elapsed {_hms(now - self.t0)}"
             f" | ETA {_hms(eta)}"
         )
         print(line, file=self._out or sys.stdout, flush=True)

@@ -43,6 +43,7 @@ def trial_descriptor(
     cpus: float,
     metric: str,
     train_fn: str,
+    gpus: float = 0.0,
 ) -> dict[str, Any]:
     """The JSON-safe description of one trial placed in its Tune config."""
     return {
@@ -55,6 +56,7 @@ def trial_descriptor(
         "hparams": dict(hparams),
         "seeds": [int(s) for s in seeds],
         "cpus": float(cpus),
+        "gpus": float(gpus),
         "metric": metric,
         "train_fn": train_fn,
     }
@@ -87,7 +89,8 @@ def resolve_run_config(config: Mapping[str, Any], seed: int) -> Any:
     t = config["trial"]
     overrides = {**t["overrides"], **(config.get("search") or {})}
     cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
-    return replace(cfg, num_threads=max(1, int(t["cpus"])))
+    device = "cuda" if float(t.get("gpus", 0.0)) > 0 else cfg.device
+    return replace(cfg, num_threads=max(1, int(t["cpus"])), device=device)
 
 
 def load_train_fn(path: str) -> Callable[..., Any]:
