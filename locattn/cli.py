@@ -33,23 +33,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-#: Paper names of the tasks (Ray Chowdhury & Caragea 2023; Dubois et al. 2020; Raffel & Ellis
-#: 2016). Used only if ``locattn.tasks`` does not provide ``TASK_LABELS`` itself.
-_FALLBACK_TASK_LABELS = {
-    "copy": "Copy", "reverse_copy": "Reverse Copy", "recopy": "ReCopy",
-    "reverse_recopy": "Reverse ReCopy", "inv_recopy": "Inv ReCopy",
-    "inv_reverse_recopy": "Inv Reverse ReCopy", "dedupe": "DeDupe", "posretrieve": "PosRetrieve",
-    "lookup": "Lookup", "reverse_lookup": "Reverse Lookup", "noisy_lookup": "Noisy Lookup",
-    "scan": "SCAN (length split)", "cfq": "CFQ (length split)",
-    "raffel_add": "Addition (Raffel & Ellis)", "raffel_mul": "Multiplication (Raffel & Ellis)",
-}
-
-
 def _task_labels() -> dict[str, str]:
-    import locattn.tasks as tasks
+    from locattn.tasks import TASK_LABELS, list_tasks
 
-    labels = getattr(tasks, "TASK_LABELS", _FALLBACK_TASK_LABELS)
-    return {name: labels.get(name, "") for name in tasks.list_tasks()}
+    return {name: TASK_LABELS.get(name, "") for name in list_tasks()}
 
 
 def _task_names() -> list[str]:
@@ -135,10 +122,7 @@ def resolve_train_config(args: argparse.Namespace) -> Any:
     variants = _variant_labels()
     if args.variant not in variants:
         raise UsageError(f"unknown variant {args.variant!r}; valid variants: {', '.join(variants)}")
-    from locattn.tasks import TASK_DEFAULTS
-
-    # Task defaults (e.g. Raffel's batch 100 and 1,000 updates per epoch), then the user's.
-    overrides: dict[str, Any] = dict(TASK_DEFAULTS.get(args.task, {}))
+    overrides: dict[str, Any] = {}
     try:
         for text in args.overrides:
             key, value = parse_override(text)

@@ -51,6 +51,9 @@ class OptimConfig:
     updates_per_epoch: int = 0
     """Regression tasks (Raffel & Ellis): updates per epoch (their 'epoch' is 1,000 updates).
     0 means one pass over the training split."""
+    stop_at_100: bool = True
+    """Regression tasks: stop at the first epoch with 100 % dev accuracy (Raffel & Ellis report
+    epochs to 100 %). When False, train the full budget and still record ``epochs_to_100``."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "lr", "batch_size", "dev_batch_size", "clip", "epochs")
@@ -181,7 +184,7 @@ def dataclass_from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "")
     unknown = set(data) - valid
     if unknown:
         raise ValueError(
-            f"unknown config key {prefix}{sorted(unknown)[0]!r}; valid keys under "
+            f"unknown config key {prefix + sorted(unknown)[0]!r}; valid keys under "
             f"{prefix.rstrip('.') or 'the top level'}: {sorted(valid)}"
         )
     kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in data.items()}
@@ -212,12 +215,12 @@ def apply_overrides(cfg: Any, overrides: Mapping[str, Any], *, _prefix: str = ""
         head, _, rest = path.partition(".")
         if head not in valid:
             raise ValueError(
-                f"unknown config key {_prefix}{path!r}; valid keys under "
+                f"unknown config key {_prefix + path!r}; valid keys under "
                 f"{_prefix.rstrip('.') or 'the top level'}: {sorted(valid)}"
             )
         if rest:
             if not is_dataclass(getattr(cfg, head)):
-                raise ValueError(f"config key {_prefix}{head!r} has no sub-keys (got {path!r})")
+                raise ValueError(f"config key {_prefix + head!r} has no sub-keys (got {_prefix + path!r})")
             grouped.setdefault(head, {})[rest] = value
         else:
             current = getattr(cfg, head)
@@ -248,14 +251,15 @@ def make_run_config(
     """Resolve a run config: defaults -> variant preset -> overrides.
 
     ``overrides`` are dotted paths into :class:`RunConfig` (``optim.lr``, ``model.attention.step``,
-    ``task.train_size`` ...). Task defaults that differ from the copy-family ones (e.g. SCAN's
-    batch size) are applied by the task registry before the overrides.
+    ``task.train_size`` ...). The task's own defaults (``locattn.tasks.TASK_DEFAULTS``: SCAN's dev
+    size, Raffel & Ellis' batch of 100 ...) come first; ``overrides`` win over them.
     """
+    from locattn.tasks import TASK_DEFAULTS
     from locattn.variants import get_variant
 
     task_cfg = task if isinstance(task, TaskConfig) else TaskConfig(name=task)
     cfg = RunConfig(task=task_cfg, variant=variant, model=get_variant(variant), seed=seed)
-    return apply_overrides(cfg, dict(overrides or {}))
+    return apply_overrides(cfg, {**TASK_DEFAULTS.get(task_cfg.name, {}), **(overrides or {})})
 
 
 # --------------------------------------------------------------------------- identity

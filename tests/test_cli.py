@@ -43,7 +43,7 @@ def test_train_help_lists_tasks_and_variants(capsys) -> None:
         (["train", "--task", "copyy", "--variant", "onestep"], "unknown task 'copyy'", "reverse_copy"),
         (["train", "--task", "copy", "--variant", "one"], "unknown variant 'one'", "mix_mono_pr"),
         (["train", "--task", "copy", "--variant", "onestep", "--set", "optim.lrr=1"],
-         "'lrr'; valid keys under optim", "'lr'"),
+         "'optim.lrr'; valid keys under optim", "'lr'"),
         (["train", "--task", "copy", "--variant", "onestep", "--set", "optim.lr"],
          "not of the form key=value", "optim.lr=3e-4"),
         (["train", "--task", "copy", "--variant", "onestep", "--set", "optim.dev_scoring=x"],

@@ -27,6 +27,7 @@ from locattn.tasks.config import TASK_KEYS, TaskConfig, unknown_task_message
 __all__ = [
     "NO_ATTN",
     "TASK_DEFAULTS",
+    "TASK_LABELS",
     "Batch",
     "Example",
     "TaskConfig",
@@ -55,6 +56,18 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
                    "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
     "raffel_mul": {"task.dev_size": 1_000, "task.test_size": 1_000,
                    "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
+}
+
+
+#: Paper names of the tasks (Ray Chowdhury & Caragea 2023; Dubois et al. 2020; Raffel & Ellis
+#: 2016): the one place they are written.
+TASK_LABELS: dict[str, str] = {
+    "copy": "Copy", "reverse_copy": "Reverse Copy", "recopy": "ReCopy",
+    "reverse_recopy": "Reverse ReCopy", "inv_recopy": "Inv ReCopy",
+    "inv_reverse_recopy": "Inv Reverse ReCopy", "dedupe": "DeDupe", "posretrieve": "PosRetrieve",
+    "lookup": "Lookup", "reverse_lookup": "Reverse Lookup", "noisy_lookup": "Noisy Lookup",
+    "scan": "SCAN (length split)", "cfq": "CFQ (length split)",
+    "raffel_add": "Addition (Raffel & Ellis)", "raffel_mul": "Multiplication (Raffel & Ellis)",
 }
 
 

@@ -108,8 +108,9 @@ def train_regression(
             s["best_state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if dev_acc >= 1.0 and s["epochs_to_100"] is None:
             s["epochs_to_100"] = epoch
-            s["stop_reason"] = "reached_100"
-        elif epoch >= o.epochs:
+            if o.stop_at_100:
+                s["stop_reason"] = "reached_100"
+        if s["stop_reason"] is None and epoch >= o.epochs:
             s["stop_reason"] = "max_epochs"
         metrics = {
             "train_loss": float(loss_sum) / updates,
