@@ -43,8 +43,8 @@ def test_shipped_specs_validate(spec: Path, profile: str) -> None:
     s = load_spec(spec, profile)
     assert s.n_trials() > 0 and s.n_runs() >= s.n_trials()
     assert s.profile == profile
-    if profile == "paper":
-        assert len(s.seeds) == 5  # the papers' budget
+    if profile == "paper" and spec.stem in ("rc_table2", "rc_table4", "search_lr"):
+        assert len(s.seeds) == 5  # Ray Chowdhury & Caragea's budget: 5 seeds, 100 epochs
         cfgs = s.resolved["overrides"]
         assert cfgs["optim.epochs"] == 100
 
