@@ -109,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             paths = study_paths(args.study, args.root)
             meta = load_meta(paths)
             try:
-                from reports import build_reports
+                from reports.build import build_reports
             except ImportError as exc:
                 print(f"study report: the reports package is not available ({exc})", file=sys.stderr)
                 return 2
             out = Path(args.out or paths.dir / "reports")
-            result = build_reports(tracking_uri=meta["tracking_uri"], experiment=meta["name"], out_dir=out)
-            print(result if result is not None else f"reports written to {out}")
+            written = build_reports(meta["tracking_uri"], study=meta["name"], out_dir=out)
+            for path in written or []:
+                print(path)
             return 0
     except SpecError as exc:
         print(f"study {args.cmd}: {exc}", file=sys.stderr)

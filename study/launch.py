@@ -151,7 +151,8 @@ def launch(
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
     spec = resolve_spec(raw, path=str(spec_path), profile=profile)
-    name = name or f"{spec.name}-{spec.profile}" if spec.profile else (name or spec.name)
+    if not name:
+        name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
     paths = study_paths(Path(root).resolve() / name)
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
