@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     lp.add_argument("--address", help="join an existing Ray cluster (e.g. auto)")
     lp.add_argument("--tracking-uri", help="MLflow tracking URI (default: SQLite in the study dir)")
     lp.add_argument("--max-concurrent", type=int, help="maximum concurrent trials")
+    lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
+                    help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable)")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help="progress line interval")
 
@@ -70,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "launch":
             from study.launch import launch
+            from study.spec import parse_only
 
             summary = launch(
                 args.spec, profile=args.profile, name=args.name, root=args.root,
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
-                progress_seconds=args.progress_seconds,
+                progress_seconds=args.progress_seconds, only=parse_only(args.only),
             )
             return 1 if summary.get("errors") else 0
         if args.cmd == "resume":

@@ -77,7 +77,8 @@ def load_meta(paths: StudyPaths) -> dict[str, Any]:
 
 def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
     """Rebuild the study's spec from what was saved at launch (the YAML may have changed)."""
-    return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None)
+    return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None,
+                        only=meta.get("only") or None)
 
 
 # ---------------------------------------------------------------------------- ray
@@ -143,6 +144,7 @@ def launch(
     max_concurrent: int | None = None,
     dry_run: bool = False,
     progress_seconds: float = 10.0,
+    only: dict[str, list] | None = None,
     train_fn: str = DEFAULT_TRAIN_FN,
     out: TextIO | None = None,
 ) -> dict[str, Any]:
@@ -150,7 +152,7 @@ def launch(
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
-    spec = resolve_spec(raw, path=str(spec_path), profile=profile)
+    spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only)
     if not name:
         name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
     paths = study_paths(Path(root).resolve() / name)
@@ -173,6 +175,7 @@ def launch(
             "name": name,
             "spec_path": str(spec_path),
             "profile": spec.profile,
+            "only": only or {},
             "raw": raw,
             "resolved": spec.resolved,
             "tracking_uri": tracking_uri or paths.default_tracking_uri(),

@@ -340,14 +340,50 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_spec(path: str | Path, profile: str | None = None) -> StudySpec:
+def load_spec(
+    path: str | Path, profile: str | None = None, only: Mapping[str, list] | None = None
+) -> StudySpec:
     """Load, validate and resolve a spec file with a profile (default: ``default_profile``)."""
     path = str(Path(path).resolve())
-    return resolve_spec(read_yaml(path), path=path, profile=profile)
+    return resolve_spec(read_yaml(path), path=path, profile=profile, only=only)
 
 
-def resolve_spec(raw: Mapping[str, Any], *, path: str, profile: str | None = None) -> StudySpec:
-    """Validate a raw spec mapping and apply a profile."""
+def parse_only(items: list[str]) -> dict[str, list[str]]:
+    """``["task=copy,lookup"]`` (from ``--only``) -> ``{"task": ["copy", "lookup"]}``."""
+    only: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise SpecError(f"--only {item!r}: expected AXIS=V1,V2 (e.g. task=copy,lookup)")
+        only.setdefault(key.strip(), []).extend(v.strip() for v in values.split(",") if v.strip())
+    return only
+
+
+def _restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> dict:
+    """Keep only the listed values of grid axes (``--only``); each must be one of the axis's."""
+    grid = dict(grid)
+    for key, wanted in only.items():
+        if key not in grid:
+            raise _err(path, f"--only {key}", "not a grid axis of this spec/profile", sorted(grid))
+        values = _check_list(path, f"grid.{key}", grid[key])
+        by_text = {str(v): v for v in values}
+        missing = [w for w in wanted if str(w) not in by_text]
+        if missing:
+            raise _err(path, f"--only {key}", f"{missing[0]!r} is not a value of grid.{key}",
+                       [str(v) for v in values])
+        keep = {str(w) for w in wanted}
+        grid[key] = [v for v in values if str(v) in keep]
+    return grid
+
+
+def resolve_spec(
+    raw: Mapping[str, Any],
+    *,
+    path: str,
+    profile: str | None = None,
+    only: Mapping[str, list] | None = None,
+) -> StudySpec:
+    """Validate a raw spec mapping and apply a profile (and an ``--only`` subset of the grid)."""
     raw = dict(raw)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
@@ -381,6 +417,8 @@ def resolve_spec(raw: Mapping[str, Any], *, path: str, profile: str | None = Non
     for key in ("task", "variant"):
         if key not in grid:
             raise _err(path, f"grid.{key}", "missing axis (a list of values)")
+    if only:
+        grid = _restrict_grid(path, grid, only)
 
     cells = _expand_cells(path, grid, overrides)
     for key, values in hparams.items():
@@ -431,6 +469,7 @@ def resolve_spec(raw: Mapping[str, Any], *, path: str, profile: str | None = Non
         "description": description,
         "tables": list(tables),
         "grid": grid,
+        "only": {k: list(v) for k, v in (only or {}).items()},
         "hparams": hparams,
         "search": merged.get("search"),
         "seeds": list(seeds),

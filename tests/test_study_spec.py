@@ -130,3 +130,21 @@ def test_cli_bad_spec_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture) -
     assert main(["launch", str(path), "--profile", "smoke", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "grid.variant" in err and "valid" in err
+
+
+def test_only_restricts_a_grid_axis(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    body = {**BASE, "grid": {"task": ["copy", "reverse_copy", "lookup"], "variant": ["onestep", "mono"]}}
+    path = write(tmp_path, body)
+    s = load_spec(path, "smoke", only={"task": ["lookup", "copy"]})
+    assert [c.cell for c in s.cells] == [
+        "task=copy,variant=onestep", "task=copy,variant=mono",
+        "task=lookup,variant=onestep", "task=lookup,variant=mono",
+    ]  # spec order kept, not --only order
+    assert s.resolved["only"] == {"task": ["lookup", "copy"]}
+    assert s.resolved != load_spec(path, "smoke").resolved  # a subset is another study
+    with pytest.raises(SpecError, match=r"'copyy' is not a value of grid.task; valid: \['copy'"):
+        load_spec(path, "smoke", only={"task": ["copyy"]})
+    with pytest.raises(SpecError, match=r"--only seed: not a grid axis.*\['task', 'variant'\]"):
+        load_spec(path, "smoke", only={"seed": ["1"]})
+    assert main(["launch", str(path), "--profile", "smoke", "--dry-run", "--only", "task"]) == 2
+    assert "expected AXIS=V1,V2" in capsys.readouterr().err
