@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from locattn.config import (
     RunConfig,
@@ -36,7 +35,7 @@ from locattn.config import (
     run_identity,
 )
 from locattn.training import checkpoint as ckpt
-from locattn.training.data import EncodedSplit, epoch_order
+from locattn.training.data import EncodedSplit
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
 from locattn.training.recorders import JsonlRecorder, MultiRecorder, NullRecorder, Recorder
 
@@ -273,31 +272,14 @@ class _Seq2SeqRun:
     # ---------------------------------------------------------------- one epoch
 
     def train_epoch(self) -> float:
-        """One pass over the training split; returns the token-weighted mean loss."""
-        model, opt, o = self.model, self.optimizer, self.cfg.optim
-        params = [p for p in model.parameters() if p.requires_grad]
-        pad = self.ids["pad_id"]
-        model.train()
-        order = epoch_order(self.cfg.seed, self.epoch, len(self.train_split))
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        n_tokens = 0
-        for step, b in enumerate(self.train_split.train_batches(order, o.batch_size), start=1):
-            logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
-            loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1), ignore_index=pad
-            )
-            if not torch.isfinite(loss.detach()):
-                raise NonFiniteLossError(
-                    f"non-finite training loss ({loss.detach().item()}) at epoch {self.epoch}, batch {step} "
-                    f"(task={self.cfg.task.name}, variant={self.cfg.variant}, lr={o.lr})"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, o.clip)
-            opt.step()
-            loss_sum += loss.detach().double() * b.n_tokens
-            n_tokens += b.n_tokens
-        return float(loss_sum) / n_tokens
+        """One pass over the training split; returns the token-weighted mean loss.
+
+        Runs as a pack of one (:func:`locattn.packed.solo_train_epoch`): a solo run and the same
+        run inside a pack of K execute the same kernels and draw the same dropout masks.
+        """
+        from locattn.packed import solo_train_epoch
+
+        return solo_train_epoch(self)
 
     def dev_scores(self) -> tuple[float, float]:
         """(dev loss, dev sequence accuracy under ``optim.dev_scoring``)."""

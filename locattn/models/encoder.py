@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from locattn.models.config import Boundaries, EncoderKind
+from locattn.models.functional import linear, per_row
 
 
 @dataclass(frozen=True)
@@ -82,56 +83,80 @@ class SourceEncoder(nn.Module):
         if self.start is None:
             return x, src_len
         B, S, E = x.shape
-        start = self.start.expand(B, 1, E)
+        start = per_row(self.start, B, 1).expand(B, E).unsqueeze(1)  # (B, 1, E)
+        end = per_row(self.end, B, 1).expand(B, E).unsqueeze(1)  # (B, 1, E)
         x = torch.cat((start, x, x.new_zeros(B, 1, E)), dim=1)  # (B, S+2, E)
         is_end = torch.arange(S + 2, device=x.device).unsqueeze(0) == (src_len + 1).unsqueeze(1)
-        x = torch.where(is_end.unsqueeze(-1), self.end, x)  # END right after each source
+        x = torch.where(is_end.unsqueeze(-1), end, x)  # END right after each source
         return x, src_len + 2
 
     def _layer_weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Per-direction weights stacked on a leading group axis G = K x D (solo: K = 1)."""
         suffixes = ("", "_reverse") if self.bidirectional else ("",)
-        get = lambda name: torch.stack(  # noqa: E731
-            [getattr(self.rnn, f"{name}_l{layer}{sfx}") for sfx in suffixes]
-        )
+
+        def get(name: str) -> Tensor:
+            ws = [getattr(self.rnn, f"{name}_l{layer}{sfx}") for sfx in suffixes]
+            packed = ws[0].dim() == (3 if name.startswith("weight") else 2)
+            stacked = torch.stack(ws, dim=1 if packed else 0)  # (K, D, ...) or (D, ...)
+            return stacked.flatten(0, 1) if packed else stacked
+
         return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh")
 
     def _recurrence(self, x: Tensor, lengths: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """x (B, L, E) -> (outputs (B, L, d) zero on padding, final states (layers, B, d))."""
-        B, L, _ = x.shape
+        """x (B, L, E) -> (outputs (B, L, d) zero on padding, final states (layers, B, d)).
+
+        A packed model (K replicas, rows grouped by replica) runs all K x D recurrences as one
+        batched recurrence over groups g = (k, d) of B / K rows each.
+        """
+        KB, L, _ = x.shape
+        D = 2 if self.bidirectional else 1
         j = torch.arange(L, device=x.device).unsqueeze(0)
         flip = torch.where(mask, lengths.unsqueeze(1) - 1 - j, j)  # (B, L) reverses valid spans
-        valid = mask.t().unsqueeze(-1).unbind(0)  # L x (B, 1)
         finals = []
         inp = x
         for layer in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh = self._layer_weights(layer)  # (D, 3H, In) (D, 3H, H) ...
-            D, H = w_hh.shape[0], w_hh.shape[2]
+            w_ih, w_hh, b_ih, b_hh = self._layer_weights(layer)  # (G, 3H, In) (G, 3H, H) ...
+            G, H = w_hh.shape[0], w_hh.shape[2]
+            K = G // D
+            B = KB // K
             seqs = [inp]
             if D == 2:
                 seqs.append(inp.gather(1, flip.unsqueeze(-1).expand_as(inp)))
-            seq = torch.stack(seqs).transpose(1, 2)  # (D, L, B, In)
-            gi = (seq.reshape(D, L * B, -1) @ w_ih.transpose(1, 2) + b_ih.unsqueeze(1)).view(
-                D, L, B, 3 * H
-            ).transpose(0, 1).unbind(0)  # L x (D, B, 3H); unbind keeps backward O(L)
-            w_hh_t = w_hh.transpose(1, 2)  # (D, H, 3H)
-            b_hh = b_hh.unsqueeze(1)  # (D, 1, 3H)
-            h = x.new_zeros(D, B, H)
+            seq = torch.stack(seqs).transpose(1, 2)  # (D, L, KB, In)
+            if K == 1:
+                seq_g = seq.reshape(D, L * B, -1)
+                valid = mask.t().unsqueeze(-1).unbind(0)  # L x (B, 1)
+                out_mask = mask.unsqueeze(-1)  # (B, L, 1)
+            else:
+                seq_g = seq.view(D, L, K, B, -1).permute(2, 0, 1, 3, 4).reshape(G, L * B, -1)
+                m = mask.view(K, 1, B, L).expand(K, D, B, L).reshape(G, B, L)
+                valid = m.permute(2, 0, 1).unsqueeze(-1).unbind(0)  # L x (G, B, 1)
+                out_mask = m.unsqueeze(-1)  # (G, B, L, 1)
+            gi = (seq_g @ w_ih.transpose(1, 2) + b_ih.unsqueeze(1)).view(
+                G, L, B, 3 * H
+            ).transpose(0, 1).unbind(0)  # L x (G, B, 3H); unbind keeps backward O(L)
+            w_hh_t = w_hh.transpose(1, 2)  # (G, H, 3H)
+            b_hh = b_hh.unsqueeze(1)  # (G, 1, 3H)
+            h = x.new_zeros(G, B, H)
             outs = []
             for t in range(L):
-                gh = torch.baddbmm(b_hh, h, w_hh_t)  # (D, B, 3H)
-                g = gi[t]  # (D, B, 3H)
+                gh = torch.baddbmm(b_hh, h, w_hh_t)  # (G, B, 3H)
+                g = gi[t]  # (G, B, 3H)
                 rz = torch.sigmoid(g[..., : 2 * H] + gh[..., : 2 * H])
                 n = torch.tanh(g[..., 2 * H :] + rz[..., :H] * gh[..., 2 * H :])
-                h_new = n + rz[..., H:] * (h - n)  # (D, B, H)
+                h_new = n + rz[..., H:] * (h - n)  # (G, B, H)
                 h = torch.where(valid[t], h_new, h)  # frozen past each length
                 outs.append(h_new)
-            out = torch.stack(outs, dim=2) * mask.unsqueeze(-1)  # (D, B, L, H)
+            out = torch.stack(outs, dim=2) * out_mask  # (G, B, L, H)
+            if K > 1:
+                out = out.view(K, D, B, L, H).transpose(0, 1).reshape(D, KB, L, H)
+                h = h.view(K, D, B, H).transpose(0, 1).reshape(D, KB, H)
             if D == 2:
                 back = out[1].gather(1, flip.unsqueeze(-1).expand_as(out[1]))  # un-reverse
                 out = torch.cat((out[0], back), dim=-1)  # (B, L, 2H)
             else:
                 out = out[0]
-            finals.append(h.permute(1, 0, 2).reshape(B, D * H))  # [forward; backward]
+            finals.append(h.permute(1, 0, 2).reshape(KB, D * H))  # [forward; backward]
             inp = out
         return inp, torch.stack(finals)
 
@@ -141,7 +166,8 @@ class SourceEncoder(nn.Module):
         mask = torch.arange(L, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, L)
         out, cls = self._recurrence(x, lengths, mask)  # (B, L, d), (layers, B, d)
         if self.residual is not None:
-            out = out + self.residual(x) * mask.unsqueeze(-1)
+            res = x if isinstance(self.residual, nn.Identity) else linear(x, self.residual.weight)
+            out = out + res * mask.unsqueeze(-1)
         return Encoded(outputs=out, cls=cls, lengths=lengths, mask=mask)
 
 
@@ -157,7 +183,7 @@ class DirectionMixer(nn.Module):
         self, e: Tensor, cls: Tensor, lengths: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
         """e (B, L, d), cls (B, d), lengths (B,), mask (B, L) -> (e_dir (B, L, d), g (B,))."""
-        g = torch.sigmoid(self.temperature * self.gate(cls)).squeeze(-1)  # (B,)
+        g = torch.sigmoid(self.temperature * linear(cls, self.gate.weight, self.gate.bias)).squeeze(-1)
         j = torch.arange(e.shape[1], device=e.device).unsqueeze(0)  # (1, L)
         index = torch.where(mask, lengths.unsqueeze(1) - 1 - j, j)  # (B, L): flip valid span
         reversed_e = e.gather(1, index.unsqueeze(-1).expand_as(e))  # (B, L, d)

@@ -64,3 +64,87 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     if not training or p == 0.0:
         return x
     return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
+
+
+def gru_update(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
+    """Standard GRU update from gate pre-activations gi = W_ih x + b_ih, gh = W_hh h + b_hh (B, 3H)."""
+    H = h.shape[-1]
+    rz = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H])  # (B, 2H)
+    n = torch.tanh(gi[:, 2 * H :] + rz[:, :H] * gh[:, 2 * H :])  # (B, H)
+    return n + rz[:, H:] * (h - n)  # (1 - z) n + z h
+
+
+# --------------------------------------------------------------------------- packed replicas
+# A packed model holds K replicas of one architecture: every parameter has a leading K axis and
+# the batch axis holds the K replicas' batches one after another (rows k*B .. k*B + B - 1 belong
+# to replica k). The helpers below are the only places that know; for an ordinary (solo) model
+# they are the plain ops.
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear`` for a solo weight (out, in); for a packed weight (K, out, in) and x
+    (K*B, ..., in), one batched product per replica's rows."""
+    if weight.dim() == 2:
+        return torch.nn.functional.linear(x, weight, bias)
+    K = weight.shape[0]
+    xk = x.reshape(K, -1, x.shape[-1])  # (K, B*..., in)
+    if weight.shape[1] == 1:
+        # a batched mat-vec rounds differently for different K (MKL), a product-sum does not
+        out = (xk * weight).sum(-1, keepdim=True)  # (K, B*..., 1)
+        out = out if bias is None else out + bias.unsqueeze(1)
+    else:
+        wt = weight.transpose(1, 2)  # (K, in, out)
+        out = torch.bmm(xk, wt) if bias is None else torch.baddbmm(bias.unsqueeze(1), xk, wt)
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+def embed(ids: Tensor, weight: Tensor) -> Tensor:
+    """Embedding lookup; a packed table (K, V, E) looks up rows of replica k in table k."""
+    if weight.dim() == 2:
+        return torch.nn.functional.embedding(ids, weight)
+    K, V, E = weight.shape
+    B = ids.shape[0] // K
+    offset = torch.arange(K, device=ids.device).repeat_interleave(B) * V  # (K*B,)
+    offset = offset.view(-1, *([1] * (ids.dim() - 1)))
+    return torch.nn.functional.embedding(ids + offset, weight.reshape(K * V, E))
+
+
+def per_row(param: Tensor, rows: int, solo_dims: int) -> Tensor:
+    """A parameter used elementwise: solo (``solo_dims`` dims) as is, packed (K, ...) repeated
+    to (rows, ...) so that each row sees its replica's value."""
+    if param.dim() == solo_dims:
+        return param
+    return param.repeat_interleave(rows // param.shape[0], dim=0)
+
+
+class DropoutNoise:
+    """Uniform noise for dropout masks from explicit per-replica generators.
+
+    For a solo model ``generators`` has one entry. Replica k's mask for a (K*B, L, ...) tensor
+    is drawn at the replica's own shape (B, L - trim[k], ...), then padded with ones (kept) on
+    the attention axis, so a packed replica draws exactly what the same run draws alone
+    (its batch trimmed to its own longest source). ``trim`` is set per batch by the trainer.
+    """
+
+    def __init__(self, generators: list[torch.Generator]) -> None:
+        self.generators = list(generators)
+        self.trim = [0] * len(self.generators)
+
+    def uniform(self, x: Tensor) -> Tensor:
+        K = len(self.generators)
+        B = x.shape[0] // K
+        parts = []
+        for g, trim in zip(self.generators, self.trim):
+            own = (B, x.shape[1] - trim, *x.shape[2:])
+            u = torch.rand(own, generator=g, device=g.device, dtype=x.dtype).to(x.device)
+            if trim:
+                u = torch.cat((u, u.new_ones(B, trim, *x.shape[2:])), dim=1)
+            parts.append(u)
+        return parts[0] if K == 1 else torch.cat(parts, dim=0)
+
+
+def dropout_with(x: Tensor, p: float, training: bool, noise: DropoutNoise | None) -> Tensor:
+    """:func:`dropout` with the mask drawn from ``noise`` when given (else the global RNG)."""
+    if not training or p == 0.0 or noise is None:
+        return dropout(x, p, training)
+    return x * (noise.uniform(x) >= p) * (1.0 / (1.0 - p))

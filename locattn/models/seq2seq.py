@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from locattn.models.attention import AttnStep, SourceMemory, build_attender
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
-from locattn.models.functional import dropout
+from locattn.models.functional import DropoutNoise, dropout_with, embed, gru_update, linear
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,8 @@ class Seq2Seq(nn.Module):
         )
         self.out_proj = nn.Linear(H, E)
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.noise: DropoutNoise | None = None
+        """Dropout masks from explicit generators (set by the trainer); None: global RNG."""
 
     # ------------------------------------------------------------------ validation
     def _check(self, src: Tensor, src_len: Tensor, tgt_in: Tensor | None = None) -> None:
@@ -169,17 +171,21 @@ class Seq2Seq(nn.Module):
     def start(self, src: Tensor, src_len: Tensor) -> DecoderState:
         """Encode the source; the returned state is ready for the first :meth:`step`."""
         self._check(src, src_len)
-        enc = self.encoder(self.embedding(src), src_len)
-        e = dropout(enc.outputs, self.dropout_p, self.training)  # (B, L, d)
+        enc = self.encoder(embed(src, self.embedding.weight), src_len)
+        e = dropout_with(enc.outputs, self.dropout_p, self.training, self.noise)  # (B, L, d)
         dir_gate = None
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
-        hidden_v = dropout(F.leaky_relu(self.value_in(e)), self.dropout_p, self.training)
-        values = self.value_out(hidden_v)  # (B, L, H)
+        hidden_v = dropout_with(
+            F.leaky_relu(linear(e, self.value_in.weight, self.value_in.bias)), self.dropout_p,
+            self.training, self.noise,
+        )
+        values = linear(hidden_v, self.value_out.weight)  # (B, L, H)
         lengths = enc.lengths.to(e.dtype)  # (B,)
         stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)
         positions = torch.arange(e.shape[1], device=e.device, dtype=e.dtype).unsqueeze(0)
         positions = (positions * stepsize.unsqueeze(1)) * enc.mask  # (B, L)
+        value_gates = linear(values, self.cells[0].weight_ih[..., self.cfg.embedding_size :])
         memory = SourceMemory(
             keys=e, values=values, mask=enc.mask, positions=positions, lengths=lengths,
             score_bias=torch.zeros_like(positions).masked_fill(~enc.mask, float("-inf")),
@@ -192,13 +198,13 @@ class Seq2Seq(nn.Module):
             hidden=tuple(enc.cls.unbind(0)),
             t=0,
             dir_gate=dir_gate,
-            value_gates=values @ self.cells[0].weight_ih[:, self.cfg.embedding_size :].t(),
+            value_gates=value_gates,
         )
 
     def _embed_gates(self, emb: Tensor) -> Tensor:
         """W_e emb + b_ih of the first cell: (..., E) -> (..., 3H)."""
         cell = self.cells[0]
-        return F.linear(emb, cell.weight_ih[:, : self.cfg.embedding_size], cell.bias_ih)
+        return linear(emb, cell.weight_ih[..., : self.cfg.embedding_size], cell.bias_ih)
 
     def _advance(self, state: DecoderState, emb_gates: Tensor) -> tuple[DecoderState, AttnStep]:
         """One step given W_e emb(y_{t-1}) + b_ih (B, 3H)."""
@@ -210,15 +216,13 @@ class Seq2Seq(nn.Module):
             emb_gates.unsqueeze(1), attn.weights.unsqueeze(1), state.value_gates
         ).squeeze(1)  # (B, 3H) = W_e emb + b_ih + W_c c_t
         cell = self.cells[0]
-        gh = F.linear(h0, cell.weight_hh, cell.bias_hh)  # (B, 3H)
-        H = h0.shape[1]
-        rz = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H])  # (B, 2H)
-        r, z = rz[:, :H], rz[:, H:]
-        n = torch.tanh(gi[:, 2 * H :] + r * gh[:, 2 * H :])  # (B, H)
-        x = n + z * (h0 - n)  # (1 - z) n + z h
+        gh = linear(h0, cell.weight_hh, cell.bias_hh)  # (B, 3H)
+        x = gru_update(gi, gh, h0)  # (B, H)
         hidden = [x]
         for cell, h in zip(self.cells[1:], state.hidden[1:]):
-            x = cell(x, h)
+            x = gru_update(
+                linear(x, cell.weight_ih, cell.bias_ih), linear(h, cell.weight_hh, cell.bias_hh), h
+            )
             hidden.append(x)
         new = DecoderState(
             memory=state.memory, cache=state.cache, attn_state=attn_state, hidden=tuple(hidden),
@@ -228,11 +232,12 @@ class Seq2Seq(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Tied output layer: (..., H) -> (..., V)."""
-        return self.out_proj(hidden) @ self.embedding.weight.t() + self.out_bias
+        projected = linear(hidden, self.out_proj.weight, self.out_proj.bias)  # (..., E)
+        return linear(projected, self.embedding.weight, self.out_bias)
 
     def step(self, state: DecoderState, prev_tokens: Tensor) -> tuple[Tensor, DecoderState, AttnStep]:
         """Feed y_{t-1} (B,) -> (logits (B, V), next state, this step's attention)."""
-        state, attn = self._advance(state, self._embed_gates(self.embedding(prev_tokens)))
+        state, attn = self._advance(state, self._embed_gates(embed(prev_tokens, self.embedding.weight)))
         return self.logits(state.hidden[-1]), state, attn
 
     # ------------------------------------------------------------------ decoding
@@ -242,7 +247,7 @@ class Seq2Seq(nn.Module):
         """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}]."""
         self._check(src, src_len, tgt_in)
         state = self.start(src, src_len)
-        emb_gates = self._embed_gates(self.embedding(tgt_in))  # (B, T, 3H)
+        emb_gates = self._embed_gates(embed(tgt_in, self.embedding.weight))  # (B, T, 3H)
         tops, steps = [], []
         for gates_t in emb_gates.unbind(1):  # unbind: one gradient stack, not T zero-fills
             state, attn = self._advance(state, gates_t)

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.config import ContentScore
+from locattn.models.functional import linear
 
 
 class ContentScorer(nn.Module):
@@ -47,18 +48,19 @@ class ContentScorer(nn.Module):
             raise ValueError(f"content_score={score!r}; valid: scaled_dot, multiplicative, additive")
 
     def _prepare_bilinear(self, keys: Tensor) -> Tensor:
-        k = keys if self.key is None else self.key(keys)  # (B, L, d)
-        return (k @ self.query.weight) * self.scale  # (B, L, H): W_q^T k / sqrt(d)
+        k = keys if self.key is None else linear(keys, self.key.weight)  # (B, L, d)
+        return linear(k, self.query.weight.transpose(-1, -2)) * self.scale  # (B, L, H): W_q^T k / sqrt(d)
 
     def _score_bilinear(self, query: Tensor, prepared: Tensor) -> Tensor:
         return torch.bmm(prepared, query.unsqueeze(-1)).squeeze(-1)  # (B, L)
 
     def _prepare_additive(self, keys: Tensor) -> Tensor:
-        return self.key(keys)  # (B, L, d)
+        return linear(keys, self.key.weight)  # (B, L, d)
 
     def _score_additive(self, query: Tensor, prepared: Tensor) -> Tensor:
-        hidden = torch.tanh(prepared + self.query(query).unsqueeze(1))  # (B, L, d)
-        return self.energy(hidden).squeeze(-1)  # (B, L)
+        q = linear(query, self.query.weight, self.query.bias)  # (B, d)
+        hidden = torch.tanh(prepared + q.unsqueeze(1))  # (B, L, d)
+        return linear(hidden, self.energy.weight).squeeze(-1)  # (B, L)
 
     def prepare(self, keys: Tensor) -> Tensor:
         """keys (B, L, d_k) -> per-sequence cache."""

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.attention.content import ContentScorer
 from locattn.models.config import ContentScore, Controller, Mode, PaFrom, Reference, StepActivation
-from locattn.models.functional import leaky_clamp, softstair
+from locattn.models.functional import gru_update, leaky_clamp, linear, per_row, softstair
 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
 
@@ -121,7 +121,7 @@ class LocationAttender(Attender):
         return x
 
     def _step_mono(self, x: Tensor) -> Tensor:
-        s = torch.sigmoid(self.mono_gate)
+        s = torch.sigmoid(per_row(self.mono_gate, x.shape[0], 0))  # () or (B,) when packed
         return s * torch.relu(x) + (1.0 - s) * torch.sigmoid(self.step_temperature * x)
 
     # -- mu from (step, rho, pa)
@@ -157,12 +157,17 @@ class LocationAttender(Attender):
         self, query: Tensor, memory: SourceMemory, cache: Any, state: LocationState, t: int
     ) -> tuple[AttnStep, LocationState]:
         if self.controller is not None:
-            l_t = self.controller(query)  # (B, d)
+            l_t = linear(query, self.controller.weight, self.controller.bias)  # (B, d)
             weighter = None
         else:
-            weighter = self.weighter(F.relu(self.resize(query)), state.weighter)  # (B, C)
+            w = self.weighter
+            x = F.relu(linear(query, self.resize.weight, self.resize.bias))  # (B, C)
+            weighter = gru_update(
+                linear(x, w.weight_ih, w.bias_ih), linear(state.weighter, w.weight_hh, w.bias_hh),
+                state.weighter,
+            )  # (B, C)
             l_t = weighter
-        heads = self.heads(l_t)  # (B, 1 + n_rho)
+        heads = linear(l_t, self.heads.weight, self.heads.bias)  # (B, 1 + n_rho)
         sigma = (torch.relu(heads[:, 0]) + self.sigma_min) / memory.lengths  # (B,)
         rho = heads[:, 1:]  # (B, n_rho)
         step = self._step(rho[:, 0])  # (B,)
@@ -174,7 +179,8 @@ class LocationAttender(Attender):
         mix_gate = None
         weights = lam
         if self.content is not None:
-            mix_gate = torch.sigmoid(self.mix_temperature * self.mix_gate(query)).squeeze(-1)  # (B,)
+            gate = linear(query, self.mix_gate.weight, self.mix_gate.bias)  # (B, 1)
+            mix_gate = torch.sigmoid(self.mix_temperature * gate).squeeze(-1)  # (B,)
             scores = self.content(query, cache) + memory.score_bias  # (B, L)
             content = torch.softmax(scores, dim=-1)  # (B, L)
             m = mix_gate.unsqueeze(1)

@@ -1,0 +1,81 @@
+"""Seed-epochs per core-second: K solo runs vs the same K runs packed into one process.
+
+    python benchmarks/bench_packed.py [--k 5] [--cases copy/onestep] [--train-size 10000]
+                                      [--repeats 1] [--threads 1]
+
+For each case: K solo training epochs (``_Seq2SeqRun.train_epoch``, seeds 0..K-1) and one
+packed epoch of the same K runs (``locattn.packed``); training pass only (dev scoring and
+test scoring run per replica with the solo code in both cases). Prints CPU and wall seconds,
+seed-epochs per core-second for both, the ratio (target >= 3 at K = 5), the largest
+difference of the per-replica mean training losses (they are the same runs), and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
+from locattn.config import make_run_config  # noqa: E402
+from locattn.packed import packed_train_epoch  # noqa: E402
+from locattn.tasks import load_task  # noqa: E402
+from locattn.train import _Seq2SeqRun  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--cases", default="copy/onestep")
+    parser.add_argument("--train-size", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(machine_line(), flush=True)
+    print(f"K={args.k} train_size={args.train_size} (training pass only; min of {args.repeats})")
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.cases.split(","):
+            task, variant = case.split("/")
+            over = {"num_threads": args.threads}
+            if task != "lookup":
+                over.update({"task.train_size": args.train_size, "task.dev_size": 200, "task.test_size": 10})
+            cfgs = [make_run_config(task=task, variant=variant, seed=s, overrides=over) for s in range(args.k)]
+            data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+
+            def fresh() -> list[_Seq2SeqRun]:
+                return [_Seq2SeqRun(c, data, Path(tmp) / f"r{c.seed}") for c in cfgs]
+
+            solo_t, pack_t = [], []
+            for rep in range(args.repeats):
+                runs = fresh()
+                with timed() as t:
+                    solo_losses = []
+                    for r in runs:
+                        r.epoch = 1
+                        solo_losses.append(r.train_epoch())
+                solo_t.append(t)
+                runs = fresh()
+                for r in runs:
+                    r.epoch = 1
+                with timed() as t:
+                    pack_losses = packed_train_epoch(runs, 1)
+                pack_t.append(t)
+            s, p = best(solo_t), best(pack_t)
+            rate_s = args.k / (s.cpu * args.threads)
+            rate_p = args.k / (p.cpu * args.threads)
+            diff = max(abs(a - b) for a, b in zip(solo_losses, pack_losses))
+            print(f"{case}: {args.k} solo epochs cpu {s.cpu:.2f} s (wall {s.wall:.2f}) -> "
+                  f"{rate_s:.3f} seed-epochs/core-s | packed cpu {p.cpu:.2f} s (wall {p.wall:.2f}) -> "
+                  f"{rate_p:.3f} seed-epochs/core-s | speed-up x{rate_p / rate_s:.2f} | "
+                  f"max |loss solo - packed| {diff:.2e} | maxrss {peak_rss_mb():.0f} MB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

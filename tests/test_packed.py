@@ -1,0 +1,182 @@
+"""Packed runs (locattn.packed): each replica is its solo run, checkpoints and failures per replica."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from locattn.config import make_run_config
+from locattn.packed import check_packable, train_packed
+from locattn.train import NonFiniteLossError, RunResult, train
+
+TINY = {
+    "task.train_size": 160,
+    "task.dev_size": 40,
+    "task.test_size": 16,
+    "task.test_lengths": (15, 30),
+    "optim.epochs": 2,
+    "num_threads": 1,
+}
+
+
+def cfg(tmp: Path, variant: str = "onestep", seed: int = 0, **extra):
+    over = {**TINY, "cache_dir": str(tmp / "cache"), **extra}
+    return make_run_config(task="copy", variant=variant, seed=seed, overrides=over)
+
+
+def assert_same_run(solo: RunResult, packed: RunResult) -> None:
+    """Equal up to float rounding. Solo training is a pack of one, so the kernels are the same;
+    what remains is rounding from padding to a common length (longer softmax/reduction rows),
+    which Adam amplifies a little per step. Greedy outputs (accuracies) may differ by at most one
+    example where an argmax is a near-tie."""
+    assert packed.run_identity == solo.run_identity
+    assert len(packed.history) == len(solo.history)
+    for epoch, (hs, hp) in enumerate(zip(solo.history, packed.history), start=1):
+        for key in ("train_loss", "dev_loss"):
+            assert hp[key] == pytest.approx(hs[key], rel=1e-4), (epoch, key)
+        assert hp["lr"] == hs["lr"]
+        assert hp["dev_score"] == pytest.approx(hs["dev_score"], abs=1 / 40 + 1e-9), epoch
+    assert packed.best_epoch == solo.best_epoch and packed.epochs_run == solo.epochs_run
+    assert packed.stop_reason == solo.stop_reason
+    assert set(packed.test) == set(solo.test)
+    for split in solo.test:
+        assert set(packed.test[split]) == set(solo.test[split])
+        for metric, value in solo.test[split].items():
+            got = packed.test[split][metric]
+            if metric == "attn_loss":
+                assert got == pytest.approx(value, rel=1e-2, abs=1e-6), (split, metric)
+            elif metric == "edit_distance":
+                assert got == pytest.approx(value, abs=0.1), (split, metric)
+            else:
+                assert got == pytest.approx(value, abs=1 / 16 + 1e-9), (split, metric)
+
+
+def test_each_replica_equals_its_solo_run_different_seeds(tmp_path: Path) -> None:
+    cfgs = [cfg(tmp_path, seed=s) for s in (0, 1, 2)]
+    solos = [train(c, tmp_path / f"solo{c.seed}") for c in cfgs]
+    calls: list[tuple[int, int]] = []
+
+    class Spy:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def on_epoch(self, epoch, metrics, checkpoint_dir):
+            assert (checkpoint_dir / "meta.json").is_file()
+            calls.append((self.k, epoch))
+
+        def on_end(self, result):
+            calls.append((self.k, -1))
+
+    packed = train_packed(cfgs, [tmp_path / f"pack{c.seed}" for c in cfgs], [Spy(k) for k in range(3)])
+    for solo, pk in zip(solos, packed):
+        assert isinstance(pk, RunResult)
+        assert_same_run(solo, pk)
+    # the runs really differ from each other, and every recorder heard its own run
+    assert len({round(r.history[0]["train_loss"], 6) for r in packed}) == 3
+    assert sorted(calls) == sorted([(k, e) for k in range(3) for e in (1, 2, -1)])
+    for c in cfgs:  # same output files as a solo run
+        out = tmp_path / f"pack{c.seed}"
+        for name in ("config.json", "result.json", "best_model.pt", "checkpoint/meta.json"):
+            assert (out / name).is_file(), name
+        assert json.loads((out / "result.json").read_text())["run_identity"] == packed[c.seed].run_identity
+
+
+def test_replicas_with_different_learning_rates_and_mix_attention(tmp_path: Path) -> None:
+    lrs = (1e-3, 3e-3, 3e-4)
+    cfgs = [cfg(tmp_path, "mix_onestep", seed=0, **{"optim.lr": lr}) for lr in lrs]
+    solos = [train(c, tmp_path / f"solo{i}") for i, c in enumerate(cfgs)]
+    packed = train_packed(cfgs, [tmp_path / f"pack{i}" for i in range(3)])
+    for solo, pk, lr in zip(solos, packed, lrs):
+        assert pk.history[0]["lr"] == lr
+        assert_same_run(solo, pk)
+
+
+def test_interrupted_pack_resumes_exactly_and_solo_resumes_a_packed_checkpoint(tmp_path: Path) -> None:
+    cfgs = [cfg(tmp_path, seed=s) for s in (3, 4)]
+    full = train_packed(cfgs, [tmp_path / f"full{k}" for k in range(2)])
+
+    class Stop(Exception):
+        pass
+
+    class StopAfterFirstEpoch:
+        def on_epoch(self, epoch, metrics, checkpoint_dir):
+            if epoch == 1:
+                raise Stop
+
+        def on_end(self, result):
+            pass
+
+    outs = [tmp_path / f"cut{k}" for k in range(2)]
+    with pytest.raises(Stop):
+        train_packed(cfgs, outs, [None, StopAfterFirstEpoch()])
+    # replica 0 finished epoch 1 (checkpoint written) before replica 1's recorder stopped the pack
+    resumed = train_packed(cfgs, outs)
+    for a, b in zip(full, resumed):
+        drop = lambda h: [{k: v for k, v in e.items() if k != "epoch_seconds"} for e in h]  # noqa: E731
+        assert drop(b.history) == drop(a.history)
+        assert b.test == a.test
+    # a packed checkpoint is a solo checkpoint: the solo trainer continues it
+    with pytest.raises(Stop):
+        train_packed(cfgs[:1], [tmp_path / "mixed"], [StopAfterFirstEpoch()])
+    solo = train(cfgs[0], tmp_path / "mixed")
+    assert solo.history[1]["train_loss"] == pytest.approx(full[0].history[1]["train_loss"], rel=1e-2)
+    assert solo.epochs_run == 2
+
+
+def test_a_diverging_replica_fails_alone(tmp_path: Path) -> None:
+    cfgs = [cfg(tmp_path, seed=0, **{"optim.epochs": 1}),
+            cfg(tmp_path, seed=0, **{"optim.epochs": 1, "optim.lr": 1e15})]
+    solo = train(cfgs[0], tmp_path / "solo")
+    ok, bad = train_packed(cfgs, [tmp_path / "ok", tmp_path / "bad"])
+    assert isinstance(bad, NonFiniteLossError)
+    assert "epoch 1, batch" in str(bad) and f"lr={1e15}" in str(bad)
+    assert not (tmp_path / "bad" / "result.json").exists()
+    assert isinstance(ok, RunResult)
+    assert_same_run(solo, ok)
+
+
+def test_only_one_cell_can_be_packed(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="model.attention.step"):
+        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mono", seed=1)])
+    with pytest.raises(ValueError, match="optim.batch_size"):
+        check_packable([cfg(tmp_path), cfg(tmp_path, seed=1, **{"optim.batch_size": 16})])
+    with pytest.raises(ValueError, match="attention.family='positional'"):
+        check_packable([cfg(tmp_path, "relative"), cfg(tmp_path, "relative", seed=1)])
+    with pytest.raises(ValueError, match="differ in seed or optim.lr"):
+        check_packable([cfg(tmp_path), cfg(tmp_path)])
+    with pytest.raises(ValueError, match="one out_dir"):
+        train_packed([cfg(tmp_path)], [])
+
+
+def test_packed_model_rows_equal_solo_models(tmp_path: Path) -> None:
+    """Forward pass only, dropout off, unequal source lengths: padding does not leak."""
+    from locattn.models import build_model
+    from locattn.packed import _Pack
+
+    torch.manual_seed(0)
+    c = cfg(tmp_path, "mix_mono")
+
+    class R:  # the attributes _Pack reads from a run
+        def __init__(self, seed: int) -> None:
+            torch.manual_seed(seed)
+            self.model = build_model(c.model, 12, pad_id=0, sos_id=1, eos_id=2).eval()
+
+    runs = [R(s) for s in (0, 1)]
+    pack = _Pack(runs)
+    src = [torch.randint(3, 12, (4, 5)), torch.randint(3, 12, (4, 9))]
+    src_len = [torch.tensor([5, 3, 5, 1]), torch.tensor([9, 9, 2, 7])]
+    tgt = [torch.randint(3, 12, (4, 6)), torch.randint(3, 12, (4, 3))]
+    with torch.no_grad():
+        solo = [r.model(s, n, t).logits for r, s, n, t in zip(runs, src, src_len, tgt)]
+        pad = lambda x, w: torch.nn.functional.pad(x, (0, w - x.shape[1]))  # noqa: E731
+        packed = pack.model.eval()(
+            torch.cat([pad(s, 9) for s in src]), torch.cat(src_len), torch.cat([pad(t, 6) for t in tgt])
+        ).logits
+    pack.release()
+    assert torch.allclose(packed[:4, :6], solo[0], atol=1e-5)
+    assert torch.allclose(packed[4:, :3], solo[1], atol=1e-5)
+    assert not math.isclose(float(solo[0][0, 0, 0]), float(solo[1][0, 0, 0]))
