@@ -221,8 +221,8 @@ class _Seq2SeqRun:
         seed_everything(cfg.seed)
         self.model = build_model(cfg.model, len(vocab), **self.ids).to(self.device)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay
+        self.optimizer = torch.optim.AdamW(  # fused: one kernel per step, not ~12 ops per tensor
+            self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay, fused=True
         )
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer, mode="max", factor=o.plateau_factor, patience=o.plateau_patience

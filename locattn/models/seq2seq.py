@@ -12,7 +12,8 @@ Per step t (0-based), with h_{t-1} the top decoder state before the update (h_{-
 Speed: the first cell's input map is split, W_ih [emb; c] = W_e emb + W_c c. W_e emb(y) is
 computed for all teacher-forced steps at once, and since c_t is linear in the values,
 W_c c_t = sum_j alpha_tj (W_c W_o v_j) with W_c W_o v precomputed per sequence, so a step costs
-one (B, L)x(B, L, 3H) product instead of two dense maps. The cell itself is the standard GRU
+one (B, L)x(B, L, 3H) product instead of two dense maps (for short sources; see
+``FOLD_VALUE_GATES_MAX_LEN``). The cell itself is the standard GRU
 update (same parameters as ``nn.GRUCell``; a test checks the two agree).
 
 ``forward`` is teacher forced (tgt_in = [<sos>, y_1 .. y_{T-1}]); ``greedy`` decodes until each
@@ -33,6 +34,13 @@ from locattn.models.attention import AttnStep, SourceMemory, build_attender
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
 from locattn.models.functional import DropoutNoise, dropout_with, embed, gru_update, linear
+
+
+FOLD_VALUE_GATES_MAX_LEN = 32
+"""Attention lengths up to which the value gates W_c W_o v are precomputed per sequence (one
+small product per step); longer sources form the context first (the (B, L, 3H) gate tensor no
+longer fits in cache, and reading it per step costs more than the extra (B, H) x (H, 3H) map).
+The rule depends only on shapes, so teacher forcing and stepwise decoding agree."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,10 @@ class DecoderState:
     """Per-layer decoder states, each (B, H)."""
     t: int
     dir_gate: Tensor | None
-    value_gates: Tensor
-    """(B, L, 3H) W_c W_o v: the first cell's input gates contributed by each source position."""
+    value_gates: Tensor | None
+    """(B, L, 3H) W_c W_o v: the first cell's input gates contributed by each source position.
+    None for long sources (L > ``FOLD_VALUE_GATES_MAX_LEN``): there the step forms the context
+    c_t = alpha_t values (B, H) and maps it with W_c, reading 3x less memory per step."""
 
 
 def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None) -> AttentionTrace:
@@ -185,7 +195,9 @@ class Seq2Seq(nn.Module):
         stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)
         positions = torch.arange(e.shape[1], device=e.device, dtype=e.dtype).unsqueeze(0)
         positions = (positions * stepsize.unsqueeze(1)) * enc.mask  # (B, L)
-        value_gates = linear(values, self.cells[0].weight_ih[..., self.cfg.embedding_size :])
+        value_gates = None
+        if values.shape[1] <= FOLD_VALUE_GATES_MAX_LEN:
+            value_gates = linear(values, self.cells[0].weight_ih[..., self.cfg.embedding_size :])
         memory = SourceMemory(
             keys=e, values=values, mask=enc.mask, positions=positions, lengths=lengths,
             score_bias=torch.zeros_like(positions).masked_fill(~enc.mask, float("-inf")),
@@ -212,9 +224,14 @@ class Seq2Seq(nn.Module):
         attn, attn_state = self.attender(
             state.hidden[-1], state.memory, state.cache, state.attn_state, state.t
         )
-        gi = torch.baddbmm(
-            emb_gates.unsqueeze(1), attn.weights.unsqueeze(1), state.value_gates
-        ).squeeze(1)  # (B, 3H) = W_e emb + b_ih + W_c c_t
+        if state.value_gates is not None:
+            gi = torch.baddbmm(
+                emb_gates.unsqueeze(1), attn.weights.unsqueeze(1), state.value_gates
+            ).squeeze(1)  # (B, 3H) = W_e emb + b_ih + W_c c_t
+        else:
+            context = torch.bmm(attn.weights.unsqueeze(1), state.memory.values).squeeze(1)  # (B, H)
+            w_c = self.cells[0].weight_ih[..., self.cfg.embedding_size :]
+            gi = emb_gates + linear(context, w_c)  # (B, 3H)
         cell = self.cells[0]
         gh = linear(h0, cell.weight_hh, cell.bias_hh)  # (B, 3H)
         x = gru_update(gi, gh, h0)  # (B, H)
