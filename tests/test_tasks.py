@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -477,3 +478,22 @@ def test_cache_files_are_byte_identical_across_directories(tmp_path):
     (fa,) = (tmp_path / "a" / "tasks").iterdir()
     (fb,) = (tmp_path / "b" / "tasks").iterdir()
     assert fa.name == fb.name and fa.read_bytes() == fb.read_bytes()
+
+
+def test_test_limit_subsamples_test_splits_only(tmp_path) -> None:
+    from locattn.tasks import load_task
+    from locattn.tasks.config import TaskConfig
+
+    base = TaskConfig(name="copy", train_size=50, dev_size=20, test_size=40, test_lengths=(15,))
+    full = load_task(base, cache_dir=tmp_path)
+    cut = load_task(dataclasses.replace(base, test_limit=7), cache_dir=tmp_path)
+    again = load_task(dataclasses.replace(base, test_limit=7), cache_dir=tmp_path)
+    assert cut.splits["train"] == full.splits["train"] and cut.splits["dev"] == full.splits["dev"]
+    for name in full.test_splits:
+        assert len(cut.splits[name]) == 7
+        assert set(cut.splits[name]) <= set(full.splits[name])
+        positions = [full.splits[name].index(e) for e in cut.splits[name]]
+        assert positions == sorted(positions)  # order kept
+        assert cut.splits[name] == again.splits[name]  # same subsample every time
+    with pytest.raises(ValueError, match="TaskConfig.test_limit"):
+        TaskConfig(name="copy", test_limit=-1)

@@ -9,6 +9,8 @@ encode_examples(examples, vocab) -> Batch
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +114,30 @@ def load_task(cfg: TaskConfig, *, cache_dir: str | Path | None = None,
     Generated tasks are cached under ``cache_dir`` (default ``~/.cache/locattn``); a second
     call reads the cache. Tasks read from ``cfg.data_dir`` are parsed directly (no cache).
     Returns :class:`TaskData` (seq2seq) or ``RegressionTaskData`` (Raffel & Ellis).
+    ``cfg.test_limit`` subsamples each seq2seq test split after loading (the cache holds the
+    full splits).
     """
+    data = _load_task(cfg, cache_dir=cache_dir, use_cache=use_cache)
+    if cfg.test_limit and data.kind == "seq2seq":
+        data = limit_test_splits(data, cfg.test_limit, seed=cfg.data_seed)
+    return data
+
+
+def limit_test_splits(data: TaskData, limit: int, *, seed: int) -> TaskData:
+    """``data`` with each test split cut to at most ``limit`` examples: a seeded subsample
+    that keeps the split's order."""
+    import random
+
+    splits = dict(data.splits)
+    for name in data.test_splits:
+        examples = splits[name]
+        if len(examples) > limit:
+            keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(examples)), limit))
+            splits[name] = [examples[i] for i in keep]
+    return dataclasses.replace(data, splits=splits)
+
+
+def _load_task(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> Any:
     if not isinstance(cfg, TaskConfig):
         raise TypeError(f"load_task expects a TaskConfig, got {type(cfg).__name__}")
     name = cfg.name

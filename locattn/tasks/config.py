@@ -62,6 +62,10 @@ class TaskConfig:
     """Inclusive (min, max) task length of dev examples."""
     test_lengths: tuple[int, ...] = (15, 20, 25, 30, 50, 100)
     """One test split ``len<k>`` per length, plus ``iid``."""
+    test_limit: int = 0
+    """Score at most this many examples per test split (a seeded subsample, same for every run);
+    0 scores them all. For quick looks and smoke runs of tasks whose test sets are fixed in size
+    (Long Lookup Tables, SCAN, CFQ)."""
     data_dir: str | None = None
     """Directory of user-supplied files (Long Lookup Tables TSVs, SCAN, CFQ). Operational."""
     variant: str = ""
@@ -86,6 +90,9 @@ class TaskConfig:
             value = getattr(self, field_name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TaskConfig.{field_name} must be a positive int, got {value!r}")
+        if not isinstance(self.test_limit, int) or self.test_limit < 0:
+            raise ValueError(
+                f"TaskConfig.test_limit must be an int >= 0 (0 = all), got {self.test_limit!r}")
         for field_name in ("train_lengths", "dev_lengths"):
             value = getattr(self, field_name)
             if len(value) != 2:
