@@ -18,9 +18,10 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 from study import schema
 from study.spec import SpecError, StudySpec, resolve_spec, read_yaml
@@ -126,6 +127,32 @@ def _stale_checkpoint_filter(record: Any) -> bool:
     )
 
 
+@contextmanager
+def _timed_experiment_snapshots() -> Iterator[None]:
+    """Snapshot Tune's experiment state on its timer only, not after every few trial checkpoints.
+
+    With ``CheckpointConfig(num_to_keep=k)`` Tune forces a snapshot of the whole experiment
+    state (every trial's JSON state plus the grid's variant list: O(trials) bytes) whenever a
+    trial has reported ``k`` checkpoints since the last one. A trial reports one checkpoint per
+    epoch, so a study of N short trials writes O(N) snapshots of O(N) bytes: quadratic. With
+    this off, snapshots follow ``TUNE_GLOBAL_CHECKPOINT_S`` (default ``auto``: at most ~5 % of
+    the driver's time, at least every 10 s). A restored trial may then name a checkpoint that
+    was pruned after the snapshot: ``study.trainable`` continues from the trial's most advanced
+    complete checkpoint on disk instead.
+    """
+    try:
+        from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+    except ImportError:  # pragma: no cover - depends on Ray internals
+        yield
+        return
+    original = _ExperimentCheckpointManager.on_trial_checkpoint
+    _ExperimentCheckpointManager.on_trial_checkpoint = lambda self, trial: None
+    try:
+        yield
+    finally:
+        _ExperimentCheckpointManager.on_trial_checkpoint = original
+
+
 def _trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
@@ -229,7 +256,7 @@ def _run(
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_stale_checkpoint_filter)
 
-    from study.record import MlflowRecorder, existing_runs
+    from study.record import MlflowRecorder, TrialQueue, existing_runs
     from study.trainable import run_trial, trial_descriptor, trial_run_keys
 
     name = meta["name"]
@@ -299,12 +326,13 @@ def _run(
                     return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                             "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start}
                 tune_config = tune.TuneConfig(
-                    num_samples=1,
+                    search_alg=TrialQueue(trials),
+                    num_samples=len(trials),
                     max_concurrent_trials=limit or None,
                     reuse_actors=True,
                     trial_dirname_creator=_trial_dirname,
                 )
-                param_space = {"trial": tune.grid_search(trials)}
+                param_space = {}
             else:
                 from study.search import CellSearch
 
@@ -332,7 +360,8 @@ def _run(
             tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config,
                                run_config=run_config)
         t_fit = time.time()
-        grid = tuner.fit()
+        with _timed_experiment_snapshots():
+            grid = tuner.fit()
         fit_seconds = time.time() - t_fit
         errors = sum(1 for r in grid if r.error is not None)
         summary = {

@@ -25,8 +25,10 @@ from study.trainable import OBJECTIVE, resolve_run_config, run_dir, trial_run_ke
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
+    from ray.tune.search import Searcher as _TuneSearcher
 except ImportError:  # pragma: no cover
     _TuneCallback = object  # type: ignore[assignment,misc]
+    _TuneSearcher = object  # type: ignore[assignment,misc]
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
@@ -216,6 +218,7 @@ class MlflowRecorder(_TuneCallback):
         self.code_version = code_version()
         self.versions = json.dumps(package_versions(), sort_keys=True)
         self.parent_id = self._ensure_parent()
+        self.dirty: set[str] = set()  # run keys with buffered metrics
         self.trial_current: dict[str, str] = {}  # Tune trial id -> run key in progress
         self.trial_progress: dict[str, float] = {}  # Tune trial id -> fraction done
         self.t0 = time.time()
@@ -309,11 +312,14 @@ class MlflowRecorder(_TuneCallback):
         if not force and now - self.last_flush < self.cfg["flush_seconds"]:
             return
         t = time.perf_counter()
-        for state in self.runs.values():
+        # Only the runs with buffered metrics (not every run of the study: O(1) per flush).
+        for key in list(self.dirty):
+            state = self.runs[key]
             if state.pending:
                 for chunk in _chunks(state.pending, 1000):
                     self.client.log_batch(state.run_id, metrics=chunk, synchronous=True)
                 state.pending = []
+        self.dirty.clear()
         self.stats["mlflow_seconds"] += time.perf_counter() - t
         self.last_flush = now
 
@@ -363,6 +369,7 @@ class MlflowRecorder(_TuneCallback):
                     if k in schema.EPOCH_METRICS and isinstance(v, (int, float))
                 )
                 state.last_step = epoch
+                self.dirty.add(key)
         if kind == "epoch":
             self.trial_progress[trial.trial_id] = _progress(trial, seed, int(result["epoch"]), self.cfg)
             self.stats["mlflow_seconds"] += time.perf_counter() - t
@@ -373,7 +380,6 @@ class MlflowRecorder(_TuneCallback):
         if state.status != schema.STATUS_FINISHED:
             from mlflow.entities import RunTag
 
-            self._flush(force=True)
             self._log_artifacts(state.run_id, key)  # idempotent (same paths)
             finals = [
                 Metric(k, float(v), ts, 0)
@@ -381,8 +387,14 @@ class MlflowRecorder(_TuneCallback):
                 if k not in NON_METRIC_KEYS and (k in schema.FINAL_METRICS or k.startswith("test."))
                 and isinstance(v, (int, float))
             ]
-            # Final metrics and the finished tag in one batch (one transaction): a driver killed
-            # around here either wrote both or neither, so finals are never logged twice.
+            # This run's buffered epochs, its final metrics and the finished tag in one batch
+            # (one transaction): a driver killed around here either wrote all or none, so finals
+            # are never logged twice (a resume replays the epochs after the last logged step).
+            if len(state.pending) + len(finals) > 900:  # rare: too many for one batch
+                self._flush(force=True)
+            finals = state.pending + finals
+            state.pending = []
+            self.dirty.discard(key)
             for chunk in _chunks(finals, 900):
                 self.client.log_batch(state.run_id, metrics=chunk,
                                       tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
@@ -475,6 +487,44 @@ class MlflowRecorder(_TuneCallback):
             f" | ETA {_hms(eta)}"
         )
         print(line, file=self._out or sys.stdout, flush=True)
+
+
+class TrialQueue(_TuneSearcher):
+    """Tune searcher of a grid study: hands out the trial descriptors in order, O(1) per trial.
+
+    (``tune.grid_search`` over N descriptors deep-copies the whole list for every trial it
+    generates: O(N) each, O(N^2) per study.) Its state, saved with Tune's experiment snapshots
+    and restored by ``Tuner.restore``, is the list and the next index.
+    """
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.items = items
+        self.next = 0
+
+    def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if self.next >= len(self.items):
+            return _TuneSearcher.FINISHED
+        self.next += 1
+        return {"trial": self.items[self.next - 1]}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        return None
+
+    def save(self, checkpoint_path: str) -> None:
+        import pickle
+
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"items": self.items, "next": self.next}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        import pickle
+
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
 
 
 def ensure_experiment(client: Any, name: str, artifact_location: str) -> str:

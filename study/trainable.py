@@ -176,17 +176,60 @@ def _add_replay(result: dict, base: dict, state: Mapping[str, Any]) -> None:
 
 
 def _stage_checkpoint(staging: Path, state: Mapping[str, Any], run_ckpt: Path | None) -> Path:
-    """A directory with the trial state and (hard links to) the trainer checkpoint."""
+    """A directory with the trial state and (hard links to) the trainer checkpoint.
+
+    The state file lists every file of the trainer checkpoint with its size, so a copy that a
+    crash interrupted is recognised as incomplete (:func:`_read_complete`).
+    """
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    files: dict[str, int] = {}
     if run_ckpt is not None:
         try:
             shutil.copytree(run_ckpt, staging / RUN_SUBDIR, copy_function=os.link)
         except OSError:
             shutil.rmtree(staging / RUN_SUBDIR, ignore_errors=True)
             shutil.copytree(run_ckpt, staging / RUN_SUBDIR)
-    (staging / STATE_FILE).write_text(json.dumps(state))
+        files = {str(p.relative_to(staging)): p.stat().st_size
+                 for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
+    (staging / STATE_FILE).write_text(json.dumps({**state, "files": files}))
     return staging
+
+
+def _read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
+    """The trial state of a Tune checkpoint directory if it is complete, else None."""
+    try:
+        state = json.loads((ckpt_dir / STATE_FILE).read_text())
+        for rel, size in (state.get("files") or {}).items():
+            if (ckpt_dir / rel).stat().st_size != size:
+                return None
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path | None, dict | None]:
+    """The most advanced complete checkpoint among the restored one and the trial's own.
+
+    Tune restores the checkpoint named in its last experiment snapshot. The launcher snapshots
+    on a timer (not after every few trial checkpoints, which costs O(trials) each time), so
+    after a killed driver that checkpoint may be older than the trial's newest one, or already
+    pruned (``num_to_keep``). Every checkpoint on disk was reported by this trial and training
+    is deterministic, so the one with the most progress (seed index, epoch) is the best place
+    to continue; the first report after it replays its epoch history to the driver.
+    """
+    candidates = [restored] if restored is not None else []
+    if trial_dir is not None and trial_dir.is_dir():
+        candidates += sorted(trial_dir.glob("checkpoint_*"))
+    best: tuple[tuple[int, int], Path, dict] | None = None
+    for path in candidates:
+        state = _read_complete(path)
+        if state is None:
+            continue
+        rank = (int(state.get("seed_index", 0)), int(state.get("epoch", 0)))
+        if best is None or rank > best[0]:
+            best = (rank, path, state)
+    return (best[1], best[2]) if best is not None else (None, None)
 
 
 def _restore(out_dir: Path, ckpt_dir: Path | None) -> None:
@@ -240,11 +283,20 @@ def run_trial(config: dict[str, Any]) -> None:
     state: dict[str, Any] = {"seed_index": 0, "epoch": 0, "scores": {}}
     ckpt_dir: Path | None = None
     checkpoint = tune.get_checkpoint()
-    # Keep the restored checkpoint on disk while it is copied into the run directory.
-    restored_ctx = checkpoint.as_directory() if checkpoint is not None else None
-    if restored_ctx is not None:
-        ckpt_dir = Path(restored_ctx.__enter__())
-        state = json.loads((ckpt_dir / STATE_FILE).read_text())
+    restored_ctx = None
+    if checkpoint is not None:
+        # Keep the restored checkpoint on disk while it is copied into the run directory.
+        restored_ctx = checkpoint.as_directory()
+        restored = Path(restored_ctx.__enter__())
+        try:
+            trial_dir: Path | None = Path(tune.get_context().get_trial_dir())
+        except Exception:  # noqa: BLE001 - no trial dir on this node: use the restored one only
+            trial_dir = None
+        ckpt_dir, found = _restore_point(restored, trial_dir)
+        if found is not None:
+            state = {k: v for k, v in found.items() if k != "files"}
+        else:  # nothing usable: start over (finished seeds are still skipped)
+            checkpoint = None
     base = {
         "node_id": ray.get_runtime_context().get_node_id(),
         "resumed_from": int(state["epoch"]) if checkpoint is not None else 0,
