@@ -62,8 +62,9 @@ class SourceEncoder(nn.Module):
         super().__init__()
         self.num_layers = num_layers
         if boundaries == "start_end":
-            self.start = nn.Parameter(torch.randn(embedding_size))
-            self.end = nn.Parameter(torch.randn(embedding_size))
+            # zero-initialised, as in the reference code
+            self.start = nn.Parameter(torch.zeros(embedding_size))
+            self.end = nn.Parameter(torch.zeros(embedding_size))
         else:
             self.start = self.end = None
         self.bidirectional = kind == "bigru"

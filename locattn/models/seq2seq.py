@@ -1,7 +1,7 @@
 """The recurrent encoder-decoder of Ray Chowdhury & Caragea (App. E), with any attender.
 
 Per sequence: embed (shared vocabulary) -> [START; x; END] -> encoder -> dropout on e ->
-(optional direction mixing e_dir) -> values W_o·dropout(leaky_relu(W_v e)) precomputed once.
+(optional direction mixing e_dir) -> values W_o·leaky_relu(W_v e) precomputed once.
 Per step t (0-based), with h_{t-1} the top decoder state before the update (h_{-1} = e_cls):
 
     alpha_t = attender(h_{t-1})                      # (B, L)
@@ -145,6 +145,16 @@ class Seq2Seq(nn.Module):
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))
         self.noise: DropoutNoise | None = None
         """Dropout masks from explicit generators (set by the trainer); None: global RNG."""
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """Reference initialisation (JRC1995/MonotonicLocationAttention, GRUEncoderDecoder and the
+        attention modules): embedding kaiming-normal with mode fan_out (std sqrt(2/V)); Xavier-uniform
+        weights for the value MLP, the value/output maps and the output projection; biases, GRUs and
+        the direction gate keep PyTorch's defaults. Attenders initialise their own layers."""
+        nn.init.kaiming_normal_(self.embedding.weight, mode="fan_out")
+        for layer in (self.value_in, self.value_out, self.out_proj):
+            nn.init.xavier_uniform_(layer.weight)
 
     # ------------------------------------------------------------------ validation
     def _check(self, src: Tensor, src_len: Tensor, tgt_in: Tensor | None = None) -> None:
@@ -186,10 +196,8 @@ class Seq2Seq(nn.Module):
         dir_gate = None
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
-        hidden_v = dropout_with(
-            F.leaky_relu(linear(e, self.value_in.weight, self.value_in.bias)), self.dropout_p,
-            self.training, self.noise,
-        )
+        # (B, L, V); dropout is on e only (REFERENCE §1, reference code)
+        hidden_v = F.leaky_relu(linear(e, self.value_in.weight, self.value_in.bias))
         values = linear(hidden_v, self.value_out.weight)  # (B, L, H)
         lengths = enc.lengths.to(e.dtype)  # (B,)
         stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)

@@ -34,6 +34,8 @@ class ContentScorer(nn.Module):
             self.key = nn.Linear(key_size, dim, bias=False)
             self.query = nn.Linear(query_size, dim, bias=False)
             self.scale = 1.0 / math.sqrt(dim)
+            nn.init.xavier_uniform_(self.key.weight)  # reference init
+            nn.init.xavier_uniform_(self.query.weight)
             self._prepare, self._score = self._prepare_bilinear, self._score_bilinear
         elif score == "multiplicative":
             self.key = None

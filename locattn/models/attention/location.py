@@ -4,7 +4,7 @@ Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
 
 * l_t = Linear(h_{t-1}) (``controller="linear"``, Ray Chowdhury), or Dubois's weighter
   l_t = omega_t = GRU(relu(W_resize h_{t-1}), omega_{t-1}) (``controller="gru"``).
-* [s_t, rho_t] = Linear(l_t); sigma_t = (relu(s_t) + min_sigma) / L       (RC eq. 10, Dubois)
+* [s_t, rho_t] = W l_t (no bias); sigma_t = (relu(s_t) + min_sigma) / L       (RC eq. 10, Dubois)
 * step_t = act(rho_t0), act one of sigmoid(beta·x) (OneStep), softstair (LocAttn, -Step 3),
   x (-Sigmoid), s·relu(x) + (1-s)·sigmoid(beta·x) with s = sigmoid(p) (MonoAttn, RC eq. 19 with
   the gate on the ReLU term as in the reference code), relu (RMonoAttn).
@@ -27,6 +27,7 @@ string branches.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,14 @@ class LocationAttender(Attender):
             self.resize = nn.Linear(query_size, controller_size)
             self.weighter = nn.GRUCell(controller_size, controller_size)
             l_size = controller_size
-        self.heads = nn.Linear(l_size, 1 + N_RHO[reference])  # [sigma logit, rho_0..]
+        # [sigma logit, rho_0..]: bias-free dot products w·l_t (RC eqs. 10, 13; REFERENCE §2).
+        # Reference init: Xavier-uniform on a (heads=1, d, 1) tensor per output, i.e.
+        # U(-b, b) with b = sqrt(6 / (d + 1)).
+        self.heads = nn.Linear(l_size, 1 + N_RHO[reference], bias=False)
+        bound = math.sqrt(6.0 / (l_size + 1))
+        nn.init.uniform_(self.heads.weight, -bound, bound)
+        if self.controller is not None:
+            nn.init.xavier_uniform_(self.controller.weight)  # reference: Xavier weight, default bias
         self.mono_gate = (
             nn.Parameter(torch.tensor(float(mono_gate_init))) if step == "mono" else None
         )
@@ -103,6 +111,7 @@ class LocationAttender(Attender):
         }[reference]
         if mode == "mix":
             self.mix_gate = nn.Linear(query_size, 1)
+            nn.init.xavier_uniform_(self.mix_gate.weight)
             self.mix_temperature = mix_temperature
             self.content = ContentScorer(
                 content_score, key_size=key_size, query_size=query_size, dim=dim

@@ -37,8 +37,11 @@ class PositionalAttender(Attender):
         self.scale = 1.0 / math.sqrt(dim)
         self.key = nn.Linear(key_size, dim, bias=False)
         self.query = nn.Linear(query_size, dim, bias=False)
+        nn.init.xavier_uniform_(self.key.weight)  # reference init
+        nn.init.xavier_uniform_(self.query.weight)
         if positions in ("relative", "relative_shared_bias"):
             self.rel = nn.Linear(dim, dim, bias=False)  # W_r
+            nn.init.xavier_uniform_(self.rel.weight)
             self.u = nn.Parameter(torch.zeros(dim))
             self.v = nn.Parameter(torch.zeros(dim)) if positions == "relative" else None
             self._prepare, self._score = self._prepare_relative, self._score_relative
