@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from locattn import get_variant, list_variants
 from locattn.config import make_run_config
 from locattn.packed import check_packable, train_packed
 from locattn.train import NonFiniteLossError, RunResult, train
@@ -152,13 +153,18 @@ def test_only_one_cell_can_be_packed(tmp_path: Path) -> None:
         train_packed([cfg(tmp_path)], [])
 
 
-def test_packed_model_rows_equal_solo_models(tmp_path: Path) -> None:
-    """Forward pass only, dropout off, unequal source lengths: padding does not leak."""
+SEQ2SEQ_VARIANTS = [k for k in list_variants() if get_variant(k).kind == "seq2seq"]
+
+
+@pytest.mark.parametrize("variant", SEQ2SEQ_VARIANTS)
+def test_packed_model_rows_equal_solo_models(tmp_path: Path, variant: str) -> None:
+    """Forward pass only, dropout off, unequal source lengths: padding does not leak. Every
+    variant, because solo training runs as a pack of one."""
     from locattn.models import build_model
     from locattn.packed import _Pack
 
     torch.manual_seed(0)
-    c = cfg(tmp_path, "mix_mono")
+    c = cfg(tmp_path, variant)
 
     class R:  # the attributes _Pack reads from a run
         def __init__(self, seed: int) -> None:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.config import Positions
-from locattn.models.functional import rotary_tables, rotate, sinusoid
+from locattn.models.functional import linear, per_row, rotary_tables, rotate, sinusoid
 
 
 class PositionalAttender(Attender):
@@ -54,10 +54,12 @@ class PositionalAttender(Attender):
 
     # -- relative (Transformer-XL)
     def _prepare_relative(self, memory: SourceMemory) -> dict[str, Any]:
-        k = self.key(memory.keys)  # (B, L, d)
+        k = linear(memory.keys, self.key.weight)  # (B, L, d)
         return {
-            "kq": (k @ self.query.weight) * self.scale,  # (B, L, H): W_q^T k / sqrt(d)
-            "uk": (k @ self.u) * self.scale,  # (B, L): u·k_j / sqrt(d)
+            # (B, L, H): W_q^T k / sqrt(d)
+            "kq": linear(k, self.query.weight.transpose(-1, -2)) * self.scale,
+            # (B, L): u·k_j / sqrt(d)
+            "uk": linear(k, self.u.unsqueeze(-2)).squeeze(-1) * self.scale,
             "tables": {},
         }
 
@@ -67,10 +69,10 @@ class PositionalAttender(Attender):
             L = memory.keys.shape[1]
             dist = torch.arange(L, device=query.device) - t  # (L,) j - t
             tables[t] = sinusoid(dist, self.dim)  # (L, d), frozen
-        q = self.query(query)  # (B, d)
-        v = self.u if self.v is None else self.v
-        r = self.rel.weight.t() @ (q + v).t()  # (d, B): W_r^T (q + v)
-        pos = (tables[t] @ r).t()  # (B, L)
+        q = linear(query, self.query.weight)  # (B, d)
+        v = per_row(self.u if self.v is None else self.v, q.shape[0], solo_dims=1)  # (B or 1, d)
+        r = linear(q + v, self.rel.weight.transpose(-1, -2))  # (B, d): W_r^T (q + v)
+        pos = r @ tables[t].t()  # (B, L)
         content = torch.bmm(cache["kq"], query.unsqueeze(-1)).squeeze(-1) + cache["uk"]
         return content + pos * self.scale
 
@@ -78,21 +80,21 @@ class PositionalAttender(Attender):
     def _prepare_rotary(self, memory: SourceMemory) -> dict[str, Any]:
         L = memory.keys.shape[1]
         cos, sin = rotary_tables(torch.arange(L, device=memory.keys.device), self.dim)  # (L, d)
-        return {"k": rotate(self.key(memory.keys), cos, sin) * self.scale}  # (B, L, d)
+        return {"k": rotate(linear(memory.keys, self.key.weight), cos, sin) * self.scale}  # (B, L, d)
 
     def _score_rotary(self, query: Tensor, memory: SourceMemory, cache: Any, t: int) -> Tensor:
         cos, sin = rotary_tables(torch.tensor(float(t)), self.dim)  # (d,)
-        q = rotate(self.query(query), cos, sin)  # (B, d)
+        q = rotate(linear(query, self.query.weight), cos, sin)  # (B, d)
         return torch.bmm(cache["k"], q.unsqueeze(-1)).squeeze(-1)  # (B, L)
 
     # -- absolute
     def _prepare_absolute(self, memory: SourceMemory) -> dict[str, Any]:
         L = memory.keys.shape[1]
         pe = sinusoid(torch.arange(L, device=memory.keys.device), self.dim)  # (L, d)
-        return {"k": (self.key(memory.keys) + pe) * self.scale}  # (B, L, d)
+        return {"k": (linear(memory.keys, self.key.weight) + pe) * self.scale}  # (B, L, d)
 
     def _score_absolute(self, query: Tensor, memory: SourceMemory, cache: Any, t: int) -> Tensor:
-        q = self.query(query) + sinusoid(torch.tensor(float(t)), self.dim)  # (B, d)
+        q = linear(query, self.query.weight) + sinusoid(torch.tensor(float(t)), self.dim)  # (B, d)
         return torch.bmm(cache["k"], q.unsqueeze(-1)).squeeze(-1)  # (B, L)
 
     def prepare(self, memory: SourceMemory) -> dict[str, Any]:
