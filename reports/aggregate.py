@@ -4,8 +4,9 @@ Per cell (row variant x column):
 
 1. Hyperparameter selection. The runs of one (task, variant[, column params]) are grouped by
    their ``locattn.hparams``; the group with the highest median ``best_dev_score`` over its
-   finished seeds is chosen (ties: the lexicographically smallest hparams JSON). Test metrics
-   are never looked at here.
+   finished seeds is chosen; ties go to the smaller median ``best_epoch`` (the same dev score
+   reached sooner: for Raffel & Ellis, fewer epochs to 100 %), then to the lexicographically
+   smallest hparams JSON. Test metrics are never looked at here.
 2. Per-seed values of the chosen group: ``test.<split>.<metric>`` (mean over the column's splits
    and tasks when it lists several; a seed counts only when every part is present).
 3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
@@ -30,6 +31,7 @@ from reports.tables import Column, TableDef
 from study import schema
 
 DEV_KEY = "best_dev_score"
+BEST_EPOCH_KEY = "best_epoch"
 ALPHA = 0.05
 # Two-sided exact Wilcoxon signed-rank: the smallest attainable p is 2 / 2**n, which is below
 # 0.05 only from n = 6 non-zero paired differences on.
@@ -236,13 +238,18 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select(
         "run_id", pl.col("value").alias("dev")
     )
+    best_epoch = runset.metrics.filter(pl.col("key") == BEST_EPOCH_KEY).select(
+        "run_id", pl.col("value").alias("best_epoch")
+    )
     choice = (
         finished.join(dev, on="run_id", how="left")
+        .join(best_epoch, on="run_id", how="left")
         .group_by([*group, "hparams"])
-        .agg(pl.col("dev").median().alias("dev_median"))
+        .agg(pl.col("dev").median().alias("dev_median"),
+             pl.col("best_epoch").median().alias("epoch_median"))
         .with_columns(pl.col("dev_median").fill_nan(None))
-        .sort([*group, "dev_median", "hparams"], descending=[*([False] * len(group)), True, False],
-              nulls_last=True)
+        .sort([*group, "dev_median", "epoch_median", "hparams"],
+              descending=[*([False] * len(group)), True, False, False], nulls_last=True)
     )
     n_choices = runs.group_by(group).agg(pl.col("hparams").n_unique().alias("n_choices"))
     chosen = choice.group_by(group, maintain_order=True).first().select([*group, "hparams"])

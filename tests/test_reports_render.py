@@ -191,6 +191,18 @@ def test_hparams_chosen_by_dev_not_test() -> None:
     assert 'never by test): {"optim.lr": 0.01} for OneStepAttn' in md
 
 
+def test_dev_ties_go_to_the_hparams_that_reached_them_sooner() -> None:
+    runs = []
+    for s in range(3):
+        # Both learning rates reach 100 % dev; 0.003 gets there at epoch 4, 0.0003 at epoch 30.
+        runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.0003},
+                             metrics={"best_dev_score": 1.0, "best_epoch": 30.0, **_acc(len15=0.5)}))
+        runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.003},
+                             metrics={"best_dev_score": 1.0, "best_epoch": 4.0, **_acc(len15=0.9)}))
+    res = aggregate(runset_from_synth("t", runs), get_table("rc_table4"))
+    assert res.cell("onestep", "copy:len15").hparams == ('{"optim.lr": 0.003}',)
+
+
 def test_holm_and_wilcoxon() -> None:
     assert _holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert _holm([0.5]) == [0.5]
