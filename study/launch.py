@@ -18,15 +18,23 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from study import schema
 from study.spec import SpecError, StudySpec, resolve_spec, read_yaml
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
+#: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
+#: bytes) whenever one trial has reported this many checkpoints since the last snapshot, so
+#: that a snapshot never names a pruned checkpoint. At 3 (one per epoch) a study of N short
+#: trials wrote ~N snapshots of O(N) bytes: quadratic. At 10, a forced snapshot comes at most
+#: once per 10 epochs of the fastest trial and short trials never force one; the rest follow
+#: Tune's timer (``TUNE_GLOBAL_CHECKPOINT_S``, default auto: ~5 % of the driver's time).
+#: Finished trials drop the model files of their checkpoints (study.trainable), so the
+#: disk cost of keeping 10 is paid only by running trials.
+TUNE_CHECKPOINTS_KEPT = 10
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -125,32 +133,6 @@ def _stale_checkpoint_filter(record: Any) -> bool:
         and "checkpoint_" in str(exc)
         and "Error handling checkpoint" in str(record.msg)
     )
-
-
-@contextmanager
-def _timed_experiment_snapshots() -> Iterator[None]:
-    """Snapshot Tune's experiment state on its timer only, not after every few trial checkpoints.
-
-    With ``CheckpointConfig(num_to_keep=k)`` Tune forces a snapshot of the whole experiment
-    state (every trial's JSON state plus the grid's variant list: O(trials) bytes) whenever a
-    trial has reported ``k`` checkpoints since the last one. A trial reports one checkpoint per
-    epoch, so a study of N short trials writes O(N) snapshots of O(N) bytes: quadratic. With
-    this off, snapshots follow ``TUNE_GLOBAL_CHECKPOINT_S`` (default ``auto``: at most ~5 % of
-    the driver's time, at least every 10 s). A restored trial may then name a checkpoint that
-    was pruned after the snapshot: ``study.trainable`` continues from the trial's most advanced
-    complete checkpoint on disk instead.
-    """
-    try:
-        from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
-    except ImportError:  # pragma: no cover - depends on Ray internals
-        yield
-        return
-    original = _ExperimentCheckpointManager.on_trial_checkpoint
-    _ExperimentCheckpointManager.on_trial_checkpoint = lambda self, trial: None
-    try:
-        yield
-    finally:
-        _ExperimentCheckpointManager.on_trial_checkpoint = original
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -292,7 +274,7 @@ def _run(
         storage_path=str(paths.dir),
         callbacks=[recorder],
         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=3),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT),
         verbose=0,
     )
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
@@ -360,8 +342,7 @@ def _run(
             tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config,
                                run_config=run_config)
         t_fit = time.time()
-        with _timed_experiment_snapshots():
-            grid = tuner.fit()
+        grid = tuner.fit()
         fit_seconds = time.time() - t_fit
         errors = sum(1 for r in grid if r.error is not None)
         summary = {

@@ -211,12 +211,11 @@ def _read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
 def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path | None, dict | None]:
     """The most advanced complete checkpoint among the restored one and the trial's own.
 
-    Tune restores the checkpoint named in its last experiment snapshot. The launcher snapshots
-    on a timer (not after every few trial checkpoints, which costs O(trials) each time), so
-    after a killed driver that checkpoint may be older than the trial's newest one, or already
-    pruned (``num_to_keep``). Every checkpoint on disk was reported by this trial and training
-    is deterministic, so the one with the most progress (seed index, epoch) is the best place
-    to continue; the first report after it replays its epoch history to the driver.
+    Tune restores the checkpoint named in its last experiment snapshot, which after a killed
+    driver can be older than the trial's newest one, or stripped of its model files by
+    :func:`_strip_finished`. Every checkpoint on disk was reported by this trial and training
+    is deterministic, so the complete one with the most progress (seed index, epoch) is the
+    best place to continue; the first report after it replays its epoch history to the driver.
     """
     candidates = [restored] if restored is not None else []
     if trial_dir is not None and trial_dir.is_dir():
@@ -230,6 +229,27 @@ def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path 
         if best is None or rank > best[0]:
             best = (rank, path, state)
     return (best[1], best[2]) if best is not None else (None, None)
+
+
+def _strip_finished(trial_dir: Path | None) -> None:
+    """A finished trial keeps its Tune checkpoints' trial state but drops the model files.
+
+    Nothing resumes from them any more (every seed has its ``result.json``); a restore from
+    one of them finds it incomplete and falls back to the final checkpoint (no model files).
+    """
+    if trial_dir is None or not trial_dir.is_dir():
+        return
+    for path in trial_dir.glob(f"checkpoint_*/{RUN_SUBDIR}"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _trial_dir() -> Path | None:
+    from ray import tune
+
+    try:
+        return Path(tune.get_context().get_trial_dir())
+    except Exception:  # noqa: BLE001 - no trial directory visible here
+        return None
 
 
 def _restore(out_dir: Path, ckpt_dir: Path | None) -> None:
@@ -288,13 +308,14 @@ def run_trial(config: dict[str, Any]) -> None:
         # Keep the restored checkpoint on disk while it is copied into the run directory.
         restored_ctx = checkpoint.as_directory()
         restored = Path(restored_ctx.__enter__())
-        try:
-            trial_dir: Path | None = Path(tune.get_context().get_trial_dir())
-        except Exception:  # noqa: BLE001 - no trial dir on this node: use the restored one only
-            trial_dir = None
-        ckpt_dir, found = _restore_point(restored, trial_dir)
+        ckpt_dir, found = _restore_point(restored, _trial_dir())
         if found is not None:
             state = {k: v for k, v in found.items() if k != "files"}
+            if state["seed_index"] >= len(keys):
+                # Every seed had finished: report the last seed's final result again (the
+                # killed driver may not have recorded it; the driver's writes are idempotent).
+                state.update(seed_index=len(keys) - 1, epoch=0, history=[])
+                ckpt_dir = None
         else:  # nothing usable: start over (finished seeds are still skipped)
             checkpoint = None
     base = {
@@ -311,6 +332,7 @@ def run_trial(config: dict[str, Any]) -> None:
             cfg = resolve_run_config(config, seed)
             staging = staging_root / f"{key}.{os.getpid()}"
             result = _finished_result(out_dir, cfg)
+            skipped = result is not None
             if result is None:  # not finished yet: continue from the Tune checkpoint
                 _restore(out_dir, ckpt_dir if index == state["seed_index"] else None)
                 if index != state["seed_index"] or ckpt_dir is None:
@@ -328,6 +350,9 @@ def run_trial(config: dict[str, Any]) -> None:
             state["scores"][str(seed)] = score
             report = {**base, "kind": "seed_final", "seed": seed, "run_key": key, **final}
             _add_replay(report, base, state)
+            if skipped and getattr(result, "history", None):
+                # Finished in an earlier attempt: the driver may have lost buffered epochs of it.
+                report["history"] = [dict(h) for h in result.history]
             state["seed_index"] = index + 1
             state["epoch"] = 0
             state["history"] = []
@@ -339,6 +364,8 @@ def run_trial(config: dict[str, Any]) -> None:
             ckpt = _stage_checkpoint(staging, state, None)
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
             shutil.rmtree(ckpt, ignore_errors=True)
+            if index + 1 == len(keys):
+                _strip_finished(_trial_dir())
             base["resumed_from"] = 0
     finally:
         if restored_ctx is not None:
