@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from locattn.config import RunConfig, config_to_dict, identity_dict, run_identity
 from locattn.models.functional import DropoutNoise
 
-PACKABLE_FAMILIES = ("content", "location")
+PACKABLE_FAMILIES = ("content", "positional", "location")
 """Attention families whose modules are written for packed parameters."""
 _MAY_DIFFER = ("seed", "optim.lr")
 
@@ -135,8 +135,12 @@ def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return F.pad(x, (0, width - x.shape[1]), value=value)
 
 
-def packed_train_epoch(runs: list[Any], epoch: int) -> list[float]:
+def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> list[float]:
     """One training pass of every run in ``runs`` at once; per run its token-weighted mean loss.
+
+    ``exact=False`` pads every batch to the pack's longest instead of grouping equal shapes:
+    faster when lengths vary a lot, equal to the solo runs only up to chaotic growth of
+    rounding differences.
 
     Raises :class:`ReplicaFailed` (wrapping ``NonFiniteLossError``) when a replica's loss is not
     finite; the other replicas' parameters and optimizers have then moved part-way into the epoch.
@@ -151,7 +155,9 @@ def packed_train_epoch(runs: list[Any], epoch: int) -> list[float]:
     model.train()
     for r in runs:
         r.model.train()
-    model.noise = epoch_dropout_noise([r.cfg.seed for r in runs], epoch, runs[0].device)
+    noise = epoch_dropout_noise([r.cfg.seed for r in runs], epoch, runs[0].device)
+    gens = list(noise.generators)
+    model.noise = noise
     iters = [
         r.train_split.train_batches(epoch_order(r.cfg.seed, epoch, len(r.train_split)), cfg0.optim.batch_size)
         for r in runs
@@ -162,20 +168,38 @@ def packed_train_epoch(runs: list[Any], epoch: int) -> list[float]:
     params = [[p for p in r.model.parameters() if p.requires_grad] for r in runs]
     try:
         for step, batches in enumerate(zip(*iters), start=1):
-            S = max(b.src.shape[1] for b in batches)
-            T = max(b.tgt_in.shape[1] for b in batches)
-            model.noise.trim = [S - b.src.shape[1] for b in batches]
-            src = torch.cat([_pad(b.src, S, pad) for b in batches])  # (K*B, S)
-            src_len = torch.cat([b.src_len for b in batches])  # (K*B,)
-            tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in batches])  # (K*B, T)
-            tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in batches])  # (K*B, T)
-            logits = model(src, src_len, tgt_in).logits  # (K*B, T, V)
-            nll = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad,
-                reduction="none",
-            ).view(K, -1).sum(1)  # (K,)
-            counts = torch.tensor([b.n_tokens for b in batches], dtype=nll.dtype, device=nll.device)
-            losses = nll / counts  # (K,) each replica's token-level mean
+            # replicas whose batches have the same shape run together; with ``exact`` a replica
+            # whose batch is shorter runs in its own group instead of being padded (padding
+            # changes the rounding of a few reductions, and training is chaotic enough to turn
+            # a last-bit difference into a different run within an epoch)
+            groups: dict[Any, list[int]] = {}
+            for k, b in enumerate(batches):
+                key = (b.src.shape[1], b.tgt_in.shape[1]) if exact else None
+                groups.setdefault(key, []).append(k)
+            loss_parts: list[torch.Tensor] = [None] * K  # type: ignore[list-item]
+            for idx in groups.values():
+                group = [batches[k] for k in idx]
+                S = max(b.src.shape[1] for b in group)
+                T = max(b.tgt_in.shape[1] for b in group)
+                noise.generators = [gens[k] for k in idx]
+                noise.trim = [S - b.src.shape[1] for b in group]
+                src = torch.cat([_pad(b.src, S, pad) for b in group])  # (k*B, S)
+                src_len = torch.cat([b.src_len for b in group])  # (k*B,)
+                tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in group])  # (k*B, T)
+                tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in group])  # (k*B, T)
+                if len(idx) == K:
+                    logits = model(src, src_len, tgt_in).logits  # (K*B, T, V)
+                else:
+                    sel = torch.tensor(idx, device=src.device)
+                    sub = {name: p.index_select(0, sel) for name, p in zip(pack.names, pack.stacked)}
+                    logits = torch.func.functional_call(model, sub, (src, src_len, tgt_in)).logits
+                nll = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad,
+                    reduction="none",
+                ).view(len(idx), -1).sum(1)  # (k,)
+                for j, k in enumerate(idx):
+                    loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
+            losses = torch.stack(loss_parts)  # (K,)
             finite = torch.isfinite(losses.detach())
             if not bool(finite.all()):
                 bad = int((~finite).nonzero()[0, 0])

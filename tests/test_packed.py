@@ -29,35 +29,25 @@ def cfg(tmp: Path, variant: str = "onestep", seed: int = 0, **extra):
     return make_run_config(task="copy", variant=variant, seed=seed, overrides=over)
 
 
+def without_time(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in history]
+
+
 def assert_same_run(solo: RunResult, packed: RunResult) -> None:
-    """Equal up to float rounding. Solo training is a pack of one, so the kernels are the same;
-    what remains is rounding from padding to a common length (longer softmax/reduction rows),
-    which Adam amplifies a little per step. Greedy outputs (accuracies) may differ by at most one
-    example where an argmax is a near-tie."""
+    """Solo training is a pack of one and replicas with batches of different shapes are never
+    padded together (exact mode), so every kernel sees the same operands: equal to the bit.
+    (Tolerances would not do: these runs are chaotic enough that a last-bit difference in one
+    step becomes a different run within an epoch.)"""
     assert packed.run_identity == solo.run_identity
-    assert len(packed.history) == len(solo.history)
-    for epoch, (hs, hp) in enumerate(zip(solo.history, packed.history), start=1):
-        for key in ("train_loss", "dev_loss"):
-            assert hp[key] == pytest.approx(hs[key], rel=1e-4), (epoch, key)
-        assert hp["lr"] == hs["lr"]
-        assert hp["dev_score"] == pytest.approx(hs["dev_score"], abs=1 / 40 + 1e-9), epoch
+    assert without_time(packed.history) == without_time(solo.history)
     assert packed.best_epoch == solo.best_epoch and packed.epochs_run == solo.epochs_run
     assert packed.stop_reason == solo.stop_reason
-    assert set(packed.test) == set(solo.test)
-    for split in solo.test:
-        assert set(packed.test[split]) == set(solo.test[split])
-        for metric, value in solo.test[split].items():
-            got = packed.test[split][metric]
-            if metric == "attn_loss":
-                assert got == pytest.approx(value, rel=1e-2, abs=1e-6), (split, metric)
-            elif metric == "edit_distance":
-                assert got == pytest.approx(value, abs=0.1), (split, metric)
-            else:
-                assert got == pytest.approx(value, abs=1 / 16 + 1e-9), (split, metric)
+    assert packed.test == solo.test and packed.by_length == solo.by_length
 
 
 def test_each_replica_equals_its_solo_run_different_seeds(tmp_path: Path) -> None:
-    cfgs = [cfg(tmp_path, seed=s) for s in (0, 1, 2)]
+    # train_size 200: the seeds' last batches (8 examples) and some others differ in length
+    cfgs = [cfg(tmp_path, seed=s, **{"task.train_size": 200}) for s in (0, 1, 2)]
     solos = [train(c, tmp_path / f"solo{c.seed}") for c in cfgs]
     calls: list[tuple[int, int]] = []
 
@@ -117,15 +107,14 @@ def test_interrupted_pack_resumes_exactly_and_solo_resumes_a_packed_checkpoint(t
     # replica 0 finished epoch 1 (checkpoint written) before replica 1's recorder stopped the pack
     resumed = train_packed(cfgs, outs)
     for a, b in zip(full, resumed):
-        drop = lambda h: [{k: v for k, v in e.items() if k != "epoch_seconds"} for e in h]  # noqa: E731
-        assert drop(b.history) == drop(a.history)
+        assert without_time(b.history) == without_time(a.history)
         assert b.test == a.test
     # a packed checkpoint is a solo checkpoint: the solo trainer continues it
     with pytest.raises(Stop):
         train_packed(cfgs[:1], [tmp_path / "mixed"], [StopAfterFirstEpoch()])
     solo = train(cfgs[0], tmp_path / "mixed")
-    assert solo.history[1]["train_loss"] == pytest.approx(full[0].history[1]["train_loss"], rel=1e-2)
-    assert solo.epochs_run == 2
+    assert without_time(solo.history) == without_time(full[0].history)
+    assert solo.test == full[0].test
 
 
 def test_a_diverging_replica_fails_alone(tmp_path: Path) -> None:
@@ -145,8 +134,7 @@ def test_only_one_cell_can_be_packed(tmp_path: Path) -> None:
         check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mono", seed=1)])
     with pytest.raises(ValueError, match="optim.batch_size"):
         check_packable([cfg(tmp_path), cfg(tmp_path, seed=1, **{"optim.batch_size": 16})])
-    with pytest.raises(ValueError, match="attention.family='positional'"):
-        check_packable([cfg(tmp_path, "relative"), cfg(tmp_path, "relative", seed=1)])
+    check_packable([cfg(tmp_path, "relative"), cfg(tmp_path, "relative", seed=1)])  # all families pack
     with pytest.raises(ValueError, match="differ in seed or optim.lr"):
         check_packable([cfg(tmp_path), cfg(tmp_path)])
     with pytest.raises(ValueError, match="one out_dir"):
