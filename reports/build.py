@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -41,28 +40,6 @@ def _labels() -> dict[str, str]:
     return _LABELS
 
 
-_CODE_VERSION: str | None = None
-
-
-def code_version() -> str:
-    """``git describe --always --dirty`` of the checkout holding ``reports`` (or the package version)."""
-    global _CODE_VERSION
-    if _CODE_VERSION is None:
-        root = Path(__file__).resolve().parent.parent
-        try:
-            out = subprocess.run(
-                ["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
-                capture_output=True, text=True, timeout=10, check=True,
-            )
-            _CODE_VERSION = out.stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
-            from importlib.metadata import PackageNotFoundError, version
-
-            try:
-                _CODE_VERSION = f"locattn {version('locattn')}"
-            except PackageNotFoundError:
-                _CODE_VERSION = "unknown"
-    return _CODE_VERSION
 
 
 def provenance(runset: RunSet) -> Provenance:
@@ -79,7 +56,7 @@ def provenance(runset: RunSet) -> Provenance:
     versions = tuple(sorted(set(runs["code_version"].drop_nulls().to_list())))
     return Provenance(
         study=runset.study, source=runset.source, n_runs=runs.height,
-        runs_hash=h.hexdigest(), code_version=code_version(), run_code_versions=versions,
+        runs_hash=h.hexdigest(), run_code_versions=versions,
         data_time=data_time,
     )
 

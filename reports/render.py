@@ -43,8 +43,6 @@ class Provenance:
     """All runs of the study in the store (parent, finished, running, failed)."""
     runs_hash: str
     """sha256 over the sorted (run id, MLflow status, locattn status, end time) of every run."""
-    code_version: str
-    """Version of the code that rendered the table."""
     run_code_versions: tuple[str, ...]
     """Distinct ``locattn.code_version`` tags of the runs."""
     data_time: str
@@ -53,12 +51,22 @@ class Provenance:
     def lines(self) -> list[str]:
         vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
         return [
-            f"study: {self.study} ({self.source})",
+            f"study: {self.study} ({_portable_source(self.source)})",
             f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
-            f"rendered by code version {self.code_version}; runs trained by code version(s) {vers}",
+            f"runs trained by code version(s) {vers}",
             f"data time: {self.data_time} (end time of the newest run in the store, "
             "not the wall clock, so that the same runs give byte-identical files)",
         ]
+
+
+def _portable_source(source: str) -> str:
+    """A SQLite store as ``sqlite: <study dir>/<file>``, so that the same store gives the same
+    bytes wherever it is checked out; other URIs as they are (passwords already redacted)."""
+    if source.startswith("sqlite:"):
+        path = source.split(":///", 1)[-1]
+        parts = [p for p in path.split("/") if p]
+        return "sqlite: " + "/".join(parts[-2:])
+    return source
 
 
 Labeler = Callable[[str], str]
