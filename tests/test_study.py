@@ -111,7 +111,7 @@ def test_smoke_study_records_runs(ray_address, tmp_path: Path, capsys) -> None:
     exp = client.get_experiment_by_name("rc_table2-smoke")
     assert exp.artifact_location.startswith("file://" + str(study_dir))
     parent = client.search_runs([exp.experiment_id], f"tags.`{schema.ROLE}` = 'study'")
-    assert len(parent) == 1 and parent[0].data.tags[schema.TABLES] == "rc_table2"
+    assert len(parent) == 1 and parent[0].data.tags[schema.TABLES] == "rc_table2,rc_table9"
     assert parent[0].data.metrics["trials_finished"] == 4
 
     # status: per cell, both seeds done
