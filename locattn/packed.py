@@ -243,35 +243,8 @@ class ReplicaFailed(Exception):
 
 
 def _end_epoch(run: Any, train_loss: float, seconds: float, recorder: Any) -> None:
-    """The solo run's per-epoch bookkeeping (``_Seq2SeqRun.run``'s loop body after training)."""
-    from locattn.train import checkpoint_meta, is_new_best
-    from locattn.training import checkpoint as ckpt
-
-    o = run.cfg.optim
-    start = time.perf_counter()
-    dev_loss, dev_acc = run.dev_scores()
-    lr = float(run.optimizer.param_groups[0]["lr"])
-    run.scheduler.step(dev_acc)
-    if is_new_best(dev_acc, run.best_score, o.tie_tolerance):
-        run.best_score, run.best_epoch, run.bad_epochs = dev_acc, run.epoch, 0
-        run.best_state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
-    else:
-        run.bad_epochs += 1
-    if run.bad_epochs > o.patience:
-        run.stop_reason = "early_stopping"
-    elif run.epoch >= o.epochs:
-        run.stop_reason = "max_epochs"
-    metrics = {
-        "train_loss": train_loss,
-        "dev_loss": dev_loss,
-        "dev_score": dev_acc,
-        "dev_seq_acc": dev_acc,
-        "lr": lr,
-        "epoch_seconds": seconds + time.perf_counter() - start,
-    }
-    run.history.append({"epoch": run.epoch, **metrics})
-    path = ckpt.save_checkpoint(run.out_dir, checkpoint_meta(run.cfg, run.epoch), run.state())
-    recorder.on_epoch(run.epoch, metrics, path)
+    """The solo run's per-epoch bookkeeping after a (packed) training pass."""
+    run.end_epoch(train_loss, seconds, recorder)
 
 
 def train_packed(

@@ -305,32 +305,37 @@ class _Seq2SeqRun:
             self.epoch += 1
             start = time.perf_counter()
             train_loss = self.train_epoch()
-            dev_loss, dev_acc = self.dev_scores()
-            lr = float(self.optimizer.param_groups[0]["lr"])
-            self.scheduler.step(dev_acc)
-            if is_new_best(dev_acc, self.best_score, o.tie_tolerance):
-                self.best_score, self.best_epoch, self.bad_epochs = dev_acc, self.epoch, 0
-                self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            else:
-                self.bad_epochs += 1
-            if self.bad_epochs > o.patience:
-                self.stop_reason = "early_stopping"
-            elif self.epoch >= o.epochs:
-                self.stop_reason = "max_epochs"
-            metrics = {
-                "train_loss": train_loss,
-                "dev_loss": dev_loss,
-                "dev_score": dev_acc,
-                "dev_seq_acc": dev_acc,
-                "lr": lr,
-                "epoch_seconds": time.perf_counter() - start,
-            }
-            self.history.append({"epoch": self.epoch, **metrics})
-            path = ckpt.save_checkpoint(
-                self.out_dir, checkpoint_meta(self.cfg, self.epoch), self.state()
-            )
-            recorder.on_epoch(self.epoch, metrics, path)
+            self.end_epoch(train_loss, time.perf_counter() - start, recorder)
         return self.finish()
+
+    def end_epoch(self, train_loss: float, train_seconds: float, recorder: Recorder) -> None:
+        """After an epoch's training pass (solo or packed): dev scores, scheduler, best model,
+        early stopping, history, then the checkpoint, and only then the recorder."""
+        o = self.cfg.optim
+        start = time.perf_counter()
+        dev_loss, dev_acc = self.dev_scores()
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.scheduler.step(dev_acc)
+        if is_new_best(dev_acc, self.best_score, o.tie_tolerance):
+            self.best_score, self.best_epoch, self.bad_epochs = dev_acc, self.epoch, 0
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        else:
+            self.bad_epochs += 1
+        if self.bad_epochs > o.patience:
+            self.stop_reason = "early_stopping"
+        elif self.epoch >= o.epochs:
+            self.stop_reason = "max_epochs"
+        metrics = {
+            "train_loss": train_loss,
+            "dev_loss": dev_loss,
+            "dev_score": dev_acc,
+            "dev_seq_acc": dev_acc,
+            "lr": lr,
+            "epoch_seconds": train_seconds + time.perf_counter() - start,
+        }
+        self.history.append({"epoch": self.epoch, **metrics})
+        path = ckpt.save_checkpoint(self.out_dir, checkpoint_meta(self.cfg, self.epoch), self.state())
+        recorder.on_epoch(self.epoch, metrics, path)
 
     def finish(self) -> RunResult:
         start = time.perf_counter()
