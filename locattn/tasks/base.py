@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 import torch
 
@@ -139,6 +140,16 @@ def encode_examples(examples: Sequence[Example], vocab: Vocab) -> Batch:
         if attn is not None and ex.attn is not None and len(ex.attn) > 0:
             attn[i, : len(ex.attn)] = torch.tensor(ex.attn, dtype=torch.long)
     return Batch(src=src, src_len=src_len, tgt=tgt, tgt_len=tgt_len, attn=attn, sos_id=vocab.sos_id)
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """``(where, line)`` for each non-blank line of a UTF-8 text file, ``where`` being
+    ``"<path>:<line number>"`` for error messages; line endings stripped."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield f"{path}:{lineno}", line
 
 
 def check_example(ex: Example, where: str) -> None:

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab
+from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines
 from locattn.tasks.config import TaskConfig
 
 SPLIT_FILES = {
@@ -40,29 +40,24 @@ def expected_files_message(data_dir: str | None) -> str:
 def _read(path: Path) -> list[Example]:
     out: list[Example] = []
     jsonl = path.suffix == ".jsonl"
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            if jsonl:
-                try:
-                    obj = json.loads(line)
-                    q, s = obj["question"], obj["query"]
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise ValueError(
-                        f"{where}: expected a JSON object with 'question' and 'query' ({exc})"
-                    ) from None
-            else:
-                cols = line.split("\t")
-                if len(cols) != 2:
-                    raise ValueError(f"{where}: expected 'question<TAB>query', got {line[:80]!r}")
-                q, s = cols
-            ex = Example(tuple(str(q).split()), tuple(str(s).split()))
-            if not ex.src or not ex.tgt:
-                raise ValueError(f"{where}: empty question or query")
-            out.append(ex)
+    for where, line in numbered_lines(path):
+        if jsonl:
+            try:
+                obj = json.loads(line)
+                q, s = obj["question"], obj["query"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"{where}: expected a JSON object with 'question' and 'query' ({exc})"
+                ) from None
+        else:
+            cols = line.split("\t")
+            if len(cols) != 2:
+                raise ValueError(f"{where}: expected 'question<TAB>query', got {line[:80]!r}")
+            q, s = cols
+        ex = Example(tuple(str(q).split()), tuple(str(s).split()))
+        if not ex.src or not ex.tgt:
+            raise ValueError(f"{where}: empty question or query")
+        out.append(ex)
     return out
 
 

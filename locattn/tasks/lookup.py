@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, check_example
+from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines, check_example
 from locattn.tasks.config import TaskConfig
 
 GENERATOR_VERSION = 1
@@ -217,38 +217,33 @@ def parse_tsv(path: Path) -> list[Example]:
     """Read a ``src \\t tgt [\\t attention]`` file (no header). A trailing ``<eos>`` in the target
     is dropped. Malformed lines raise ValueError naming the file and line."""
     out: list[Example] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            cols = line.split("\t")
-            if len(cols) not in (2, 3):
-                raise ValueError(
-                    f"{where}: expected 'src<TAB>tgt[<TAB>attention]', got {len(cols)} "
-                    f"tab-separated columns: {line[:80]!r}"
-                )
-            src = tuple(cols[0].split())
-            tgt = tuple(cols[1].split())
-            if tgt and tgt[-1] == "<eos>":
-                tgt = tgt[:-1]
-            if not src or not tgt:
-                raise ValueError(f"{where}: empty source or target: {line[:80]!r}")
-            attn = None
-            if len(cols) == 3:
-                try:
-                    attn = tuple(int(a) for a in cols[2].split())
-                except ValueError:
-                    raise ValueError(f"{where}: attention column must be integers: {cols[2]!r}") from None
-                if len(attn) == len(tgt) + 2 and "!" in src:
-                    # some noisy-start files also list the "!" position: drop that entry
-                    bang = src.index("!")
-                    if bang in attn:
-                        attn = tuple(a for i, a in enumerate(attn) if i != attn.index(bang))
-            ex = Example(src, tgt, attn)
-            check_example(ex, where)
-            out.append(ex)
+    for where, line in numbered_lines(path):
+        cols = line.split("\t")
+        if len(cols) not in (2, 3):
+            raise ValueError(
+                f"{where}: expected 'src<TAB>tgt[<TAB>attention]', got {len(cols)} "
+                f"tab-separated columns: {line[:80]!r}"
+            )
+        src = tuple(cols[0].split())
+        tgt = tuple(cols[1].split())
+        if tgt and tgt[-1] == "<eos>":
+            tgt = tgt[:-1]
+        if not src or not tgt:
+            raise ValueError(f"{where}: empty source or target: {line[:80]!r}")
+        attn = None
+        if len(cols) == 3:
+            try:
+                attn = tuple(int(a) for a in cols[2].split())
+            except ValueError:
+                raise ValueError(f"{where}: attention column must be integers: {cols[2]!r}") from None
+            if len(attn) == len(tgt) + 2 and "!" in src:
+                # some noisy-start files also list the "!" position: drop that entry
+                bang = src.index("!")
+                if bang in attn:
+                    attn = tuple(a for i, a in enumerate(attn) if i != attn.index(bang))
+        ex = Example(src, tgt, attn)
+        check_example(ex, where)
+        out.append(ex)
     return out
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab
+from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines
 from locattn.tasks.config import TaskConfig
 
 GENERATOR_VERSION = 1
@@ -110,28 +110,23 @@ def parse_pairs(path: Path) -> list[Example]:
     """Read ``IN: <command> OUT: <actions>`` lines (original SCAN) or ``src<TAB>tgt`` lines.
     Malformed lines raise ValueError naming the file and line number."""
     out: list[Example] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            if line.startswith("IN:"):
-                body, sep, tgt = line[3:].partition(" OUT:")
-                if not sep:
-                    raise ValueError(f"{where}: 'IN:' line without ' OUT:': {line[:80]!r}")
-                src = body
-            else:
-                cols = line.split("\t")
-                if len(cols) != 2:
-                    raise ValueError(
-                        f"{where}: expected 'IN: ... OUT: ...' or 'src<TAB>tgt', got {line[:80]!r}"
-                    )
-                src, tgt = cols
-            ex = Example(tuple(src.split()), tuple(tgt.split()))
-            if not ex.src or not ex.tgt:
-                raise ValueError(f"{where}: empty source or target: {line[:80]!r}")
-            out.append(ex)
+    for where, line in numbered_lines(path):
+        if line.startswith("IN:"):
+            body, sep, tgt = line[3:].partition(" OUT:")
+            if not sep:
+                raise ValueError(f"{where}: 'IN:' line without ' OUT:': {line[:80]!r}")
+            src = body
+        else:
+            cols = line.split("\t")
+            if len(cols) != 2:
+                raise ValueError(
+                    f"{where}: expected 'IN: ... OUT: ...' or 'src<TAB>tgt', got {line[:80]!r}"
+                )
+            src, tgt = cols
+        ex = Example(tuple(src.split()), tuple(tgt.split()))
+        if not ex.src or not ex.tgt:
+            raise ValueError(f"{where}: empty source or target: {line[:80]!r}")
+        out.append(ex)
     return out
 
 
