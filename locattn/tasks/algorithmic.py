@@ -38,7 +38,7 @@ Choices that the papers leave open, fixed here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -216,26 +216,25 @@ def _draw(rule: Rule, n: int, need: int, used: set[tuple[int, ...]],
     got: list[tuple[int, ...]] = []
     if cap <= 1_000_000 and 4 * (need + len(used)) > cap:
         # Tight: enumerate the space in random order (sampling without replacement).
-        for index in rng.permutation(cap):
-            c = tuple(_decode_index(int(index), radices))
-            if c not in used:
-                used.add(c)
-                got.append(c)
-                if len(got) == need:
-                    break
+        candidates = (tuple(_decode_index(int(i), radices)) for i in rng.permutation(cap))
+        _take_unused(candidates, used, got, need)
         return got
     high = np.asarray(radices, dtype=np.int64)
     while len(got) < need:
         m = int((need - len(got)) * 1.1) + 8
         draws = rng.integers(0, high, size=(m, len(radices)))  # (m, len(radices))
-        for row in draws.tolist():
-            c = tuple(row)
-            if c not in used:
-                used.add(c)
-                got.append(c)
-                if len(got) == need:
-                    break
+        _take_unused((tuple(row) for row in draws.tolist()), used, got, need)
     return got
+
+
+def _take_unused(candidates: Iterable[tuple[int, ...]], used: set, got: list, need: int) -> None:
+    """Append candidates not in ``used`` to ``got`` (and ``used``) until ``got`` has ``need``."""
+    for c in candidates:
+        if len(got) >= need:
+            return
+        if c not in used:
+            used.add(c)
+            got.append(c)
 
 
 def generate(cfg: TaskConfig) -> dict[str, list[Example]]:

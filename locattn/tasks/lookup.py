@@ -42,7 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines, check_example
+from locattn.tasks.base import (
+    DECODE_SLACK,
+    Example,
+    TaskData,
+    Vocab,
+    check_example,
+    numbered_lines,
+)
 from locattn.tasks.config import TaskConfig
 
 GENERATOR_VERSION = 1
