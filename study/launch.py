@@ -248,7 +248,7 @@ def _run(
     trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
     metric = spec.search.metric if spec.search else "best_dev_score"
     common = dict(study=name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus, metric=metric,
-                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN))
+                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
     with_epochs = _max_epochs(spec)
     recorder = MlflowRecorder(
         tracking_uri=tracking_uri,

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from study import schema
 from study.spec import hparams_json
-from study.trainable import OBJECTIVE, resolve_run_config, run_dir, trial_run_keys
+from study.trainable import OBJECTIVE, is_packed, resolve_run_config, run_dir, trial_run_keys
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -292,6 +292,8 @@ class MlflowRecorder(_TuneCallback):
             schema.DEV_SCORING: str(flat.get("optim.dev_scoring", "")),
             "mlflow.parentRunId": self.parent_id,
         }
+        if is_packed(trial.config):
+            tags[schema.PACKED_WITH] = ",".join(str(s) for s in t["seeds"])
         name = f"{t['cell']} seed={seed}" + (f" {hparams_json(hp)}" if hp else "")
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=name[:250])
         params = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in
@@ -302,13 +304,17 @@ class MlflowRecorder(_TuneCallback):
         self.runs[key] = state
         return state
 
-    def _current(self, trial: Any) -> tuple[int, str] | None:
-        """(seed, key) of the first seed of the trial that is not finished."""
+    def _current(self, trial: Any) -> list[tuple[int, str]]:
+        """(seed, key) of the seeds the trial is training: the first unfinished one, or every
+        unfinished one when the trial trains its seeds packed together."""
+        todo = []
         for seed, key in trial_run_keys(trial.config):
             state = self.runs.get(key)
             if state is None or state.status != schema.STATUS_FINISHED:
-                return seed, key
-        return None
+                todo.append((seed, key))
+                if not is_packed(trial.config):
+                    break
+        return todo
 
     def _flush(self, force: bool = False) -> None:
         now = time.time()
@@ -332,13 +338,14 @@ class MlflowRecorder(_TuneCallback):
         self._ensure()
         t = time.perf_counter()
         current = self._current(trial)
-        if current is not None:
-            state = self._run_for(trial, *current)
+        for seed, key in current:
+            state = self._run_for(trial, seed, key)
             if state.status != schema.STATUS_RUNNING:
                 state.status = schema.STATUS_RUNNING
                 self._set_tags(state.run_id, {schema.STATUS: schema.STATUS_RUNNING})
                 self.client.update_run(state.run_id, status="RUNNING")
-            self.trial_current[trial.trial_id] = current[1]
+        if current:
+            self.trial_current[trial.trial_id] = current[0][1]
         self.stats["mlflow_seconds"] += time.perf_counter() - t
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
@@ -441,16 +448,18 @@ class MlflowRecorder(_TuneCallback):
         self._ensure()
         self._flush(force=True)
         current = self._current(trial)
-        if current is None:
+        if not current:
             return
-        state = self._run_for(trial, *current)
-        state.status = schema.STATUS_FAILED
-        self._set_tags(state.run_id, {
-            schema.STATUS: schema.STATUS_FAILED,
-            schema.ERROR: _error_text(trial)[:MAX_TAG_CHARS],
-            schema.ATTEMPTS: str(trial.run_metadata.num_failures),
-        })
-        self.client.set_terminated(state.run_id, "FAILED")
+        error = _error_text(trial)[:MAX_TAG_CHARS]
+        for seed, key in current:
+            state = self._run_for(trial, seed, key)
+            state.status = schema.STATUS_FAILED
+            self._set_tags(state.run_id, {
+                schema.STATUS: schema.STATUS_FAILED,
+                schema.ERROR: error,
+                schema.ATTEMPTS: str(trial.run_metadata.num_failures),
+            })
+            self.client.set_terminated(state.run_id, "FAILED")
         self._progress_line(trials, force=True)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -569,8 +578,10 @@ def ensure_experiment(client: Any, name: str, artifact_location: str) -> str:
 
 def _progress(trial: Any, seed: int, epoch: int, cfg: Mapping[str, Any]) -> float:
     seeds = trial.config["trial"]["seeds"]
-    index = seeds.index(seed) if seed in seeds else 0
     per = max(1, cfg["epochs_per_trial"])
+    if is_packed(trial.config):  # the seeds advance together
+        return min(1.0, epoch / per)
+    index = seeds.index(seed) if seed in seeds else 0
     return min(1.0, (index + min(epoch, per) / per) / len(seeds))
 
 

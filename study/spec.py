@@ -29,6 +29,7 @@ TOP_KEYS = {
     "resources": "per-trial resources: cpus, gpus (mapping)",
     "max_concurrent": "maximum trials running at once (int, 0 = as many as resources allow)",
     "max_failures": "retries of a failed trial before it is recorded as failed (int)",
+    "pack_seeds": "train the seeds of a cell (and hparams point) in one trial as one packed model (bool)",
     "profiles": "named profiles (smoke, quick, paper, ...) of overrides to the keys above",
     "default_profile": "profile used when --profile is not given (str)",
     "cost": "cost model for --dry-run: seconds_per_1k_examples (float)",
@@ -42,6 +43,7 @@ PROFILE_KEYS = {
     "resources",
     "max_concurrent",
     "max_failures",
+    "pack_seeds",
     "cost",
     "description",
 }
@@ -98,7 +100,7 @@ class TrialSpec:
     hparams: dict[str, Any]
     """Per-cell selection hyperparameters (a subset of ``overrides``)."""
     seeds: tuple[int, ...]
-    """Seeds this trial trains (one for grid studies, all for a search point)."""
+    """Seeds this trial trains (one for grid studies, all for a search point or a packed trial)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +149,9 @@ class StudySpec:
     """Retries per trial."""
     seconds_per_1k_examples: float
     """Cost model for the dry-run estimate."""
+    pack_seeds: bool = False
+    """Train all seeds of a (cell, hparams) point in one trial as one packed model
+    (``locattn.packed.train_packed``); each seed still gets its own run and MLflow record."""
     resolved: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (profile applied) as saved in the study directory."""
 
@@ -158,11 +163,13 @@ class StudySpec:
         return [dict(zip(keys, vals)) for vals in itertools.product(*self.hparams.values())]
 
     def grid_trials(self) -> list[TrialSpec]:
-        """One trial per (cell, hparams point, seed), in a stable order."""
+        """One trial per (cell, hparams point, seed), in a stable order; with ``pack_seeds``
+        one trial per (cell, hparams point) that trains every seed."""
+        groups = [self.seeds] if self.pack_seeds else [(seed,) for seed in self.seeds]
         out = []
         for cell in self.cells:
             for hp in self.hparam_points():
-                for seed in self.seeds:
+                for seeds in groups:
                     out.append(
                         TrialSpec(
                             cell=cell.cell,
@@ -170,7 +177,7 @@ class StudySpec:
                             variant=cell.variant,
                             overrides={**cell.overrides, **hp},
                             hparams=hp,
-                            seeds=(seed,),
+                            seeds=seeds,
                         )
                     )
         return out
@@ -179,11 +186,12 @@ class StudySpec:
         """Tune trials the study runs."""
         if self.search is not None:
             return len(self.cells) * len(self.hparam_points()) * self.search.num_samples
-        return len(self.cells) * len(self.hparam_points()) * len(self.seeds)
+        per_point = 1 if self.pack_seeds else len(self.seeds)
+        return len(self.cells) * len(self.hparam_points()) * per_point
 
     def n_runs(self) -> int:
         """MLflow trial runs the study produces (one per seed of each trial)."""
-        if self.search is not None:
+        if self.search is not None or self.pack_seeds:
             return self.n_trials() * len(self.seeds)
         return self.n_trials()
 
@@ -201,7 +209,8 @@ class StudySpec:
             lines.append(f"  ... {len(self.cells) - 20} more")
         if self.hparams:
             lines.append(f"hparams  {json.dumps(self.hparams)} (selected per cell by dev)")
-        lines.append(f"seeds    {list(self.seeds)}")
+        lines.append(f"seeds    {list(self.seeds)}" + (" (packed: one trial trains them together)"
+                                                        if self.pack_seeds else ""))
         if self.search:
             lines.append(
                 f"search   optuna {self.search.sampler}: {self.search.num_samples} points/cell over "
@@ -454,6 +463,9 @@ def resolve_spec(
         raise _err(path, "resources.cpus", f"expected > 0, got {cpus!r}")
     max_concurrent = _check_int(path, "max_concurrent", merged.get("max_concurrent", 0))
     max_failures = _check_int(path, "max_failures", merged.get("max_failures", 1))
+    pack_seeds = merged.get("pack_seeds", False)
+    if not isinstance(pack_seeds, bool):
+        raise _err(path, "pack_seeds", f"expected true or false, got {pack_seeds!r}")
     cost = _check_mapping(path, "cost", merged.get("cost") or {})
     bad = sorted(set(cost) - COST_KEYS)
     if bad:
@@ -461,7 +473,7 @@ def resolve_spec(
     spk = _check_number(path, "cost.seconds_per_1k_examples", cost.get("seconds_per_1k_examples", 1.3))
 
     # Every trial config must resolve (catches bad dotted paths and bad values early).
-    _validate_configs(path, cells, hparams, search)
+    _validate_configs(path, cells, hparams, search, pack_seeds=pack_seeds)
 
     resolved = {
         "name": name,
@@ -479,6 +491,8 @@ def resolve_spec(
         "max_failures": max_failures,
         "cost": {"seconds_per_1k_examples": spk},
     }
+    if pack_seeds:  # only when set, so studies recorded before the key existed still match
+        resolved["pack_seeds"] = True
     return StudySpec(
         path=path,
         name=name,
@@ -494,6 +508,7 @@ def resolve_spec(
         max_concurrent=max_concurrent,
         max_failures=max_failures,
         seconds_per_1k_examples=spk,
+        pack_seeds=pack_seeds,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
 
@@ -606,7 +621,7 @@ def _parse_search(path: str, raw: Any) -> SearchSpec | None:
 
 
 def _validate_configs(
-    path: str, cells: list[Cell], hparams: dict, search: SearchSpec | None
+    path: str, cells: list[Cell], hparams: dict, search: SearchSpec | None, *, pack_seeds: bool = False
 ) -> None:
     from locattn.config import make_run_config
 
@@ -621,9 +636,24 @@ def _validate_configs(
         for point in points:
             sig = (cell.task, cell.variant, json.dumps(point, sort_keys=True, default=str))
             try:
-                make_run_config(
+                cfg = make_run_config(
                     task=cell.task, variant=cell.variant, overrides={**cell.overrides, **point}
                 )
             except (ValueError, KeyError, TypeError) as exc:
                 raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
+            if pack_seeds:
+                _check_packable(path, cell, cfg)
             seen.add(sig)
+
+
+def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
+    """``pack_seeds`` needs a model the packed trainer handles (seq2seq, a packable attender)."""
+    from locattn.packed import PACKABLE_FAMILIES
+
+    family = cfg.model.attention.family
+    if cfg.model.kind != "seq2seq" or family not in PACKABLE_FAMILIES:
+        raise SpecError(
+            f"{path}: pack_seeds: cell {cell.cell} has model.kind={cfg.model.kind!r}, "
+            f"attention.family={family!r}, which cannot be packed; packable: seq2seq models with "
+            f"attention.family in {list(PACKABLE_FAMILIES)} (drop pack_seeds or these cells)"
+        )

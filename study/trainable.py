@@ -44,6 +44,7 @@ def trial_descriptor(
     metric: str,
     train_fn: str,
     gpus: float = 0.0,
+    pack: bool = False,
 ) -> dict[str, Any]:
     """The JSON-safe description of one trial placed in its Tune config."""
     return {
@@ -59,7 +60,14 @@ def trial_descriptor(
         "gpus": float(gpus),
         "metric": metric,
         "train_fn": train_fn,
+        "pack": bool(pack),
     }
+
+
+def is_packed(config: Mapping[str, Any]) -> bool:
+    """Whether the trial trains its seeds together as one packed model."""
+    t = config["trial"]
+    return bool(t.get("pack")) and len(t["seeds"]) > 1
 
 
 def trial_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,22 +184,27 @@ def _add_replay(result: dict, base: dict, state: Mapping[str, Any]) -> None:
 
 
 def _stage_checkpoint(staging: Path, state: Mapping[str, Any], run_ckpt: Path | None) -> Path:
-    """A directory with the trial state and (hard links to) the trainer checkpoint.
+    """A directory with the trial state and (hard links to) the trainer checkpoint."""
+    return _stage(staging, state, {RUN_SUBDIR: run_ckpt} if run_ckpt is not None else {})
 
-    The state file lists every file of the trainer checkpoint with its size, so a copy that a
+
+def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path]) -> Path:
+    """A directory with the trial state and (hard links to) trainer checkpoints:
+    ``sources`` maps a path inside the staging directory to a checkpoint directory.
+
+    The state file lists every file of the trainer checkpoints with its size, so a copy that a
     crash interrupted is recognised as incomplete (:func:`_read_complete`).
     """
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    files: dict[str, int] = {}
-    if run_ckpt is not None:
+    for rel, src in sources.items():
         try:
-            shutil.copytree(run_ckpt, staging / RUN_SUBDIR, copy_function=os.link)
+            shutil.copytree(src, staging / rel, copy_function=os.link)
         except OSError:
-            shutil.rmtree(staging / RUN_SUBDIR, ignore_errors=True)
-            shutil.copytree(run_ckpt, staging / RUN_SUBDIR)
-        files = {str(p.relative_to(staging)): p.stat().st_size
-                 for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
+            shutil.rmtree(staging / rel, ignore_errors=True)
+            shutil.copytree(src, staging / rel)
+    files = {str(p.relative_to(staging)): p.stat().st_size
+             for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
     (staging / STATE_FILE).write_text(json.dumps({**state, "files": files}))
     return staging
 
@@ -225,10 +238,19 @@ def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path 
         state = _read_complete(path)
         if state is None:
             continue
-        rank = (int(state.get("seed_index", 0)), int(state.get("epoch", 0)))
+        rank = _rank(state)
         if best is None or rank > best[0]:
             best = (rank, path, state)
     return (best[1], best[2]) if best is not None else (None, None)
+
+
+def _rank(state: Mapping[str, Any]) -> tuple[int, int]:
+    """Progress of a trial state: (seeds finished, epochs) for packed trials, else (seed index,
+    epoch of that seed)."""
+    if state.get("packed"):
+        epochs = sum(int(r.get("epoch", 0)) for r in (state.get("replicas") or {}).values())
+        return len(state.get("done") or []), epochs
+    return int(state.get("seed_index", 0)), int(state.get("epoch", 0))
 
 
 def _strip_finished(trial_dir: Path | None) -> None:
@@ -252,17 +274,19 @@ def _trial_dir() -> Path | None:
         return None
 
 
-def _restore(out_dir: Path, ckpt_dir: Path | None) -> None:
-    """Make ``out_dir/checkpoint`` equal to the Tune checkpoint (or absent: start fresh).
+def _restore(out_dir: Path, source: Path | None) -> None:
+    """Make ``out_dir/checkpoint`` equal to ``source``, the run's trainer checkpoint inside the
+    Tune checkpoint (or absent: start fresh).
 
     The Tune checkpoint is the source of truth: every epoch it holds was reported, so metrics
     continue without gaps.
     """
-    target = out_dir / "checkpoint"
-    shutil.rmtree(target, ignore_errors=True)
-    if ckpt_dir is not None and (ckpt_dir / RUN_SUBDIR).is_dir():
+    from locattn.training import checkpoint as ckpt
+
+    ckpt.remove_checkpoint(out_dir)
+    if source is not None and source.is_dir():
         out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(ckpt_dir / RUN_SUBDIR, target)
+        shutil.copytree(source, out_dir / ckpt.CHECKPOINT)
 
 
 def _finished_result(out_dir: Path, cfg: Any) -> Any:
@@ -298,6 +322,8 @@ def run_trial(config: dict[str, Any]) -> None:
         torch.set_num_threads(threads)
     except ImportError:  # pragma: no cover - torch is a core dependency
         pass
+    if is_packed(config):
+        return _run_packed_trial(config)
     train = load_train_fn(t["train_fn"])
     keys = trial_run_keys(config)
     state: dict[str, Any] = {"seed_index": 0, "epoch": 0, "scores": {}}
@@ -334,7 +360,8 @@ def run_trial(config: dict[str, Any]) -> None:
             result = _finished_result(out_dir, cfg)
             skipped = result is not None
             if result is None:  # not finished yet: continue from the Tune checkpoint
-                _restore(out_dir, ckpt_dir if index == state["seed_index"] else None)
+                use = ckpt_dir is not None and index == state["seed_index"]
+                _restore(out_dir, ckpt_dir / RUN_SUBDIR if use else None)
                 if index != state["seed_index"] or ckpt_dir is None:
                     state["epoch"] = 0
                     state["history"] = []
@@ -370,3 +397,151 @@ def run_trial(config: dict[str, Any]) -> None:
     finally:
         if restored_ctx is not None:
             restored_ctx.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------------------- packed trials
+
+
+class _PackedTuneRecorder:
+    """Recorder of one replica of a packed trial: reports its epochs to Tune under its own run
+    key, with a Tune checkpoint holding the trial state and every unfinished replica's trainer
+    checkpoint (``run/<key>/``)."""
+
+    def __init__(self, *, seed: int, key: str, trial: "_PackedTrial") -> None:
+        self.seed = seed
+        self.key = key
+        self.trial = trial
+
+    def on_epoch(self, epoch: int, metrics: Mapping[str, float], checkpoint_dir: Path) -> None:
+        values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        replica = self.trial.state["replicas"].setdefault(self.key, {"epoch": 0, "history": []})
+        replica["epoch"] = int(epoch)
+        replica["history"].append({"epoch": int(epoch), **values})
+        result = {"kind": "epoch", "seed": self.seed, "run_key": self.key, "epoch": int(epoch), **values}
+        self.trial.report(self.key, result)
+
+    def on_end(self, result: Any) -> None:  # final metrics are reported by the trial
+        pass
+
+
+class _PackedTrial:
+    """State and reporting of a trial whose seeds train together (``locattn.packed``).
+
+    The trial state holds per replica its last reported epoch and epoch history, the finished
+    run keys and their scores. Reports follow the trainer: replica k's checkpoint is saved before
+    its recorder is called, so every staged replica checkpoint is at the epoch the state says.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        import ray
+
+        self.config = config
+        self.t = config["trial"]
+        self.keys = trial_run_keys(config)
+        self.out_dirs = {key: run_dir(self.t["study_dir"], key) for _, key in self.keys}
+        self.state: dict[str, Any] = {"packed": True, "replicas": {}, "done": [], "scores": {}}
+        self.resumed: dict[str, int] = {}
+        self.replay: set[str] = set()
+        self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
+        self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
+
+    def restore(self) -> None:
+        """Put every unfinished replica's trainer checkpoint back from the Tune checkpoint."""
+        from ray import tune
+
+        ckpt_dir: Path | None = None
+        checkpoint = tune.get_checkpoint()
+        ctx = checkpoint.as_directory() if checkpoint is not None else None
+        try:
+            if ctx is not None:
+                ckpt_dir, found = _restore_point(Path(ctx.__enter__()), _trial_dir())
+                if found is not None and found.get("packed"):
+                    self.state = {k: v for k, v in found.items() if k != "files"}
+                else:
+                    ckpt_dir = None
+            for seed, key in self.keys:
+                replica = self.state["replicas"].get(key)
+                if key in self.state["done"] or replica is None or ckpt_dir is None:
+                    self.state["replicas"].pop(key, None)
+                    if _finished_result(self.out_dirs[key], resolve_run_config(self.config, seed)) is None:
+                        _restore(self.out_dirs[key], None)
+                    continue
+                _restore(self.out_dirs[key], ckpt_dir / RUN_SUBDIR / key)
+                self.resumed[key] = int(replica["epoch"])
+                self.replay.add(key)
+        finally:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+
+    def report(self, key: str, result: dict[str, Any]) -> None:
+        """Report one replica's result to Tune with a checkpoint of the whole trial."""
+        from ray import tune
+
+        from locattn.training import checkpoint as ckpt
+
+        result = {**self.base, "resumed_from": self.resumed.get(key, 0), **result}
+        if key in self.replay:
+            self.replay.discard(key)
+            history = self.state["replicas"].get(key, {}).get("history", [])
+            result.setdefault("history", [dict(h) for h in history])
+        sources: dict[str, Path] = {}
+        for _, k in self.keys:
+            found = None if k in self.state["done"] else ckpt.find_checkpoint(self.out_dirs[k])
+            if found is not None and k in self.state["replicas"]:
+                sources[f"{RUN_SUBDIR}/{k}"] = found
+        staged = _stage(self.staging, self.state, sources)
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(staged)))
+        shutil.rmtree(staged, ignore_errors=True)
+
+    def finish(self, seed: int, key: str, result: Any, *, skipped: bool) -> None:
+        """Report a replica's final metrics (and, on the trial's last seed, the objective)."""
+        final = final_metrics(self.out_dirs[key], result)
+        self.state["scores"][str(seed)] = final.get(self.t["metric"])
+        if key not in self.state["done"]:
+            self.state["done"].append(key)
+        self.state["replicas"].pop(key, None)
+        report = {"kind": "seed_final", "seed": seed, "run_key": key, **final}
+        if skipped and getattr(result, "history", None):
+            # Finished in an earlier attempt: the driver may have lost buffered epochs of it.
+            report["history"] = [dict(h) for h in result.history]
+        if len(self.state["done"]) == len(self.keys):
+            scores = [self.state["scores"].get(str(s)) for s, _ in self.keys]
+            if all(isinstance(v, (int, float)) for v in scores):
+                report[OBJECTIVE] = float(statistics.median(scores))
+            report["seeds_done"] = len(self.keys)
+        self.report(key, report)
+
+
+def _run_packed_trial(config: dict[str, Any]) -> None:
+    """Train every seed of the trial together with ``locattn.packed.train_packed``.
+
+    Each seed keeps its own run directory, trainer checkpoint, result and MLflow run (the driver
+    sees the same ``epoch`` / ``seed_final`` results as from sequential seeds, interleaved). A
+    seed whose training fails (e.g. a non-finite loss) does not stop the others: they finish and
+    are recorded, then the trial raises that seed's error so Tune retries or records it.
+    """
+    from locattn.packed import train_packed
+
+    trial = _PackedTrial(config)
+    trial.restore()
+    todo: list[tuple[int, str, Any]] = []
+    for seed, key in trial.keys:
+        cfg = resolve_run_config(config, seed)
+        done = _finished_result(trial.out_dirs[key], cfg)
+        if done is not None:
+            trial.finish(seed, key, done, skipped=True)
+        else:
+            todo.append((seed, key, cfg))
+    errors: list[BaseException] = []
+    if todo:
+        recorders = [_PackedTuneRecorder(seed=seed, key=key, trial=trial) for seed, key, _ in todo]
+        results = train_packed([cfg for _, _, cfg in todo], [trial.out_dirs[k] for _, k, _ in todo],
+                               recorders, resume=True)
+        for (seed, key, _), result in zip(todo, results):
+            if isinstance(result, BaseException):
+                errors.append(result)
+            else:
+                trial.finish(seed, key, result, skipped=False)
+    if errors:
+        raise errors[0]
+    _strip_finished(_trial_dir())

@@ -225,6 +225,87 @@ def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
     assert max(resumed) > 0  # an unfinished trial continued from its epoch checkpoint
 
 
+def _checkpoint_epochs(study_dir: Path) -> list[int]:
+    """Epoch of every run's trainer checkpoint on disk (written before Tune hears of it)."""
+    out = []
+    for meta in sorted(study_dir.glob("runs/*/checkpoint/meta.json")):
+        try:
+            out.append(int(json.loads(meta.read_text())["epoch"]))
+        except (OSError, ValueError, KeyError):
+            pass
+    return out
+
+
+def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_path: Path) -> None:
+    """pack_seeds: one trial trains three seeds as one packed model, one MLflow run per seed.
+    Killed mid-training and resumed, every seed's record equals the same seed trained alone."""
+    import ray
+
+    body = dict(grid={"task": ["copy"], "variant": ["onestep"]}, seeds=3,
+                overrides={**SMOKE, "optim.epochs": 16, "task.train_size": 300})
+    epochs = 16
+    packed = write_spec(tmp_path, "pk", pack_seeds=True, **body)
+    root = tmp_path / "s"
+    study_dir = root / "pk-smoke"
+    env = dict(os.environ, TUNE_GLOBAL_CHECKPOINT_S="1", PYTHONPATH=str(ROOT))
+    log = tmp_path / "driver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "study.cli", "launch", str(packed), "--root", str(root),
+             "--address", ray_address, "--progress-seconds", "1"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def mid_training() -> bool:
+        eps = mid_training.last = _checkpoint_epochs(study_dir)
+        return len(eps) == 3 and 3 <= min(eps) and max(eps) <= epochs - 4
+
+    try:
+        _wait_for(mid_training, 240, f"three checkpoints at epochs 3..{epochs - 4}", proc)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- driver output ---\n{log.read_text()[-3000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
+        proc.wait()
+    _wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
+    summary = resume(study_dir, progress_seconds=60)
+    assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for the three seeds
+
+    sequential = write_spec(tmp_path, "seq", **body)
+    assert launch(sequential, root=root, progress_seconds=60)["trials"] == 3
+
+    def by_seed(db: Path) -> dict[str, dict]:
+        return {r["tags"][schema.SEED]: r for r in trial_runs(db).values()}
+
+    pk, seq = by_seed(study_dir / "mlflow.db"), by_seed(root / "seq-smoke" / "mlflow.db")
+    assert sorted(pk) == sorted(seq) == ["0", "1", "2"]  # one run per seed, no duplicates
+    for seed, run in pk.items():
+        assert run["status"] == "FINISHED" and run["tags"][schema.PACKED_WITH] == "0,1,2"
+        # Continued from its own checkpoint (Tune's newest may lag the trainer's by a report).
+        assert int(run["tags"][schema.RESUMED_FROM]) >= 1
+        steps = [s for s, _ in run["metrics"]["train_loss"]]
+        assert steps == list(range(1, epochs + 1))  # every epoch logged once, none lost
+        for key in ("train_loss", "dev_loss", "dev_score", "best_dev_score", "test.len15.seq_acc",
+                    "test.len15.seq_acc_be", "test.len15.edit_distance"):
+            assert run["metrics"][key] == seq[seed]["metrics"][key], (seed, key)
+    assert len({tuple(r["metrics"]["train_loss"]) for r in pk.values()}) == 3  # seeds differ
+    rows = status(study_dir)
+    assert rows[0]["done"] == 3 and rows[0]["seeds_done"] == [0, 1, 2]
+
+
+def test_packed_trial_records_every_failed_seed(ray_address, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "pknan", grid={"task": ["copy"], "variant": ["onestep"]},
+                      seeds=2, pack_seeds=True, overrides={**SMOKE, "optim.lr": 1e12})
+    summary = launch(spec, root=tmp_path / "s", progress_seconds=60)
+    assert summary["trials"] == 1 and summary["errors"] == 1
+    runs = trial_runs(tmp_path / "s" / "pknan-smoke" / "mlflow.db")
+    assert sorted(r["tags"][schema.SEED] for r in runs.values()) == ["0", "1"]
+    for r in runs.values():
+        assert r["status"] == "FAILED" and r["tags"][schema.STATUS] == "failed"
+        assert "NonFiniteLossError" in r["tags"][schema.ERROR]
+
+
 def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, tmp_path: Path) -> None:
     import optuna
 

@@ -148,3 +148,24 @@ def test_only_restricts_a_grid_axis(tmp_path: Path, capsys: pytest.CaptureFixtur
         load_spec(path, "smoke", only={"seed": ["1"]})
     assert main(["launch", str(path), "--profile", "smoke", "--dry-run", "--only", "task"]) == 2
     assert "expected AXIS=V1,V2" in capsys.readouterr().err
+
+
+def test_pack_seeds_expands_one_trial_per_point(tmp_path: Path) -> None:
+    body = {**BASE, "grid": {"task": ["copy"], "variant": ["onestep", "mono"]},
+            "hparams": {"optim.lr": [1e-3, 3e-4]}, "seeds": 3, "pack_seeds": True}
+    s = load_spec(write(tmp_path, body), "smoke")
+    trials = s.grid_trials()
+    assert s.n_trials() == len(trials) == 2 * 2 and s.n_runs() == 2 * 2 * 3
+    assert all(t.seeds == (0, 1, 2) for t in trials)
+    assert s.resolved["pack_seeds"] is True
+    assert "packed" in s.plan()
+    # Unpacked specs resolve exactly as before the key existed (recorded studies still resume).
+    unpacked = load_spec(write(tmp_path, {**body, "pack_seeds": False}), "smoke")
+    assert "pack_seeds" not in unpacked.resolved and unpacked.n_trials() == 2 * 2 * 3
+
+
+def test_pack_seeds_rejects_bad_values_and_unpackable_models(tmp_path: Path) -> None:
+    msg = bad(tmp_path, pack_seeds="yes")
+    assert "pack_seeds" in msg and "'yes'" in msg
+    msg = bad(tmp_path, grid={"task": ["raffel_add"], "variant": ["ffattn"]}, pack_seeds=True)
+    assert "pack_seeds" in msg and "task=raffel_add,variant=ffattn" in msg and "'location'" in msg
