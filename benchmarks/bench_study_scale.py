@@ -293,6 +293,9 @@ def measure(n: int, root: Path, address: str, *, do_resume: bool, profile: bool)
         "per_trial_ms": round(1000 * res["wall"] / n, 1),
         "early_ms": round(1000 * early, 1),
         "late_ms": round(1000 * late, 1),
+        # ms per trial in each tenth of the trial starts: a steady climb means super-linear cost
+        "tenths_ms": [round(1000 * (st[min(len(st) - 1, (i + 1) * len(st) // 10)] - st[i * len(st) // 10])
+                            / max(1, len(st) // 10)) for i in range(10)] if len(st) >= 20 else [],
         "driver_peak_rss_mb": round(res["peak_rss_mb"], 1),
         "store_mb": round((dir_bytes(d / "mlflow.db") + dir_bytes(d / "artifacts")) / 2**20, 2),
         "mlflow_db_mb": round(dir_bytes(d / "mlflow.db") / 2**20, 2),
