@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from study import schema
-from study.spec import SpecError, StudySpec, resolve_spec, read_yaml
+from study.spec import SpecError, StudySpec, check_task_data, read_yaml, require_task_data, resolve_spec
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
@@ -168,7 +168,12 @@ def launch(
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
         print(spec.plan(), file=out)
-        return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs()}
+        problems = check_task_data(spec)
+        for problem in problems:
+            print(f"data     PROBLEM {problem}", file=out)
+        return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
+                "data_problems": problems}
+    require_task_data(spec)  # before anything is created or started
     if paths.meta.is_file():
         meta = load_meta(paths)
         if meta["resolved"] != spec.resolved:
@@ -210,6 +215,7 @@ def resume(
     paths = study_paths(study, root)
     meta = load_meta(paths)
     spec = spec_from_meta(meta)
+    require_task_data(spec)
     return _run(spec, paths, meta, address=address, max_concurrent=None,
                 progress_seconds=progress_seconds, out=out or sys.stdout)
 

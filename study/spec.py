@@ -657,3 +657,49 @@ def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
             f"attention.family={family!r}, which cannot be packed; packable: seq2seq models with "
             f"attention.family in {list(PACKABLE_FAMILIES)} (drop pack_seeds or these cells)"
         )
+
+
+def check_task_data(spec: StudySpec) -> list[str]:
+    """Problems with user-supplied task data, found before anything is launched.
+
+    Every distinct task config that reads files (CFQ, or any task with ``task.data_dir``) is
+    loaded once here, so a missing directory, a missing file or a malformed line is reported
+    with the file (and line) instead of failing every trial. A relative ``task.data_dir`` is a
+    problem too: trials run in Ray's own working directories. Returns one message per problem.
+    """
+    from dataclasses import asdict
+
+    from locattn.config import make_run_config
+    from locattn.tasks import load_task
+
+    problems: list[str] = []
+    seen: set[str] = set()
+    for cell in spec.cells:
+        try:
+            task = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides).task
+        except (ValueError, KeyError, TypeError):
+            continue  # reported by validation
+        if not task.data_dir and task.name != "cfq":
+            continue  # generated data
+        key = json.dumps(asdict(task), sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        if task.data_dir and not Path(task.data_dir).is_absolute():
+            problems.append(
+                f"cell {cell.cell}: task.data_dir={task.data_dir!r} is a relative path, but trials run "
+                f"in Ray's own working directories; give it as an absolute path (from here: "
+                f"{str(Path(task.data_dir).resolve())!r})")
+            continue
+        try:
+            load_task(task, use_cache=False)
+        except (OSError, ValueError) as exc:
+            problems.append(f"cell {cell.cell}: {exc}")
+    return problems
+
+
+def require_task_data(spec: StudySpec) -> None:
+    """Raise :class:`SpecError` naming the spec file if :func:`check_task_data` finds problems."""
+    problems = check_task_data(spec)
+    if problems:
+        raise SpecError(f"{spec.path}: task data: " + "; ".join(problems))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 from pathlib import Path
 
@@ -278,12 +279,15 @@ def test_smoke_profile_runs(shared: dict, path: Path) -> None:
 
 
 def test_cfq_fails_clearly_without_data_and_runs_with_it(shared: dict, tmp_path: Path) -> None:
-    spec = load_spec(CFQ_SPEC, "smoke")
-    summary = _launch(shared, CFQ_SPEC)
-    assert summary["errors"] == spec.n_trials() == 1
-    runs = trial_runs(shared["db"], f"{spec.name}-smoke")
-    assert len(runs) == 1 and runs[0]["tags"][schema.STATUS] == schema.STATUS_FAILED
-    assert CFQ_MESSAGE in runs[0]["tags"][schema.ERROR]
+    from study.spec import SpecError
+
+    # Refused before anything starts: no study directory, no run.
+    with pytest.raises(SpecError, match=re.escape(CFQ_MESSAGE)) as info:
+        _launch(shared, CFQ_SPEC)
+    assert str(CFQ_SPEC) in str(info.value) and "task=cfq,variant=mix_onestep" in str(info.value)
+    assert not (shared["root"] / "rc_table3_cfq-smoke").exists()
+    if shared["db"].exists():
+        assert trial_runs(shared["db"], "rc_table3_cfq-smoke") == []
 
     # A user supplies the files (tiny and fake here) and sets task.data_dir: the same spec runs.
     data = tmp_path / "cfq"

@@ -169,3 +169,32 @@ def test_pack_seeds_rejects_bad_values_and_unpackable_models(tmp_path: Path) -> 
     assert "pack_seeds" in msg and "'yes'" in msg
     msg = bad(tmp_path, grid={"task": ["raffel_add"], "variant": ["ffattn"]}, pack_seeds=True)
     assert "pack_seeds" in msg and "task=raffel_add,variant=ffattn" in msg and "'location'" in msg
+
+
+def test_task_data_is_checked_before_launch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from study.spec import check_task_data, require_task_data
+
+    cfq = {**BASE, "grid": {"task": ["cfq"], "variant": ["mix_onestep"]}}
+    spec = load_spec(write(tmp_path, {**cfq, "overrides": {"task.data_dir": "data/cfq"}}), "smoke")
+    (problem,) = check_task_data(spec)
+    assert "task.data_dir='data/cfq' is a relative path" in problem and "absolute" in problem
+
+    data = tmp_path / "cfq"
+    data.mkdir()
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text("Who edited M0 ?\tSELECT DISTINCT ?x0 WHERE { ?x0 edited M0 }\n")
+    (data / "dev.tsv").write_text("a line without the tab\n")
+    path = write(tmp_path, {**cfq, "overrides": {"task.data_dir": str(data)}})
+    spec = load_spec(path, "smoke")
+    with pytest.raises(SpecError) as info:
+        require_task_data(spec)
+    msg = str(info.value)
+    assert str(path) in msg and "task=cfq,variant=mix_onestep" in msg and f"{data / 'dev.tsv'}:1" in msg
+    # --dry-run reports the problem instead of failing
+    assert main(["launch", str(path), "--profile", "smoke", "--dry-run"]) == 0
+    assert "data     PROBLEM" in capsys.readouterr().out
+
+    (data / "dev.tsv").write_text("Who edited M0 ?\tSELECT DISTINCT ?x0 WHERE { ?x0 edited M0 }\n")
+    assert check_task_data(load_spec(path, "smoke")) == []
+    # generated tasks need nothing
+    assert check_task_data(load_spec(write(tmp_path, BASE), "smoke")) == []
