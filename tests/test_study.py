@@ -169,6 +169,28 @@ def _progress(db: Path) -> tuple[int, int]:
     return done, max(steps, default=0)
 
 
+def _launch_then_kill(spec: Path, root: Path, ray_address: str, log: Path, ready, what: str) -> None:
+    """Launch ``spec`` in a driver subprocess, wait until ``ready()``, then ``kill -9`` it.
+
+    ``ready`` may store what it last saw in ``ready.last`` (shown if the driver exits first).
+    """
+    env = dict(os.environ, TUNE_GLOBAL_CHECKPOINT_S="1", PYTHONPATH=str(ROOT))
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+             "--address", ray_address, "--progress-seconds", "1"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        _wait_for(ready, 240, what, proc)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- driver output ---\n{log.read_text()[-3000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
+        proc.wait()
+
+
 def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
     import ray
 
@@ -180,27 +202,13 @@ def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
                       max_concurrent=2)
     root = tmp_path / "s"
     db = root / "kill-smoke" / "mlflow.db"
-    env = dict(os.environ, TUNE_GLOBAL_CHECKPOINT_S="1", PYTHONPATH=str(ROOT))
-    log = tmp_path / "driver.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
-             "--address", ray_address, "--progress-seconds", "1"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
 
     def killable() -> bool:
         done, step = killable.last = _progress(db)
         return done >= 1 and 2 <= step <= 24
 
-    try:
-        _wait_for(killable, 240, "one finished run and one at epoch 2..24", proc)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n--- driver output ---\n{log.read_text()[-3000:]}") from None
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
-        proc.wait()
+    _launch_then_kill(spec, root, ray_address, tmp_path / "driver.log", killable,
+                      "one finished run and one at epoch 2..24")
     finished_before = {rid: r["metrics"]["train_loss"] for rid, r in trial_runs(db).items()
                        if r["tags"][schema.STATUS] == "finished"}
     result_files = {p: p.stat().st_mtime for p in (root / "kill-smoke" / "runs").glob("*/result.json")}
@@ -247,27 +255,13 @@ def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_pat
     packed = write_spec(tmp_path, "pk", pack_seeds=True, **body)
     root = tmp_path / "s"
     study_dir = root / "pk-smoke"
-    env = dict(os.environ, TUNE_GLOBAL_CHECKPOINT_S="1", PYTHONPATH=str(ROOT))
-    log = tmp_path / "driver.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "study.cli", "launch", str(packed), "--root", str(root),
-             "--address", ray_address, "--progress-seconds", "1"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
 
     def mid_training() -> bool:
         eps = mid_training.last = _checkpoint_epochs(study_dir)
         return len(eps) == 3 and 3 <= min(eps) and max(eps) <= epochs - 4
 
-    try:
-        _wait_for(mid_training, 240, f"three checkpoints at epochs 3..{epochs - 4}", proc)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n--- driver output ---\n{log.read_text()[-3000:]}") from None
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)  # kill -9 the driver
-        proc.wait()
+    _launch_then_kill(packed, root, ray_address, tmp_path / "driver.log", mid_training,
+                      f"three checkpoints at epochs 3..{epochs - 4}")
     _wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
     summary = resume(study_dir, progress_seconds=60)
     assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for the three seeds
