@@ -244,7 +244,7 @@ def _run(
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_stale_checkpoint_filter)
 
-    from study.record import MlflowRecorder, TrialQueue, existing_runs
+    from study.record import MlflowRecorder, OpenTrialsScheduler, TrialQueue, existing_runs
     from study.trainable import run_trial, trial_descriptor, trial_run_keys
 
     name = meta["name"]
@@ -318,6 +318,7 @@ def _run(
                     num_samples=len(trials),
                     max_concurrent_trials=limit or None,
                     reuse_actors=True,
+                    scheduler=OpenTrialsScheduler(),
                     trial_dirname_creator=_trial_dirname,
                 )
                 param_space = {}
@@ -341,6 +342,7 @@ def _run(
                     num_samples=spec.n_trials(),
                     max_concurrent_trials=limit or None,
                     reuse_actors=True,
+                    scheduler=OpenTrialsScheduler(),
                     trial_dirname_creator=_trial_dirname,
                 )
                 param_space = {}

@@ -26,10 +26,12 @@ from study.trainable import OBJECTIVE, is_packed, resolve_run_config, run_dir, t
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
+    from ray.tune.schedulers import FIFOScheduler as _FIFOScheduler
     from ray.tune.search import Searcher as _TuneSearcher
 except ImportError:  # pragma: no cover
     _TuneCallback = object  # type: ignore[assignment,misc]
     _TuneSearcher = object  # type: ignore[assignment,misc]
+    _FIFOScheduler = object  # type: ignore[assignment,misc]
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
@@ -552,6 +554,44 @@ class TrialQueue(_TuneSearcher):
 
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+
+
+class OpenTrialsScheduler(_FIFOScheduler):
+    """Tune's FIFO scheduling, without its scan over every trial of the study.
+
+    ``FIFOScheduler.choose_trial_to_run`` walks the whole trial list (finished trials first)
+    looking for a pending one, up to twice per controller step: ~10 scans per trial, so the
+    study's total grew with N^2 (2.4 ms per call, 72 s of a 650 s driver profile at 3,000
+    trials). This one keeps the trials Tune has added and not yet seen finish, in the order
+    they were added (a retried trial goes to the back, as in Tune), and picks the same trial
+    FIFO would: the first pending one, else the first paused one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[str, Any] = {}
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self._open.pop(trial.trial_id, None)
+        self._open[trial.trial_id] = trial
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        from ray.tune.experiment import Trial
+
+        paused = None
+        for trial_id, trial in list(self._open.items()):
+            status = trial.status
+            if status in (Trial.TERMINATED, Trial.ERROR):
+                del self._open[trial_id]
+            elif status == Trial.PENDING:
+                return trial
+            elif status == Trial.PAUSED and paused is None:
+                paused = trial
+        return paused
+
+    def __getstate__(self) -> dict:
+        # Pickled with the Tuner: trials are re-added (on_trial_add) when it is restored.
+        return {**self.__dict__, "_open": {}}
 
 
 def _local_dir(uri: str) -> Path | None:
