@@ -334,6 +334,29 @@ def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, t
     assert len(trial_runs(study_dir / "mlflow.db")) == 6
 
 
+def test_search_points_train_their_seeds_packed(ray_address, tmp_path: Path) -> None:
+    import optuna
+
+    raw = yaml.safe_load((ROOT / "ablations/search_lr.yaml").read_text())
+    spec = tmp_path / "search_packed.yaml"
+    spec.write_text(yaml.safe_dump({**raw, "name": "sp", "pack_seeds": True}))
+    summary = launch(spec, profile="smoke", root=tmp_path / "s", progress_seconds=60)
+    assert summary["trials"] == 3 and summary["errors"] == 0
+    study_dir = tmp_path / "s" / "sp-smoke"
+    runs = trial_runs(study_dir / "mlflow.db")
+    assert len(runs) == 6 and all(r["tags"][schema.PACKED_WITH] == "0,1" for r in runs.values())
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    (summary_,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary_.study_name, storage=storage).get_trials()
+    assert len(trials) == 3
+    for t in trials:  # the sampler saw the median of both seeds, each at its full budget
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        seeds = [r for r in runs.values()
+                 if abs(json.loads(r["tags"][schema.HPARAMS])["optim.lr"] - t.params["optim.lr"]) < 1e-15]
+        assert len(seeds) == 2 and all(r["metrics"]["epochs_run"][0][1] == 2 for r in seeds)
+        assert t.value == pytest.approx(sum(r["metrics"]["best_dev_score"][0][1] for r in seeds) / 2)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
