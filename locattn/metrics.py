@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from rapidfuzz.distance import Levenshtein as _rf_levenshtein
 
 __all__ = [
     "accuracy_by_length",
@@ -149,16 +150,11 @@ def attn_loss(weights: Any, gold: Any, *, source_offset: int = 0,
 
 
 def levenshtein(a: Sequence[int], b: Sequence[int]) -> int:
-    """Token-level edit distance (insertions, deletions, substitutions cost 1)."""
-    if len(a) < len(b):
-        a, b = b, a
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
+    """Token-level edit distance (insertions, deletions, substitutions cost 1).
+
+    Computed by rapidfuzz's C++ Levenshtein on the token lists: the plain dynamic programme in
+    Python took ~5 s for one split of 2,000 length-100 sequences, longer than decoding them."""
+    return int(_rf_levenshtein.distance(list(a), list(b)))
 
 
 def edit_distance(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) -> float:
@@ -173,7 +169,8 @@ def edit_distance(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) 
     p_len, _ = sequence_lengths(p, eos_id, pad_id)
     g_len, _ = sequence_lengths(g, eos_id, pad_id)
     total = sum(
-        levenshtein(p[i, : p_len[i]].tolist(), g[i, : g_len[i]].tolist()) for i in range(p.shape[0])
+        _rf_levenshtein.distance(p[i, : p_len[i]].tolist(), g[i, : g_len[i]].tolist())
+        for i in range(p.shape[0])
     )
     return total / p.shape[0]
 

@@ -67,6 +67,27 @@ def test_levenshtein_hand_cases():
     assert M.levenshtein([1, 2, 3, 4], [2, 1, 3, 5]) == 3  # "kitten"-style: swap costs 2, +1 subst
 
 
+def _levenshtein_dp(a, b):
+    """The textbook dynamic programme, as an independent check of the library's C++ one."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def test_levenshtein_equals_the_dynamic_programme_on_random_token_lists():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a = rng.integers(0, 6, rng.integers(0, 25)).tolist()
+        b = rng.integers(0, 6, rng.integers(0, 25)).tolist()
+        assert M.levenshtein(a, b) == _levenshtein_dp(a, b), (a, b)
+    big = rng.integers(0, 300, 120).tolist()  # token ids beyond one byte
+    assert M.levenshtein(big, big[5:] + [7]) == _levenshtein_dp(big, big[5:] + [7])
+
+
 def test_edit_distance_mean_over_batch():
     gold = torch.tensor([[5, 6, 7, EOS], [5, 6, EOS, PAD]])
     pred = torch.tensor([[5, 6, 7, EOS, PAD], [9, 9, 9, 9, EOS]])

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from locattn.models.config import Boundaries, EncoderKind
-from locattn.models.functional import linear, per_row
+from locattn.models.functional import linear, per_row, take_rows
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class SourceEncoder(nn.Module):
             B = KB // K
             seqs = [inp]
             if D == 2:
-                seqs.append(inp.gather(1, flip.unsqueeze(-1).expand_as(inp)))
+                seqs.append(take_rows(inp, flip))
             seq = torch.stack(seqs).transpose(1, 2)  # (D, L, KB, In)
             if K == 1:
                 seq_g = seq.reshape(D, L * B, -1)
@@ -153,7 +153,7 @@ class SourceEncoder(nn.Module):
                 out = out.view(K, D, B, L, H).transpose(0, 1).reshape(D, KB, L, H)
                 h = h.view(K, D, B, H).transpose(0, 1).reshape(D, KB, H)
             if D == 2:
-                back = out[1].gather(1, flip.unsqueeze(-1).expand_as(out[1]))  # un-reverse
+                back = take_rows(out[1], flip)  # un-reverse
                 out = torch.cat((out[0], back), dim=-1)  # (B, L, 2H)
             else:
                 out = out[0]
@@ -187,6 +187,6 @@ class DirectionMixer(nn.Module):
         g = torch.sigmoid(self.temperature * linear(cls, self.gate.weight, self.gate.bias)).squeeze(-1)
         j = torch.arange(e.shape[1], device=e.device).unsqueeze(0)  # (1, L)
         index = torch.where(mask, lengths.unsqueeze(1) - 1 - j, j)  # (B, L): flip valid span
-        reversed_e = e.gather(1, index.unsqueeze(-1).expand_as(e))  # (B, L, d)
+        reversed_e = take_rows(e, index)  # (B, L, d)
         gg = g.view(-1, 1, 1)
         return gg * e + (1.0 - gg) * reversed_e, g

@@ -66,6 +66,18 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
 
 
+def take_rows(x: Tensor, index: Tensor) -> Tensor:
+    """out[b, l] = x[b, index[b, l]] for x (B, L, ...) and index (B, L) long.
+
+    The same values as ``x.gather(1, index[..., None].expand_as(x))``, but as one row lookup
+    in the flattened (B*L, ...) tensor: the expanded-index gather was ~10 ms at B = 256,
+    L = 102, d = 128 on CPU, the lookup is a few times faster. Pure data movement, so forward
+    and gradient are exactly those of the gather."""
+    B, L = index.shape
+    flat = (index + torch.arange(B, device=index.device).unsqueeze(1) * x.shape[1]).reshape(-1)
+    return x.reshape(B * x.shape[1], *x.shape[2:]).index_select(0, flat).view(B, L, *x.shape[2:])
+
+
 def gru_update(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
     """Standard GRU update from gate pre-activations gi = W_ih x + b_ih, gh = W_hh h + b_hh (B, 3H)."""
     H = h.shape[-1]
