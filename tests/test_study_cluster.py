@@ -22,6 +22,7 @@ from study import schema  # noqa: E402
 from test_study import SMOKE, _wait_for, trial_runs, write_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+EPOCHS = 20  # long enough that the trial is still running when its node is removed
 
 
 @pytest.mark.cluster
@@ -41,7 +42,7 @@ def test_lost_worker_node_trial_resumes_from_checkpoint_elsewhere(tmp_path: Path
     cluster.wait_for_nodes()
     assert cluster.address.startswith("127.0.0.1:")
     spec = write_spec(tmp_path, "node", grid={"task": ["copy"], "variant": ["onestep"]},
-                      overrides={**SMOKE, "optim.epochs": 8, "task.train_size": 600},
+                      overrides={**SMOKE, "optim.epochs": EPOCHS, "task.train_size": 600},
                       max_failures=2)
     root = tmp_path / "s"
     db = root / "node-smoke" / "mlflow.db"
@@ -82,7 +83,10 @@ def test_lost_worker_node_trial_resumes_from_checkpoint_elsewhere(tmp_path: Path
     other = next(w for w in workers if w is not victim[0])
     assert run["tags"][schema.NODE_ID] == other.node_id  # continued on the other worker
     resumed = int(run["tags"][schema.RESUMED_FROM])
-    assert 1 <= resumed <= epoch + 1  # from its last epoch checkpoint, not from scratch
+    # from an epoch checkpoint mid-run, not from scratch. The record the test watched lags the
+    # trial (recording is batched), so the trial may have passed `epoch` before the node died:
+    # a CI run saw epoch 5 recorded and a resume from 7.
+    assert epoch <= resumed < EPOCHS, (epoch, resumed)
     steps = [s for s, _ in run["metrics"]["train_loss"]]
     assert steps == list(range(1, int(run["metrics"]["epochs_run"][0][1]) + 1))  # each once
     assert int(run["tags"][schema.ATTEMPTS]) >= 1
