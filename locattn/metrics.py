@@ -169,8 +169,7 @@ def edit_distance(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) 
     p_len, _ = sequence_lengths(p, eos_id, pad_id)
     g_len, _ = sequence_lengths(g, eos_id, pad_id)
     total = sum(
-        _rf_levenshtein.distance(p[i, : p_len[i]].tolist(), g[i, : g_len[i]].tolist())
-        for i in range(p.shape[0])
+        levenshtein(p[i, : p_len[i]].tolist(), g[i, : g_len[i]].tolist()) for i in range(p.shape[0])
     )
     return total / p.shape[0]
 

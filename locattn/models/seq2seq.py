@@ -296,10 +296,10 @@ class Seq2Seq(nn.Module):
         lengths = torch.zeros(B, dtype=torch.long, device=src.device)
         # W_e emb(y) + b_ih for every token y, once: each step then looks its gates up
         # instead of embedding and mapping B tokens (one (B, E) x (E, 3H) product per step)
-        gate_table = self._embed_gates(self.embedding.weight)  # (V, 3H)
+        gate_table = self._embed_gates(self.embedding.weight)  # (V, 3H); packed: (K, V, 3H)
         tokens, steps = [], []
         for t in range(int(cap.max())):
-            state, attn = self._advance(state, gate_table.index_select(0, prev))
+            state, attn = self._advance(state, embed(prev, gate_table))
             logits = self.logits(state.hidden[-1])  # (B, V)
             tok = logits.argmax(-1).masked_fill(finished, self.pad_id)  # (B,)
             lengths = lengths + (~finished).long()
