@@ -9,28 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
+from locattn.cliparse import EXIT_USAGE, Parser, parse
 from locattn.config import apply_overrides, make_run_config, parse_override
 
-EXIT_USAGE = 2
 
 
 class UsageError(Exception):
     """A problem with the command line (reported in one line, exit 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors that name the valid options."""
-
-    def error(self, message: str) -> NoReturn:
-        if message.startswith("unrecognized arguments"):
-            flags = sorted(
-                {s for a in self._actions for s in a.option_strings if s.startswith("--")}
-            )
-            message += f"; valid options: {', '.join(flags)}"
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 def _task_labels() -> dict[str, str]:
@@ -66,11 +53,11 @@ def _epilog() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The ``locattn`` parser with its sub-commands."""
-    parser = _Parser(prog="locattn", description="Location attention for length generalisation.")
+    parser = Parser(prog="locattn", description="Location attention for length generalisation.")
     sub = parser.add_subparsers(dest="command", metavar="{train,attention,variants,tasks}",
-                                parser_class=_Parser)
+                                parser_class=Parser)
     sub.required = True
 
     p = sub.add_parser(
@@ -106,8 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("variants", help="list variant presets with their paper labels")
     v.add_argument("pattern", nargs="?", default="*", help="glob pattern, e.g. 'mix*'")
-    t = sub.add_parser("tasks", help="list tasks")
-    parser.commands = {"train": p, "attention": a, "variants": v, "tasks": t}  # type: ignore[attr-defined]
+    sub.add_parser("tasks", help="list tasks")
     return parser
 
 
@@ -277,10 +263,7 @@ COMMANDS = {"train": cmd_train, "attention": cmd_attention, "variants": cmd_vari
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``locattn`` console script."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # report on the sub-command's parser, which names its own options
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    args = parse(build_parser(), argv)
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
+from locattn.cliparse import Parser, parse
 from reports.store import ReportsError
 from reports.tables import STATS, TABLES
 
@@ -14,9 +14,9 @@ def _split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reports", description="Paper tables and figures from a study's MLflow runs.")
-    sub = p.add_subparsers(dest="command", required=True)
+def parser() -> Parser:
+    p = Parser(prog="reports", description="Paper tables and figures from a study's MLflow runs.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     b = sub.add_parser("build", help="write the study's tables (and optionally figures)")
     b.add_argument("study_dir", nargs="?", help="studies/<name>/ (holds mlflow.db)")
     b.add_argument("--tracking-uri", help="sqlite:///..., postgresql://..., or http://host:port")
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parse(parser(), argv)
     if args.command == "list":
         for tid, t in sorted(TABLES.items()):
             print(f"{tid:15s} {t.source}: {t.title}")

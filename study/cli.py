@@ -10,19 +10,19 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from locattn.cliparse import Parser, parse
 from study.spec import SpecError
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="study", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _parser() -> Parser:
+    p = Parser(prog="study", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
     lp = sub.add_parser("launch", help="launch (or idempotently resume) a study from a spec")
     lp.add_argument("spec", help="ablations/<spec>.yaml")
@@ -68,7 +68,7 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(_parser(), argv)
     try:
         if args.cmd == "launch":
             from study.launch import launch

@@ -1,0 +1,66 @@
+"""argparse for the project's three command lines (``locattn``, ``study``, ``reports``).
+
+A usage error is one line on stderr, exit status 2, no traceback. It names the sub-command
+(``study launch: error: ...``), the valid options, and the closest one to a mistyped flag.
+Stock argparse reports an unknown flag of a sub-command on the top-level parser, which knows
+none of that sub-command's options. Standard library only: the ``reports`` command must start
+without importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from typing import NoReturn, Sequence
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the valid options."""
+
+    def long_options(self) -> list[str]:
+        return sorted({s for a in self._actions for s in a.option_strings if s.startswith("--")})
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments"):
+            message += _suggestions(message, self.long_options())
+            message += f"; valid options: {', '.join(self.long_options())}"
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _suggestions(message: str, options: list[str]) -> str:
+    words = message.split(":", 1)[1].split()
+    hints = {}
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+            if close:
+                hints[flag] = close[0]
+    if len(hints) == 1:
+        return f" (did you mean {next(iter(hints.values()))}?)"
+    if hints:
+        return f" (did you mean {', '.join(f'{c} for {f}' for f, c in hints.items())}?)"
+    return ""
+
+
+def chosen_subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Parser | None:
+    """The sub-command parser that ``args`` went through, if any."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            return chosen if isinstance(chosen, Parser) else None
+    return None
+
+
+def parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but unknown flags are reported by the sub-command's parser."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        (chosen_subparser(parser, args) or parser).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+        )
+    return args
