@@ -18,9 +18,9 @@ TINY = ["--set", "task.train_size=200", "--set", "task.dev_size=40", "--set", "t
         "--set", "task.test_lengths=15,30", "--threads", "1", "--no-progress"]
 
 
-def run_main(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+def run_main(argv: list[str], capsys: pytest.CaptureFixture, entry=main) -> tuple[int, str, str]:
     try:
-        code = main(argv)
+        code = entry(argv)
     except SystemExit as exc:
         code = exc.code
     out, err = capsys.readouterr()

@@ -8,15 +8,7 @@ import pytest
 from locattn.cli import main as locattn_main
 from reports.cli import main as reports_main
 from study.cli import main as study_main
-
-
-def _run(main, argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return int(code), out, err
+from test_cli import run_main
 
 
 @pytest.mark.parametrize(
@@ -42,7 +34,7 @@ def _run(main, argv, capsys) -> tuple[int, str, str]:
 def test_mistyped_flag_names_subcommand_closest_option_and_all_options(
     capsys, main, argv, prefix, hint, valid
 ) -> None:
-    code, out, err = _run(main, argv, capsys)
+    code, out, err = run_main(argv, capsys, main)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -51,7 +43,7 @@ def test_mistyped_flag_names_subcommand_closest_option_and_all_options(
 
 
 def test_unknown_flag_without_a_close_match_lists_the_options_only(capsys) -> None:
-    code, _, err = _run(study_main, ["status", "s", "--zzzzzz"], capsys)
+    code, _, err = run_main(["status", "s", "--zzzzzz"], capsys, study_main)
     assert code == 2
     assert err.startswith("study status: error: unrecognized arguments: --zzzzzz; valid options: ")
     assert "did you mean" not in err and "--root" in err
