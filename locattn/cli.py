@@ -7,6 +7,7 @@ naming the valid choices and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -76,8 +77,10 @@ def build_parser() -> Parser:
                    help="output directory (default runs/<task>-<variant>-s<seed>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override, e.g. optim.lr=3e-4 (repeatable)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (num_threads)")
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (num_threads, >= 1; default 1)")
+    p.add_argument("--device", default=None,
+                   help="torch device: cpu, cuda, cuda:N or mps (default cpu)")
     p.add_argument("--cache-dir", default=None, help="dataset cache directory")
     p.add_argument("--fresh", action="store_true",
                    help="delete an existing checkpoint in --out and start over")
@@ -100,8 +103,53 @@ def build_parser() -> Parser:
 # --------------------------------------------------------------------------- train
 
 
+#: Device strings ``--device`` accepts (torch device types this project runs on).
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
+
+
+def check_operational(args: argparse.Namespace) -> None:
+    """Refuse a negative seed, fewer than one thread or an unknown device (UsageError)."""
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: a seed must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads {args.threads}: need at least 1 thread")
+    if args.epochs is not None and args.epochs < 1:
+        raise UsageError(f"--epochs {args.epochs}: need at least 1 epoch")
+    if args.device is not None:
+        if not DEVICE_PATTERN.fullmatch(args.device):
+            raise UsageError(f"--device {args.device!r} is not a device here; valid: cpu, cuda, "
+                             "cuda:N, mps")
+        import torch
+
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(f"--device {args.device}: CUDA is not available on this machine "
+                             f"(torch {torch.__version__}); use --device cpu")
+        if args.device == "mps" and not torch.backends.mps.is_available():
+            raise UsageError("--device mps: MPS is not available on this machine; use --device cpu")
+
+
+def check_task_files(task: Any) -> None:
+    """Load a task that reads files (CFQ, or any ``task.data_dir``) once, before a run directory
+    is written, so a missing or malformed file is one line naming it (as ``study launch`` does)."""
+    if not task.data_dir and task.name != "cfq":
+        return  # generated data: nothing the user can get wrong here
+    from locattn.tasks import load_task
+
+    if task.name == "cfq" and not task.data_dir:
+        from locattn.tasks.cfq import expected_files_message
+
+        text = expected_files_message(None).replace("in TaskConfig.data_dir (now None) ", "in DIR ")
+        raise UsageError("task 'cfq' has no data here: pass --set task.data_dir=DIR, a local copy; "
+                         + text.removeprefix("cfq: "))
+    try:
+        load_task(task, use_cache=False)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"task data: {str(exc).splitlines()[0]}") from None
+
+
 def resolve_train_config(args: argparse.Namespace) -> Any:
     """RunConfig from the parsed ``train`` arguments; UsageError naming valid choices."""
+    check_operational(args)
     tasks = _task_names()
     if args.task not in tasks:
         raise UsageError(f"unknown task {args.task!r}; valid tasks: {', '.join(tasks)}")
@@ -136,14 +184,29 @@ class ProgressRecorder:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit="epoch", dynamic_ncols=True)
+        self.scoring: Any = None
 
     def on_epoch(self, epoch: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
         self.bar.set_postfix(loss=f"{metrics['train_loss']:.4f}",
                              dev=f"{100 * metrics['dev_score']:.1f}%", refresh=False)
         self.bar.update(1)
 
+    def on_test_split(self, split: str, done: int, total: int) -> None:
+        """Greedy scoring of the test splits after training: one bar step per split."""
+        if self.scoring is None:
+            from tqdm import tqdm
+
+            self.bar.close()
+            self.scoring = tqdm(total=total, initial=done, desc="scoring test splits",
+                                unit="split", dynamic_ncols=True)
+        if done:
+            self.scoring.update(done - self.scoring.n)
+        self.scoring.set_postfix_str(split if done < total else "done", refresh=True)
+
     def on_end(self, result: Any) -> None:
         self.bar.close()
+        if self.scoring is not None:
+            self.scoring.close()
 
 
 def format_table(result: Any) -> str:
@@ -168,6 +231,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from locattn.training.recorders import JsonlRecorder, MultiRecorder
 
     cfg = resolve_train_config(args)
+    check_task_files(cfg.task)
     out = args.out or Path("runs") / f"{cfg.task.name}-{cfg.variant}-s{cfg.seed}"
     initial = 0
     found = None if args.fresh else ckpt.find_checkpoint(out)

@@ -139,15 +139,19 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ValueError(f"{where}={value!r} does not fit {tp}: {'; '.join(errors)}")
     if origin is tuple:
+        forms = "write a list as 30,100 or [30, 100]"
         if isinstance(value, str):
-            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+            value = [v for v in value.strip().strip("[]()").split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{where}: expected a list, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v, where) for v in value)
-        if len(args) != len(value):
-            raise ValueError(f"{where}: expected {len(args)} items, got {value!r}")
-        return tuple(_coerce(a, v, where) for a, v in zip(args, value))
+            raise ValueError(f"{where}: expected a list, got {value!r} ({forms})")
+        try:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(_coerce(args[0], v, where) for v in value)
+            if len(args) != len(value):
+                raise ValueError(f"{where}: expected {len(args)} items, got {value!r}")
+            return tuple(_coerce(a, v, where) for a, v in zip(args, value))
+        except ValueError as exc:
+            raise ValueError(f"{exc} ({forms})") from None
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -233,12 +237,25 @@ def apply_overrides(cfg: Any, overrides: Mapping[str, Any], *, _prefix: str = ""
     return replace(cfg, **direct)
 
 
-def parse_override(text: str) -> tuple[str, str]:
-    """Parse ``key=value`` from the command line."""
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``key=value`` from the command line.
+
+    The value stays a string (coerced later to the field's type), except a bracketed list,
+    the YAML/JSON form a spec uses (``[30, 100]``, ``["a", "b"]``), which becomes a list.
+    ``30,100`` stays a string; list fields split it on commas.
+    """
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"override {text!r} is not of the form key=value (e.g. optim.lr=3e-4)")
-    return key.strip(), value.strip()
+    value = value.strip()
+    if value.startswith("[") and value.endswith("]"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = [v.strip().strip("'\"") for v in value[1:-1].split(",") if v.strip()]
+        if isinstance(parsed, list):
+            return key.strip(), parsed
+    return key.strip(), value
 
 
 def make_run_config(

@@ -306,7 +306,7 @@ class _Seq2SeqRun:
             start = time.perf_counter()
             train_loss = self.train_epoch()
             self.end_epoch(train_loss, time.perf_counter() - start, recorder)
-        return self.finish()
+        return self.finish(on_test_split=getattr(recorder, "on_test_split", None))
 
     def end_epoch(self, train_loss: float, train_seconds: float, recorder: Recorder) -> None:
         """After an epoch's training pass (solo or packed): dev scores, scheduler, best model,
@@ -337,12 +337,13 @@ class _Seq2SeqRun:
         path = ckpt.save_checkpoint(self.out_dir, checkpoint_meta(self.cfg, self.epoch), self.state())
         recorder.on_epoch(self.epoch, metrics, path)
 
-    def finish(self) -> RunResult:
+    def finish(self, on_test_split: Any = None) -> RunResult:
         start = time.perf_counter()
         if self.best_state is not None:
             self.model.load_state_dict(self.best_state)
         torch.save(self.model.state_dict(), self.out_dir / BEST_MODEL_FILE)
-        test, by_length = score_test_splits(self.model, self.data, self.cfg, self.ids)
+        test, by_length = score_test_splits(self.model, self.data, self.cfg, self.ids,
+                                            on_test_split=on_test_split)
         longest = longest_split(self.data)
         if longest is not None:
             record = attention_record(self.model, self.data, longest, 0, self.device)
@@ -368,18 +369,24 @@ class _Seq2SeqRun:
 
 
 def score_test_splits(
-    model: torch.nn.Module, data: Any, cfg: RunConfig, ids: dict[str, int]
+    model: torch.nn.Module, data: Any, cfg: RunConfig, ids: dict[str, int], *,
+    on_test_split: Any = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """Greedy-decode every test split; per-split metrics and accuracy by output length."""
+    """Greedy-decode every test split; per-split metrics and accuracy by output length.
+
+    ``on_test_split(split, done, total)``, when given, is called before each split (``done``
+    splits scored of ``total``) and once more at the end with ``done == total``: the
+    ``on_test_split`` of a recorder that has one (the command line's progress bar)."""
     from locattn import metrics as M
 
     test: dict[str, dict[str, float]] = {}
     by_length: dict[str, dict[str, float]] = {}
     device = next(model.parameters()).device
-    for name in data.test_splits:
+    names = [n for n in data.test_splits if data.splits[n]]
+    for done, name in enumerate(names):
+        if on_test_split is not None:
+            on_test_split(name, done, len(names))
         examples = data.splits[name]
-        if not examples:
-            continue
         split = EncodedSplit(examples, data.vocab, **ids, device=device)
         want_attn = split.attn is not None
         decoded = greedy_decode(
@@ -387,6 +394,8 @@ def score_test_splits(
             want_attention=want_attn,
         )
         test[name], by_length[name] = split_metrics(M, split, decoded)
+    if on_test_split is not None:
+        on_test_split("", len(names), len(names))
     return test, by_length
 
 

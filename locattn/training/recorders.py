@@ -1,7 +1,8 @@
 """Recorders: how a training run reports progress without importing a tracking library.
 
 ``train`` calls ``on_epoch`` after each completed epoch (once that epoch's checkpoint is on
-disk) and ``on_end`` once with the final result. ``study`` plugs Ray Tune / MLflow in here.
+disk) and ``on_end`` once with the final result. A recorder may also have
+``on_test_split(split, done, total)``, called while the test splits are scored after training. ``study`` plugs Ray Tune / MLflow in here.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ class MultiRecorder:
     def on_epoch(self, epoch: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
         for r in self.recorders:
             r.on_epoch(epoch, metrics, checkpoint_dir)
+
+    def on_test_split(self, split: str, done: int, total: int) -> None:
+        """Forwarded to the recorders that have this optional hook (test-scoring progress)."""
+        for r in self.recorders:
+            hook = getattr(r, "on_test_split", None)
+            if hook is not None:
+                hook(split, done, total)
 
     def on_end(self, result: "RunResult") -> None:
         for r in self.recorders:
