@@ -1,0 +1,57 @@
+"""Dubois et al.'s protocol (docs/dubois_protocol.md): the Table 3 "Interp." column and the
+Dubois specs' settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reports.aggregate import aggregate
+from reports.synth import SynthRun, runset_from_synth
+from reports.tables import get_table
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERP = ("heldout_inputs", "heldout_compositions")
+TASKS = ("lookup", "reverse_lookup", "noisy_lookup")
+
+
+def _runs(split_values: dict[str, float], seeds: int = 2) -> list[SynthRun]:
+    """dubois_mix runs whose attn_loss on each split is split_values[split] + seed."""
+    runs = []
+    for task in TASKS:
+        for s in range(seeds):
+            m = {"best_dev_score": 0.9}
+            m.update({f"test.{sp}.attn_loss": v + s for sp, v in split_values.items()})
+            runs.append(SynthRun(task=task, variant="dubois_mix", seed=s, n_seeds=seeds, metrics=m))
+    return runs
+
+
+def _interp(split_values: dict[str, float]):
+    rs = runset_from_synth("t3", _runs(split_values), tables=["dubois_table3"])
+    return aggregate(rs, get_table("dubois_table3")).cell("dubois_mix", "interp")
+
+
+def test_interp_column_reads_exactly_heldout_inputs_and_compositions() -> None:
+    cols = {c.key: c for p in get_table("dubois_table3").panels for g in p.groups for c in g.columns}
+    assert cols["interp"].splits == INTERP
+    assert cols["interp"].tasks == TASKS
+    assert [cols[f"long{i}"].splits for i in range(1, 6)] == [(f"longer_seen_{i}",) for i in range(1, 6)]
+
+
+def test_interp_rows_come_from_the_chosen_files_only() -> None:
+    # hand-computed: seed s value = mean(1 + s, 3 + s) = 2 + s; mean over seeds 0, 1 = 2.5.
+    # heldout_tables / new_compositions carry huge values: any leak moves the cell.
+    cell = _interp({"heldout_inputs": 1.0, "heldout_compositions": 3.0,
+                    "heldout_tables": 100.0, "new_compositions": 1000.0})
+    assert dict(cell.seeds) == {0: pytest.approx(2.0), 1: pytest.approx(3.0)}
+    assert cell.mean == pytest.approx(2.5)
+    # the held-out-table files alone do not make an Interp. value
+    empty = _interp({"heldout_tables": 100.0, "new_compositions": 1000.0})
+    assert not empty.seeds
+
+
+def test_table_note_names_the_interp_files() -> None:
+    note = get_table("dubois_table3").note
+    assert "heldout_inputs and heldout_compositions" in note and "2,892" in note
