@@ -2,20 +2,29 @@
 
 Layout of ``out_dir/checkpoint/``::
 
-    meta.json   epoch, run identity, resolved config (readable without torch)
-    state.pt    model, optimizer, scheduler, RNG states, best-so-far model, counters, history
+    meta.json   epoch, run identity, resolved config (readable without torch), and the
+                SHA-256 of state.pt
+    state.pt    model, optimizer, scheduler, RNG states, best-so-far model, counters, history:
+                tensors and plain Python values only, read with ``torch.load(weights_only=True)``
 
 A checkpoint is written into a fresh temporary directory beside it and then swapped in with
 renames, so ``checkpoint/`` always holds one complete epoch. If a crash falls between the two
 renames, :func:`find_checkpoint` recovers the previous complete checkpoint.
+
+Loading never executes code from the file (``weights_only=True``: a crafted pickle is refused),
+and a checkpoint whose ``state.pt`` does not match its checksum, or does not load, is set aside
+(``checkpoint.bad/``) with one line naming the file: the run falls back to the previous good
+checkpoint, or starts fresh.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,8 +34,11 @@ import torch
 
 CHECKPOINT = "checkpoint"
 _OLD = "checkpoint.old"
+BAD = "checkpoint.bad"
 META = "meta.json"
 STATE = "state.pt"
+#: meta.json key holding the SHA-256 (hex) of state.pt.
+CHECKSUM_KEY = "state_sha256"
 
 
 class CheckpointMismatchError(ValueError):
@@ -34,10 +46,13 @@ class CheckpointMismatchError(ValueError):
 
 
 def rng_state() -> dict[str, Any]:
-    """Global RNG states of torch (CPU and CUDA), numpy and Python."""
+    """Global RNG states of torch (CPU and CUDA), numpy and Python, as tensors and plain
+    Python values (so a checkpoint loads with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -48,8 +63,13 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Inverse of :func:`rng_state`."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    npst = state["numpy"]
+    if isinstance(npst, dict):
+        npst = (npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
+                npst["has_gauss"], npst["cached_gaussian"])
+    np.random.set_state(npst)
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -80,6 +100,7 @@ def save_checkpoint(out_dir: Path, meta: dict[str, Any], state: dict[str, Any]) 
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        meta = {**meta, CHECKSUM_KEY: file_sha256(tmp / STATE)}
         with open(tmp / META, "w") as fh:
             json.dump(meta, fh, indent=1, sort_keys=True)
             fh.flush()
@@ -98,21 +119,81 @@ def save_checkpoint(out_dir: Path, meta: dict[str, Any], state: dict[str, Any]) 
     return final
 
 
-def find_checkpoint(out_dir: Path) -> Path | None:
-    """The complete checkpoint directory in ``out_dir``, or None.
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
-    Recovers ``checkpoint.old`` if a crash happened between the two renames of a save.
+
+def verify_checkpoint(checkpoint_dir: Path) -> str | None:
+    """Why the checkpoint in ``checkpoint_dir`` cannot be used (one line), or None if it can.
+
+    Checks that both files exist, that ``state.pt`` matches the checksum in ``meta.json`` (a
+    checkpoint written before checksums existed has none) and that it loads weights-only.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    state = checkpoint_dir / STATE
+    if not (checkpoint_dir / META).is_file() or not state.is_file():
+        return f"{checkpoint_dir}: incomplete (missing {META} or {STATE})"
+    try:
+        meta = read_meta(checkpoint_dir)
+    except (OSError, ValueError) as exc:
+        return f"{checkpoint_dir / META}: unreadable ({type(exc).__name__})"
+    expected = meta.get(CHECKSUM_KEY) if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return f"{checkpoint_dir / META}: not a mapping"
+    if expected is not None and file_sha256(state) != expected:
+        return f"{state}: checksum mismatch (corrupt)"
+    try:
+        load_state(checkpoint_dir)
+    except Exception as exc:  # noqa: BLE001 - any failure to load means unusable
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{state}: cannot be loaded safely ({type(exc).__name__}: {first[:160]})"
+    return None
+
+
+def _set_aside(path: Path, why: str, then: str) -> None:
+    bad = path.parent / BAD
+    shutil.rmtree(bad, ignore_errors=True)
+    try:
+        os.replace(path, bad)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+    print(f"locattn: checkpoint {why}; set aside as {bad}; {then}", file=sys.stderr, flush=True)
+
+
+def find_checkpoint(out_dir: Path) -> Path | None:
+    """The complete, verified checkpoint directory in ``out_dir``, or None.
+
+    Recovers ``checkpoint.old`` if a crash happened between the two renames of a save. A
+    checkpoint that fails :func:`verify_checkpoint` is moved to ``checkpoint.bad`` with one line
+    on stderr naming the file; the previous good one (``checkpoint.old``) is used if there is
+    one, else None (a fresh start).
     """
     out_dir = Path(out_dir)
     final = out_dir / CHECKPOINT
-    if (final / META).is_file() and (final / STATE).is_file():
-        return final
     old = out_dir / _OLD
-    if (old / META).is_file() and (old / STATE).is_file():
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(old, final)
-        return final
+    if final.exists() or (final / META).is_file():
+        why = verify_checkpoint(final)
+        if why is None:
+            return final
+        if (old / META).is_file() or (old / STATE).is_file():
+            _set_aside(final, why, f"falling back to {old}")
+        elif (final / META).is_file() or (final / STATE).is_file():
+            _set_aside(final, why, "starting this run fresh")
+        else:
+            shutil.rmtree(final, ignore_errors=True)
+    if (old / META).is_file() or (old / STATE).is_file():
+        why = verify_checkpoint(old)
+        if why is None:
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(old, final)
+            return final
+        _set_aside(old, why, "starting this run fresh")
     return None
 
 
@@ -122,13 +203,13 @@ def read_meta(checkpoint_dir: Path) -> dict[str, Any]:
 
 
 def load_state(checkpoint_dir: Path, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """``state.pt`` of a checkpoint (contains numpy/python RNG states, so not weights-only)."""
-    return torch.load(Path(checkpoint_dir) / STATE, map_location=device, weights_only=False)
+    """``state.pt`` of a checkpoint, loaded weights-only: tensors and plain values, never code."""
+    return torch.load(Path(checkpoint_dir) / STATE, map_location=device, weights_only=True)
 
 
 def remove_checkpoint(out_dir: Path) -> None:
     """Delete any checkpoint in ``out_dir`` (a fresh start)."""
-    for name in (CHECKPOINT, _OLD):
+    for name in (CHECKPOINT, _OLD, BAD):
         shutil.rmtree(Path(out_dir) / name, ignore_errors=True)
     for stale in Path(out_dir).glob(".checkpoint-*"):
         shutil.rmtree(stale, ignore_errors=True)
