@@ -11,7 +11,7 @@ Every task draws a digit sequence X (tokens "0".."9") whose length n is the *tas
 | reverse_recopy      | X                   | reversed ReCopy target      | same, reversed          |
 | inv_recopy          | ReCopy expansion    | X                           | None                    |
 | inv_reverse_recopy  | reversed expansion  | X                           | None                    |
-| dedupe              | runs of X (1/3/5)   | X                           | None                    |
+| dedupe              | n draws, each 1/3/5 | the source, runs collapsed  | None                    |
 | posretrieve         | X                   | ``x : X[x] ;`` per x        | i, -1, x (or -1), -1    |
 
 r(x) = num2repeat(x): 1 for x <= 3, 3 for 4 <= x <= 6, 5 for x >= 7.
@@ -21,11 +21,18 @@ glyph ("444 777" is "4 7"; "0-9" renders as "00-999"), and their Table 10 shows 
 digits.
 
 Choices that the papers leave open, fixed here:
-- For the inverse tasks and DeDupe the task length is the length of X, i.e. of the *target*
+- For the inverse tasks the task length is the length of X, i.e. of the *target*
   (Ray Chowdhury & Caragea's Table 10 shows Inv ReCopy outputs of the test length with
   much longer inputs). The source is 1-5 times longer.
-- DeDupe: X has no two equal neighbours (so the target is exactly X and has length n) and
-  each x is repeated 1, 3 or 5 times, drawn uniformly and independently of x (unlike ReCopy).
+- DeDupe follows the reference generator (``preprocess/process_dedupe.py`` of
+  JRC1995/MonotonicLocationAttention): n independent draws, each a uniform digit repeated a
+  uniform choice of 1, 3 or 5 times (independent of the digit, unlike ReCopy). Equal
+  neighbouring draws are allowed and merge into one longer run (2, 4, 6 ...; the paper's
+  Table 5 example has a run of 4). The target is the source with consecutive duplicates
+  collapsed, so it can be shorter than n. The task length is n, the number of draws, as in the
+  reference's length splits; since every repeat count is odd, n has the parity of the source
+  length. Different draws can give the same source, so DeDupe sources are made unique by the
+  source itself, not by the draws.
 - Inverse tasks and DeDupe have no gold attention: any token of a run is a valid position.
 - PosRetrieve: the target has 4 tokens per source item: ``x``, ``:``, ``X[x]`` or ``n/a``,
   ``;``. Separators have no gold position (-1).
@@ -45,9 +52,15 @@ import numpy as np
 from locattn.tasks.base import DECODE_SLACK, NO_ATTN, Example
 from locattn.tasks.config import TaskConfig
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+"""Part of every cached dataset's key. 2: DeDupe follows the reference (equal neighbouring draws
+merge). The other tasks give the same bytes as under version 1 (see :data:`SEED_VERSION`)."""
+SEED_VERSION = 1
+"""Mixed into the generator's seed. Kept at 1 so that a version bump that changes one task
+leaves every other task's data as it was."""
 DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
-_REPEATS = (1, 3, 5)
+REPEATS: tuple[int, ...] = (1, 3, 5)
+"""DeDupe: how many times a draw is repeated, chosen uniformly (reference: ``random.choice``)."""
 
 
 def num2repeat(d: int) -> int:
@@ -77,12 +90,17 @@ class Rule:
     radices: Callable[[int], list[int]]
     """Per task length n, the number of options of each choice (mixed-radix digits)."""
     build: Callable[[list[int]], Example]
-    """Choice vector -> example. Injective in the source."""
+    """Choice vector -> example. Injective in the source unless ``key`` is given."""
     max_tgt: Callable[[int], int]
     """Longest target the task can produce for a source of the given length."""
     tokens: tuple[str, ...]
     """Task tokens (vocabulary order)."""
     has_attention: bool
+    """Whether examples carry gold attention."""
+    key: Callable[[list[int]], tuple] | None = None
+    """What makes a source unique when ``build`` is not injective in the source (DeDupe: the
+    source itself, since different draws can give the same source); None: the choice vector.
+    With a key, :func:`capacity` is only an upper bound on the distinct sources."""
 
 
 def _copy(c: list[int]) -> Example:
@@ -114,15 +132,31 @@ def _inv_reverse_recopy(c: list[int]) -> Example:
     return Example(_s(out[::-1]), _s(c), None)
 
 
-def _dedupe(c: list[int]) -> Example:
+def collapse(xs: Iterable) -> list:
+    """``xs`` with every run of equal consecutive items replaced by one item (DeDupe's target)."""
+    out: list = []
+    for x in xs:
+        if not out or out[-1] != x:
+            out.append(x)
+    return out
+
+
+def dedupe_source(c: list[int] | tuple[int, ...]) -> tuple[int, ...]:
+    """DeDupe source of choice vector ``c`` = (d_1..d_n, r_1..r_n): d_i repeated REPEATS[r_i] times.
+
+    >>> dedupe_source([4, 4, 7, 1, 0, 2])   # draws 4x3, 4x1, 7x5: one run of 4
+    (4, 4, 4, 4, 7, 7, 7, 7, 7)
+    """
     n = len(c) // 2
-    x = [c[0]]
-    for i in range(1, n):
-        x.append((x[-1] + 1 + c[i]) % 10)  # never equal to its left neighbour
     src: list[int] = []
-    for d, r in zip(x, c[n:]):
-        src.extend([d] * _REPEATS[r])
-    return Example(_s(src), _s(x), None)
+    for d, r in zip(c[:n], c[n:]):
+        src.extend([d] * REPEATS[r])
+    return tuple(src)
+
+
+def _dedupe(c: list[int]) -> Example:
+    src = dedupe_source(c)
+    return Example(_s(list(src)), _s(collapse(src)), None)
 
 
 def _posretrieve(c: list[int]) -> Example:
@@ -147,13 +181,15 @@ RULES: dict[str, Rule] = {
     "reverse_recopy": Rule(_digits, _reverse_recopy, lambda s: 5 * s, DIGITS, True),
     "inv_recopy": Rule(_digits, _inv_recopy, lambda s: s, DIGITS, False),
     "inv_reverse_recopy": Rule(_digits, _inv_reverse_recopy, lambda s: s, DIGITS, False),
-    "dedupe": Rule(lambda n: [10] + [9] * (n - 1) + [3] * n, _dedupe, lambda s: s, DIGITS, False),
+    "dedupe": Rule(lambda n: [10] * n + [len(REPEATS)] * n, _dedupe, lambda s: s, DIGITS, False,
+                   key=dedupe_source),
     "posretrieve": Rule(_digits, _posretrieve, lambda s: 4 * s, DIGITS + (":", ";", "n/a"), True),
 }
 
 
 def capacity(rule: Rule, n: int) -> int:
-    """Number of distinct sources of task length ``n``."""
+    """Number of distinct choice vectors of task length ``n``: the number of distinct sources, or
+    an upper bound on it for a rule with a ``key`` (DeDupe)."""
     return int(np.prod([int(r) for r in rule.radices(n)], dtype=object))
 
 
@@ -208,32 +244,51 @@ def _decode_index(index: int, radices: list[int]) -> list[int]:
     return out[::-1]
 
 
-def _draw(rule: Rule, n: int, need: int, used: set[tuple[int, ...]],
-          rng: np.random.Generator) -> list[tuple[int, ...]]:
-    """``need`` new distinct choice vectors of task length ``n`` (not in ``used``)."""
+_MAX_IDLE_ROUNDS = 200  # sampling rounds in a row that found no new source before giving up
+
+
+def _draw(rule: Rule, n: int, need: int, used: set[tuple[int, ...]], taken: int,
+          rng: np.random.Generator, where: str) -> list[tuple[int, ...]]:
+    """``need`` new choice vectors of task length ``n`` whose keys are not in ``used``.
+
+    ``taken``: choice vectors of length ``n`` drawn by earlier splits. ``where`` names the split
+    and its TaskConfig fields for the error raised when the sources run out (only possible for a
+    rule with a ``key``, whose :func:`capacity` is an upper bound).
+    """
     radices = rule.radices(n)
     cap = capacity(rule, n)
     got: list[tuple[int, ...]] = []
-    if cap <= 1_000_000 and 4 * (need + len(used)) > cap:
+    if cap <= 1_000_000 and 4 * (need + taken) > cap:
         # Tight: enumerate the space in random order (sampling without replacement).
         candidates = (tuple(_decode_index(int(i), radices)) for i in rng.permutation(cap))
-        _take_unused(candidates, used, got, need)
-        return got
-    high = np.asarray(radices, dtype=np.int64)
-    while len(got) < need:
-        m = int((need - len(got)) * 1.1) + 8
-        draws = rng.integers(0, high, size=(m, len(radices)))  # (m, len(radices))
-        _take_unused((tuple(row) for row in draws.tolist()), used, got, need)
+        _take_unused(candidates, used, got, need, rule.key)
+    else:
+        high = np.asarray(radices, dtype=np.int64)
+        idle = 0
+        while len(got) < need and idle < _MAX_IDLE_ROUNDS:
+            m = int((need - len(got)) * 1.1) + 8
+            draws = rng.integers(0, high, size=(m, len(radices)))  # (m, len(radices))
+            before = len(got)
+            _take_unused((tuple(row) for row in draws.tolist()), used, got, need, rule.key)
+            idle = idle + 1 if len(got) == before else 0
+    if len(got) < need:
+        raise ValueError(
+            f"TaskConfig {where}: only {len(got)} more distinct "
+            f"sources of task length {n}, {need} were asked for; reduce the sizes or widen the lengths"
+        )
     return got
 
 
-def _take_unused(candidates: Iterable[tuple[int, ...]], used: set, got: list, need: int) -> None:
-    """Append candidates not in ``used`` to ``got`` (and ``used``) until ``got`` has ``need``."""
+def _take_unused(candidates: Iterable[tuple[int, ...]], used: set, got: list, need: int,
+                 key: Callable[[list[int]], tuple] | None) -> None:
+    """Append candidates whose key is not in ``used`` to ``got`` (and the key to ``used``) until
+    ``got`` has ``need``. ``key`` None: a candidate is its own key."""
     for c in candidates:
         if len(got) >= need:
             return
-        if c not in used:
-            used.add(c)
+        k = c if key is None else key(c)
+        if k not in used:
+            used.add(k)
             got.append(c)
 
 
@@ -241,14 +296,18 @@ def generate(cfg: TaskConfig) -> dict[str, list[Example]]:
     """All splits of a generated probing task; deterministic in ``cfg``."""
     rule = RULES[cfg.name]
     check_feasible(cfg)
-    rng = np.random.default_rng(np.random.SeedSequence([cfg.data_seed, GENERATOR_VERSION]))
-    used: dict[int, set[tuple[int, ...]]] = {}
+    rng = np.random.default_rng(np.random.SeedSequence([cfg.data_seed, SEED_VERSION]))
+    # Keys of the sources drawn so far, over all splits and lengths (choice vectors of different
+    # lengths never collide; DeDupe sources of different draw counts can), and per task length
+    # how many choice vectors were drawn.
+    used: set[tuple[int, ...]] = set()
+    taken: dict[int, int] = {}
     splits: dict[str, list[Example]] = {}
     for split, fields_, (lo, hi), size in split_plan(cfg):
         lengths = np.arange(lo, hi + 1)
         counts = np.bincount(rng.integers(0, len(lengths), size=size), minlength=len(lengths))
         counts = counts.astype(object)
-        room = [capacity(rule, int(n)) - len(used.get(int(n), ())) for n in lengths]
+        room = [capacity(rule, int(n)) - taken.get(int(n), 0) for n in lengths]
         excess = 0
         for j in range(len(lengths)):
             if counts[j] > room[j]:
@@ -266,7 +325,9 @@ def generate(cfg: TaskConfig) -> dict[str, list[Example]]:
         choices: list[tuple[int, ...]] = []
         for j, n in enumerate(lengths):
             if counts[j]:
-                choices += _draw(rule, int(n), int(counts[j]), used.setdefault(int(n), set()), rng)
+                choices += _draw(rule, int(n), int(counts[j]), used, taken.get(int(n), 0), rng,
+                                 f"{fields_} (task {cfg.name!r}, split {split!r})")
+                taken[int(n)] = taken.get(int(n), 0) + int(counts[j])
         order = rng.permutation(len(choices))
         splits[split] = [rule.build(list(choices[i])) for i in order]
     return splits
@@ -284,9 +345,11 @@ def test_splits(cfg: TaskConfig) -> list[str]:
 
 
 NOTES = {
-    "length": "task length n = len(X); for inv_* and dedupe that is the target length",
+    "length": "task length n = len(X); for inv_* that is the target length; for dedupe the "
+              "number of draws (the target can be shorter)",
     "uniqueness": "sources unique within and across splits",
     "eos_attention": "no gold attention for the <eos> step (len(attn) == len(tgt))",
-    "dedupe": "X without equal neighbours; each x repeated 1/3/5 times uniformly",
+    "dedupe": "n uniform digit draws, each repeated 1/3/5 times uniformly; equal neighbouring "
+              "draws merge; target = source with consecutive duplicates collapsed (reference)",
     "posretrieve": "tokens x : X[x]|n/a ; per item; separators have gold -1",
 }

@@ -57,7 +57,8 @@ class TaskConfig:
     """Examples per test split (generated tasks; Raffel: size of the fixed test set)."""
     train_lengths: tuple[int, int] = (5, 10)
     """Inclusive (min, max) task length of train and IID test examples. The task length is
-    the length of the digit sequence X (for the inverse tasks and DeDupe: of the target)."""
+    the length of the digit sequence X (for the inverse tasks: of the target; for DeDupe: the
+    number of draws, each repeated 1, 3 or 5 times)."""
     dev_lengths: tuple[int, int] = (10, 15)
     """Inclusive (min, max) task length of dev examples."""
     test_lengths: tuple[int, ...] = (15, 20, 25, 30, 50, 100)
