@@ -3,7 +3,8 @@
 Protocol (defaults of :class:`~locattn.config.OptimConfig`): AdamW, lr 1e-3, no weight decay,
 batch 32, gradient-norm clip 5, ReduceLROnPlateau halving after 4 epochs of dev plateau (mode
 max on the dev score), up to 100 epochs, early stop after more than 50 epochs without a new
-best (the reference's ``impatience > patience``). The best model is kept by dev score; a score
+best (the reference's ``impatience > patience``); neither the scheduler nor the patience count
+sees epochs before ``optim.schedule_from_epoch`` (the reference skips its first epoch). The best model is kept by dev score; a score
 within ``tie_tolerance`` of the best replaces it (reference). Loss: token-level mean NLL over
 target tokens, ``<eos>`` included, padding excluded.
 
@@ -37,6 +38,7 @@ from locattn.config import (
 from locattn.training import checkpoint as ckpt
 from locattn.training.data import EncodedSplit
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
+from locattn.training.examples import EXAMPLES_JSON, check_trace_choice, split_examples
 from locattn.training.recorders import JsonlRecorder, MultiRecorder, NullRecorder, Recorder
 
 CONFIG_FILE = "config.json"
@@ -235,6 +237,7 @@ class _Seq2SeqRun:
         self.history: list[dict[str, float]] = []
         self.stop_reason: str | None = None
         self._dev_caps: np.ndarray | None = None
+        check_trace_choice(cfg.outputs.trace_split, cfg.outputs.trace_index, data)  # fail early
 
     # ---------------------------------------------------------------- checkpoint
 
@@ -315,11 +318,15 @@ class _Seq2SeqRun:
         start = time.perf_counter()
         dev_loss, dev_acc = self.dev_scores()
         lr = float(self.optimizer.param_groups[0]["lr"])
-        self.scheduler.step(dev_acc)
-        if is_new_best(dev_acc, self.best_score, o.tie_tolerance):
-            self.best_score, self.best_epoch, self.bad_epochs = dev_acc, self.epoch, 0
+        counts = self.epoch >= o.schedule_from_epoch  # the reference skips its first epoch
+        # optim.select_on: higher is better for both (the scheduler runs in mode "max")
+        signal = dev_acc if o.select_on == "dev_acc" else -dev_loss
+        if counts:
+            self.scheduler.step(signal)
+        if is_new_best(signal, self.best_score, o.tie_tolerance):
+            self.best_score, self.best_epoch, self.bad_epochs = signal, self.epoch, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        else:
+        elif counts:
             self.bad_epochs += 1
         if self.bad_epochs > o.patience:
             self.stop_reason = "early_stopping"
@@ -342,11 +349,14 @@ class _Seq2SeqRun:
         if self.best_state is not None:
             self.model.load_state_dict(self.best_state)
         torch.save(self.model.state_dict(), self.out_dir / BEST_MODEL_FILE)
+        saved: dict[str, Any] = {}
         test, by_length = score_test_splits(self.model, self.data, self.cfg, self.ids,
-                                            on_test_split=on_test_split)
-        longest = longest_split(self.data)
-        if longest is not None:
-            record = attention_record(self.model, self.data, longest, 0, self.device)
+                                            on_test_split=on_test_split, keep_examples=saved)
+        (self.out_dir / EXAMPLES_JSON).write_text(json.dumps(saved) + "\n")
+        outputs = self.cfg.outputs
+        traced = outputs.trace_split or longest_split(self.data)
+        if traced is not None:
+            record = attention_record(self.model, self.data, traced, outputs.trace_index, self.device)
             write_attention(record, self.out_dir)
         seconds = sum(h["epoch_seconds"] for h in self.history) + time.perf_counter() - start
         return RunResult(
@@ -370,7 +380,7 @@ class _Seq2SeqRun:
 
 def score_test_splits(
     model: torch.nn.Module, data: Any, cfg: RunConfig, ids: dict[str, int], *,
-    on_test_split: Any = None,
+    on_test_split: Any = None, keep_examples: dict[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Greedy-decode every test split; per-split metrics and accuracy by output length.
 
@@ -391,9 +401,15 @@ def score_test_splits(
         want_attn = split.attn is not None
         decoded = greedy_decode(
             model, split, split_caps(split, data.decode_cap), cfg.optim.dev_batch_size,
-            want_attention=want_attn,
+            want_attention=want_attn, attn_steps=cfg.optim.attn_loss_steps,
         )
         test[name], by_length[name] = split_metrics(M, split, decoded)
+        if keep_examples is not None:  # examples.json: first wrong / right predictions (cfg.outputs)
+            keep_examples[name] = split_examples(
+                data.splits[name], decoded.pred, decoded.ended, split.tgt_ids,
+                lambda p: [data.vocab.itos[i] for i in p],
+                n_wrong=cfg.outputs.n_wrong, n_right=cfg.outputs.n_right,
+            )
     if on_test_split is not None:
         on_test_split("", len(names), len(names))
     return test, by_length
@@ -470,9 +486,12 @@ def attention_record(
         "source_offset": int(getattr(model, "source_offset", 0)),
         "weights": np.round(weights.float().cpu().numpy(), 4).tolist(),
     }
-    for key in ("mu", "sigma", "step", "mix_gate"):
+    for key in ("mu", "sigma", "step", "mix_gate", "blocks"):  # blocks: (T, 3)
         value = getattr(tr, key, None)
         record[key] = None if value is None else _trace_list(value[0, :n])
+    if getattr(tr, "content_weights", None) is not None:  # Mix: both halves, (T, L) each
+        record["location_weights"] = _trace_list(tr.location_weights[0, :n])
+        record["content_weights"] = _trace_list(tr.content_weights[0, :n])
     dir_gate = getattr(tr, "dir_gate", None)
     record["dir_gate"] = None if dir_gate is None else float(dir_gate.reshape(-1)[0])
     return record

@@ -42,8 +42,13 @@ _TABLE: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("locattn_s", "LocAttn S", "locattn", {_A + "reference": "initial"}),
     ("onestep", "OneStepAttn", "locattn",
      {_A + "direction": "mixed", _A + "reference": "previous", _A + "step": "sigmoid"}),
+    # MonoAttn as the reference code computes it (gate s = sigmoid(p) on the ReLU term, p = 20:
+    # exactly RMonoAttn in float32); this produced the published MonoAttn numbers.
     ("mono", "MonoAttn", "onestep", {_A + "step": "mono"}),
     ("rmono", "RMonoAttn", "onestep", {_A + "step": "relu"}),
+    # --- MonoAttn as the paper's eq. 19 writes it: the gate on the sigmoid term, p = 0 (no value given)
+    ("mono_eq19", "MonoAttn (eq. 19)", "mono",
+     {_A + "mono_gate_on": "sigmoid", _A + "mono_gate_init": 0.0}),
     # --- OneStep ablations (Table 4)
     ("onestep_no_step2", "-Step 2", "onestep", {_A + "reference": "gated"}),
     ("onestep_no_step3", "-Step 3", "onestep", {_A + "step": "softstair"}),

@@ -101,7 +101,8 @@ def test_mu_rules_hand_computed():
 
 def _location(step: str, **kw) -> LocationAttender:
     args = dict(query_size=4, key_size=4, dim=4, reference="previous", step=step, step_temperature=5.0,
-                mono_gate_init=0.0, mode="location", mix_temperature=5.0, pa_from="attention",
+                mono_gate_init=0.0, mono_gate_on="relu", location_norm="sum", rho_init="grouped",
+                mode="location", mix_temperature=5.0, pa_from="attention",
                 content_score="scaled_dot", controller="linear", controller_size=64, sigma_min=0.27)
     args.update(kw)
     return LocationAttender(**args)

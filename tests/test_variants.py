@@ -25,6 +25,7 @@ EXPECTED_LABELS = {
     "content": "Content", "relative": "Relative", "birelative": "Bi-Relative",
     "birope": "Bi-ROPE", "locattn": "LocAttn", "locattn_s": "LocAttn S",
     "onestep": "OneStepAttn", "mono": "MonoAttn", "rmono": "RMonoAttn",
+    "mono_eq19": "MonoAttn (eq. 19)",
     "onestep_no_step2": "-Step 2", "onestep_no_step3": "-Step 3", "onestep_no_sigmoid": "-Sigmoid",
     "mix_locattn": "Mix LocAttn", "mix_locattn_pr": "Mix LocAttn PR",
     "mix_locattn_s": "Mix LocAttn S", "mix_locattn_s_pr": "Mix LocAttn S PR",
@@ -67,7 +68,7 @@ def test_list_variants_patterns():
         "onestep": "OneStepAttn", "onestep_no_step2": "-Step 2",
         "onestep_no_step3": "-Step 3", "onestep_no_sigmoid": "-Sigmoid",
     }
-    assert len(list_variants()) == 31
+    assert len(list_variants()) == 32
     assert list_variants("nothing*") == {}
 
 
@@ -103,7 +104,10 @@ def test_pr_only_on_mix_variants():
         ({"family": "content", "step": "relu"}, "attention.step"),
         ({"family": "content", "direction": "mixed"}, "attention.direction"),
         ({"family": "positional", "mode": "mix"}, "attention.mode"),
-        ({"family": "location", "step": "relu", "mono_gate_init": 20.0}, "attention.mono_gate_init"),
+        ({"family": "location", "step": "relu", "mono_gate_init": 0.0}, "attention.mono_gate_init"),
+        ({"family": "location", "step": "relu", "mono_gate_on": "sigmoid"}, "attention.mono_gate_on"),
+        ({"family": "content", "location_norm": "softmax"}, "attention.location_norm"),
+        ({"family": "content", "rho_init": "per_row"}, "attention.rho_init"),
         ({"family": "location", "controller_size": 32}, "attention.controller_size"),
         ({"family": "location", "mix_temperature": 1.0}, "attention.mix_temperature"),
         ({"step": "bogus"}, "attention.step"),

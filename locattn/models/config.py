@@ -38,6 +38,10 @@ PaFrom = Literal["attention", "location"]
 Reference = Literal["previous", "gated", "initial"]
 StepActivation = Literal["sigmoid", "softstair", "raw", "mono", "relu"]
 Controller = Literal["linear", "gru"]
+RegressorInit = Literal["paper", "torch"]
+MonoGateOn = Literal["relu", "sigmoid"]
+LocationNorm = Literal["sum", "softmax"]
+RhoInit = Literal["grouped", "per_row"]
 
 SEQ2SEQ_FAMILIES = ("content", "positional", "location")
 REGRESSOR_FAMILIES = ("feedforward", "mean")
@@ -100,13 +104,25 @@ class AttentionConfig:
     s·relu(rho) + (1-s)·sigmoid(beta_step·rho), s = sigmoid(p) (MonoAttn); ``relu`` (RMonoAttn)."""
     step_temperature: float = 5.0
     """beta_step inside sigmoid(beta_step·rho) for steps ``sigmoid`` and ``mono`` (reference: 5)."""
-    mono_gate_init: float = 0.0
-    """Initial value of the scalar p in MonoAttn's s = sigmoid(p), where s weighs the ReLU term.
-    The reference code writes s on the ReLU term with p = 20; the paper writes the gate on the
-    sigmoid term (paper's p == -ours). p = 20 saturates float32 (sigmoid(20) == 1.0 exactly, zero
-    gradient), which would freeze MonoAttn at RMonoAttn for ever, although the paper's Table 7
-    reports different numbers for the two. Default 0 (s = 0.5, trainable); set 20 to reproduce
-    the reference code."""
+    mono_gate_init: float = 20.0
+    """Initial value of the scalar p in MonoAttn's gate s = sigmoid(p). The reference code
+    initialises p = 20 (with ``mono_gate_on="relu"``), which is sigmoid(20) == 1.0 exactly in
+    float32 with zero gradient: that MonoAttn computes RMonoAttn for ever, and it is what produced
+    the published MonoAttn numbers. The ``mono_eq19`` preset uses 0 (the paper gives no value)."""
+    mono_gate_on: MonoGateOn = "relu"
+    """Which term of MonoAttn's step the gate s weighs: ``relu`` step = s·relu(rho) +
+    (1-s)·sigmoid(beta·rho) (the reference code); ``sigmoid`` step = s·sigmoid(beta·rho) +
+    (1-s)·relu(rho) (the paper's eq. 19)."""
+    location_norm: LocationNorm = "sum"
+    """How the Gaussian density becomes lambda over the valid positions. ``sum`` (the reference):
+    lambda = g / (sum(g) + L·1e-20), so where every g underflows (mu far outside the sequence,
+    small sigma) lambda, the context and the next pa are all zero and no gradient flows.
+    ``softmax``: a softmax of the log-density, the same number where the sum is normal, but
+    attending the nearest boundary where the reference attends nothing."""
+    rho_init: RhoInit = "grouped"
+    """Initial bound of the bias-free sigma/rho head weights, U(-b, b). ``grouped`` (the reference):
+    the sigma row is one Xavier-uniform (1, d, 1) tensor, b = sqrt(6/(d+1)), and the k rho rows one
+    (1, d, k) tensor, b = sqrt(6/(k(d+1))). ``per_row``: b = sqrt(6/(d+1)) for every row."""
     controller: Controller = "linear"
     """What produces l_t from the query: ``linear`` l_t = Linear(h_{t-1}) (Ray Chowdhury);
     ``gru`` Dubois's weighter omega_t = GRU(relu(W_resize q_t)), its state passed between steps."""
@@ -133,6 +149,9 @@ class AttentionConfig:
             "step": ("location",),
             "step_temperature": ("location",),
             "mono_gate_init": ("location",),
+            "mono_gate_on": ("location",),
+            "location_norm": ("location",),
+            "rho_init": ("location",),
             "controller": ("location",),
             "controller_size": ("location",),
             "sigma_min": ("location",),
@@ -157,10 +176,11 @@ class AttentionConfig:
                 "attention.pa_from='location' (PR) needs attention.mode='mix': without mixing the "
                 f"location attention is the attention (got mode={self.mode!r})"
             )
-        if self.step != "mono" and self.mono_gate_init != defaults["mono_gate_init"].default:
-            raise ValueError(
-                f"attention.mono_gate_init applies only to attention.step='mono' (got step={self.step!r})"
-            )
+        for name in ("mono_gate_init", "mono_gate_on"):
+            if self.step != "mono" and getattr(self, name) != defaults[name].default:
+                raise ValueError(
+                    f"attention.{name} applies only to attention.step='mono' (got step={self.step!r})"
+                )
         if self.step not in ("sigmoid", "mono") and (
             self.step_temperature != defaults["step_temperature"].default
         ):
@@ -205,6 +225,10 @@ class ModelConfig:
     """Dropout on the encoder outputs (and the value MLP)."""
     input_channels: int = 2
     """Regressor only: channels per time step (value, marker)."""
+    regressor_init: RegressorInit = "paper"
+    """Regressor only: initialisation of its dense layers. ``paper`` (Raffel & Ellis §2.1): every
+    weight matrix W (M x N, so N = fan-in) drawn from N(0, std = 1/sqrt(N)), every bias zero.
+    ``torch``: PyTorch's default ``nn.Linear`` initialisation (uniform, nonzero biases)."""
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     """The attender."""
 
@@ -216,6 +240,11 @@ class ModelConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.kind != "regressor" and self.regressor_init != "paper":
+            raise ValueError(
+                f"regressor_init={self.regressor_init!r} applies only to kind='regressor' (got "
+                f"kind={self.kind!r}); leave it at 'paper'"
+            )
         if not isinstance(self.attention, AttentionConfig):
             raise ValueError(f"attention must be an AttentionConfig, got {type(self.attention).__name__}")
         if self.encoder == "bigru" and self.hidden_size % 2:
@@ -239,8 +268,13 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
              "dropout": 0.5},
     "cfq": {"num_layers": 2, "embedding_size": 128, "hidden_size": 256, "value_size": 512,
             "dropout": 0.4},
+    "cfq_paper_text": {"num_layers": 2, "embedding_size": 128, "hidden_size": 256,
+                       "value_size": 256, "dropout": 0.5},
 }
-"""Named model sizes (Ray Chowdhury & Caragea App. E): ``base`` and their CFQ size."""
+"""Named model sizes (Ray Chowdhury & Caragea): ``base``; ``cfq``, the reference code's CFQ config
+(what produced the published CFQ numbers; with batch 128, ``optim.batch_size``); and
+``cfq_paper_text``, what the paper's text implies (App. E: two layers and doubled sizes, with its
+general value MLP of d units and 50 % dropout; its batch would be 32)."""
 
 
 def apply_size(cfg: ModelConfig, size: str) -> ModelConfig:

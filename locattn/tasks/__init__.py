@@ -47,11 +47,15 @@ RAFFEL = ("raffel_add", "raffel_mul")
 
 #: Per-task overrides of the copy-task defaults, as dotted RunConfig keys. The config layer
 #: (or a study spec) applies them; ``load_task`` itself uses whatever TaskConfig it is given.
-#: - lookup*: sizes are fixed by the Long Lookup Tables construction (train_size etc. unused).
+#: - lookup*: sizes are fixed by the Long Lookup Tables construction (train_size etc. unused);
+#:   Lookup and Reverse Lookup move 500 rows of longer_seen_1 into dev, as the reference does.
 #: - scan: dev_size is carved out of the 16,990 length-split training commands.
 #: - raffel_*: fixed dev/test sets of 1,000 sequences (Raffel & Ellis §3); batch 100,
 #:   an "epoch" of 1,000 updates (REFERENCE §4).
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    # the reference's Lookup dev set: validation + 500 rows of longer_seen_1 (REFERENCE §3)
+    "lookup": {"task.dev_from_long1": 500},
+    "reverse_lookup": {"task.dev_from_long1": 500},
     "scan": {"task.dev_size": 1_000},
     "cfq": {"optim.batch_size": 128},
     "raffel_add": {"task.dev_size": 1_000, "task.test_size": 1_000,
@@ -114,10 +118,14 @@ def load_task(cfg: TaskConfig, *, cache_dir: str | Path | None = None,
     Generated tasks are cached under ``cache_dir`` (default ``~/.cache/locattn``); a second
     call reads the cache. Tasks read from ``cfg.data_dir`` are parsed directly (no cache).
     Returns :class:`TaskData` (seq2seq) or ``RegressionTaskData`` (Raffel & Ellis).
-    ``cfg.test_limit`` subsamples each seq2seq test split after loading (the cache holds the
-    full splits).
+    ``cfg.dev_from_long1`` then moves rows of ``longer_seen_1`` into dev (Long Lookup Tables), and
+    ``cfg.test_limit`` subsamples each seq2seq test split (the cache holds the full splits).
     """
     data = _load_task(cfg, cache_dir=cache_dir, use_cache=use_cache)
+    if cfg.dev_from_long1:
+        from locattn.tasks import lookup
+
+        data = lookup.move_long1_to_dev(data, cfg.dev_from_long1, seed=cfg.data_seed)
     if cfg.test_limit and data.kind == "seq2seq":
         data = limit_test_splits(data, cfg.test_limit, seed=cfg.data_seed)
     return data

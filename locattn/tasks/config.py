@@ -23,6 +23,8 @@ TASK_KEYS: tuple[str, ...] = (
     "raffel_add",
     "raffel_mul",
 )
+#: The Long Lookup Tables task keys.
+LOOKUP_TASKS: tuple[str, ...] = ("lookup", "reverse_lookup", "noisy_lookup")
 
 
 def unknown_task_message(name: str) -> str:
@@ -67,13 +69,18 @@ class TaskConfig:
     """Score at most this many examples per test split (a seeded subsample, same for every run);
     0 scores them all. For quick looks and smoke runs of tasks whose test sets are fixed in size
     (Long Lookup Tables, SCAN, CFQ)."""
+    dev_from_long1: int = 0
+    """Long Lookup Tables: move this many seeded-random rows of ``longer_seen_1`` into the dev set
+    (they leave that test split). The reference does this with 500 for Lookup and Reverse Lookup
+    (``locattn.tasks.TASK_DEFAULTS``), so model selection, the LR schedule and early stopping see
+    extrapolation; 0 keeps the dev set to the in-distribution validation file."""
     data_dir: str | None = None
     """Directory of user-supplied files (Long Lookup Tables TSVs, SCAN, CFQ). Operational."""
     variant: str = ""
     """Reserved for task-specific sub-variants; must be empty. Variants are separate task
     keys (``reverse_lookup``, ``noisy_lookup``, ``raffel_add``, ``raffel_mul``)."""
     t0: int = 50
-    """Raffel & Ellis: minimum sequence length T0 (lengths in [T0, 1.1 T0))."""
+    """Raffel & Ellis: minimum sequence length T0 (lengths in the closed interval [T0, 1.1 T0])."""
     variable_length: bool = False
     """Raffel & Ellis: draw one length per batch from [50, 10000] instead of around T0."""
 
@@ -103,6 +110,13 @@ class TaskConfig:
                 raise ValueError(f"TaskConfig.{field_name}: min length must be >= 1, got {value!r}")
             if lo > hi:
                 raise ValueError(f"TaskConfig.{field_name}: min > max in {value!r}")
+        if not isinstance(self.dev_from_long1, int) or self.dev_from_long1 < 0:
+            raise ValueError(
+                f"TaskConfig.dev_from_long1 must be an int >= 0, got {self.dev_from_long1!r}")
+        if self.dev_from_long1 and self.name not in LOOKUP_TASKS:
+            raise ValueError(
+                f"TaskConfig.dev_from_long1={self.dev_from_long1} applies only to the Long Lookup "
+                f"Tables tasks {list(LOOKUP_TASKS)}, not to {self.name!r}; leave it at 0")
         if any(k < 1 for k in self.test_lengths):
             raise ValueError(f"TaskConfig.test_lengths must all be >= 1, got {self.test_lengths!r}")
         if len(set(self.test_lengths)) != len(self.test_lengths):

@@ -210,6 +210,32 @@ def task_data(name: str, splits: dict[str, list[Example]], vocab_tokens: list[st
     )
 
 
+def move_long1_to_dev(data: TaskData, n: int, *, seed: int) -> TaskData:
+    """``data`` with ``n`` seeded-random rows of ``longer_seen_1`` appended to the dev split and
+    removed from that test split (the reference's Lookup protocol, REFERENCE §3)."""
+    import dataclasses
+    import random
+
+    long1 = data.splits.get("longer_seen_1")
+    if not long1:
+        raise ValueError(
+            f"{data.name}: task.dev_from_long1={n} needs the test split longer_seen_1, which is "
+            f"missing; add longer_seen_1.tsv to task.data_dir or set task.dev_from_long1=0")
+    if n >= len(long1):
+        raise ValueError(
+            f"{data.name}: task.dev_from_long1={n} would take all {len(long1)} rows of "
+            f"longer_seen_1; it must be smaller than that split")
+    order = list(range(len(long1)))
+    random.Random(f"{seed}:dev_from_long1").shuffle(order)
+    moved = set(order[:n])
+    splits = dict(data.splits)
+    splits["dev"] = list(data.splits["dev"]) + [long1[i] for i in order[:n]]
+    splits["longer_seen_1"] = [ex for i, ex in enumerate(long1) if i not in moved]
+    notes = dict(data.notes)
+    notes["dev"] = f"{notes.get('dev', 'validation')} + {n} seeded-random rows of longer_seen_1"
+    return dataclasses.replace(data, splits=splits, notes=notes)
+
+
 # ----------------------------------------------------------------------------- loading files
 
 
@@ -254,6 +280,35 @@ def parse_tsv(path: Path) -> list[Example]:
     return out
 
 
+_LAYOUT = {
+    "lookup": "'<input> <tables...> .' (e.g. '000 t1 t2 .')",
+    "noisy_lookup": "'<input> <noise tables...> ! <tables...> .' (e.g. '000 t5 ! t1 t2 .')",
+    "reverse_lookup": "'<tables right to left...> <input> .' (e.g. 't2 t1 000 .')",
+}
+
+
+def check_layout(name: str, path: Path, examples: list[Example]) -> None:
+    """Refuse a file whose sources are laid out for another lookup variant (forward files for
+    ``reverse_lookup`` or the reverse), naming the file, the first offending row and the layout
+    the task expects."""
+    bits = set(BITS)
+    for row, ex in enumerate(examples, start=1):
+        src = ex.src
+        forward = src[0] in bits
+        reverse = len(src) >= 3 and src[-2] in bits and src[0] not in bits
+        if name == "reverse_lookup" and forward and len(src) > 2:
+            seen = "forward Lookup"
+        elif name != "reverse_lookup" and reverse:
+            seen = "Reverse Lookup"
+        else:
+            continue
+        raise ValueError(
+            f"{path}: row {row} source {' '.join(src)!r} looks like {seen} data, but task "
+            f"{name!r} expects sources laid out as {_LAYOUT[name]}; point task.data_dir at the "
+            f"{name} files (the reference ships each variant as its own set of files)"
+        )
+
+
 def load_dir(cfg: TaskConfig) -> TaskData:
     """Load the standard Long Lookup Tables files from ``cfg.data_dir`` as they are.
 
@@ -273,10 +328,12 @@ def load_dir(cfg: TaskConfig) -> TaskData:
                 f"files train.tsv, validation.tsv and test files {TEST_SPLITS}"
             )
         splits[split] = parse_tsv(path)
+        check_layout(cfg.name, path, splits[split])
     for stem in TEST_SPLITS:
         path = _find(data_dir, stem)
         if path is not None:
             splits[stem] = parse_tsv(path)
+            check_layout(cfg.name, path, splits[stem])
     if len(splits) == 2:
         raise FileNotFoundError(f"{cfg.name}: no test files in {data_dir}; expected some of {TEST_SPLITS}")
     known = tokens(cfg.name)

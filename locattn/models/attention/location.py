@@ -6,17 +6,23 @@ Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
   l_t = omega_t = GRU(relu(W_resize h_{t-1}), omega_{t-1}) (``controller="gru"``).
 * [s_t, rho_t] = W l_t (no bias); sigma_t = (relu(s_t) + min_sigma) / L       (RC eq. 10, Dubois)
 * step_t = act(rho_t0), act one of sigmoid(beta·x) (OneStep), softstair (LocAttn, -Step 3),
-  x (-Sigmoid), s·relu(x) + (1-s)·sigmoid(beta·x) with s = sigmoid(p) (MonoAttn, RC eq. 19 with
-  the gate on the ReLU term as in the reference code), relu (RMonoAttn).
+  x (-Sigmoid), s·relu(x) + (1-s)·sigmoid(beta·x) with s = sigmoid(p) (MonoAttn as the reference
+  code computes it, ``mono_gate_on="relu"``) or s·sigmoid(beta·x) + (1-s)·relu(x) (RC eq. 19,
+  ``mono_gate_on="sigmoid"``), relu (RMonoAttn).
 * mu_t from the reference mode, with stepsize = 1 / max(1, L-1) and pa_{t-1} the previous
   attended position (0 at t = 0):
     previous:  mu = step·stepsize + pa                                          (OneStep, Mono)
     gated:     mu = clamp(step·stepsize + sigmoid(rho1)·pa + sigmoid(rho2))     (LocAttn, Dubois)
     initial:   mu = clamp(step·stepsize + pa + [t = 0]·sigmoid(rho1))           (LocAttn S)
   with clamp(x) = max(0.01x, min(x, 1 + 0.01x)) (RC eq. 8).
-* lambda_tj = exp(-(p_j - mu)^2 / 2 sigma^2) over valid j, divided by its sum (RC eqs. 6, 9).
-  It is computed as a softmax of the masked log-density, which is the same number but stays
-  finite when every density value underflows (tiny sigma far from mu at long lengths).
+* lambda_tj = g_tj / (sum_j g_tj + L·1e-20) with g_tj = exp(-(p_j - mu)^2 / 2 sigma^2) over valid j
+  (RC eqs. 6, 9; ``location_norm="sum"``, the reference code's normalisation, L the padded
+  attention width). Where every g underflows, lambda is all zero: no context, pa_t = 0, no
+  gradient. ``location_norm="softmax"`` takes a softmax of the masked log-density instead: the
+  same number where the sum is normal, the nearest boundary where the reference attends nothing.
+* Head initialisation (``rho_init``): the bias-free sigma row is U(-b, b), b = sqrt(6/(d+1)); the k
+  rho rows share b = sqrt(6/(k(d+1))) (``grouped``: the reference draws them as one Xavier-uniform
+  (1, d, k) tensor) or each get sqrt(6/(d+1)) (``per_row``).
 * ``mode="mix"``: alpha = m·lambda + (1-m)·softmax(content), m = sigmoid(beta_mix·Linear(h_{t-1}))
   (RC eqs. 15-16 with m on the location term; Dubois §5.2). Otherwise alpha = lambda.
 * pa_t = sum_j w_tj p_j with w = alpha, or w = lambda for ``pa_from="location"`` (PR).
@@ -37,10 +43,28 @@ from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.attention.content import ContentScorer
-from locattn.models.config import ContentScore, Controller, Mode, PaFrom, Reference, StepActivation
+from locattn.models.config import (
+    ContentScore,
+    Controller,
+    LocationNorm,
+    Mode,
+    MonoGateOn,
+    PaFrom,
+    Reference,
+    RhoInit,
+    StepActivation,
+)
 from locattn.models.functional import gru_update, leaky_clamp, linear, per_row, softstair
 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
+NORM_EPS = 1e-20
+"""Added per position to the density sum by the reference's normalisation (``location_norm="sum"``)."""
+
+
+def head_bounds(d: int, n_rho: int, rho_init: RhoInit) -> tuple[float, float]:
+    """(sigma row bound, rho rows bound) of the U(-b, b) head initialisation for input size d."""
+    sigma = math.sqrt(6.0 / (d + 1))
+    return sigma, (math.sqrt(6.0 / (n_rho * (d + 1))) if rho_init == "grouped" else sigma)
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,9 @@ class LocationAttender(Attender):
         step: StepActivation,
         step_temperature: float,
         mono_gate_init: float,
+        mono_gate_on: MonoGateOn,
+        location_norm: LocationNorm,
+        rho_init: RhoInit,
         mode: Mode,
         mix_temperature: float,
         pa_from: PaFrom,
@@ -87,11 +114,12 @@ class LocationAttender(Attender):
             self.weighter = nn.GRUCell(controller_size, controller_size)
             l_size = controller_size
         # [sigma logit, rho_0..]: bias-free dot products w·l_t (RC eqs. 10, 13; REFERENCE §2).
-        # Reference init: Xavier-uniform on a (heads=1, d, 1) tensor per output, i.e.
-        # U(-b, b) with b = sqrt(6 / (d + 1)).
-        self.heads = nn.Linear(l_size, 1 + N_RHO[reference], bias=False)
-        bound = math.sqrt(6.0 / (l_size + 1))
-        nn.init.uniform_(self.heads.weight, -bound, bound)
+        n_rho = N_RHO[reference]
+        self.heads = nn.Linear(l_size, 1 + n_rho, bias=False)
+        sigma_bound, rho_bound = head_bounds(l_size, n_rho, rho_init)
+        with torch.no_grad():
+            self.heads.weight[:1].uniform_(-sigma_bound, sigma_bound)
+            self.heads.weight[1:].uniform_(-rho_bound, rho_bound)
         if self.controller is not None:
             nn.init.xavier_uniform_(self.controller.weight)  # reference: Xavier weight, default bias
         self.mono_gate = (
@@ -101,9 +129,10 @@ class LocationAttender(Attender):
             "sigmoid": self._step_sigmoid,
             "softstair": softstair,
             "raw": self._step_raw,
-            "mono": self._step_mono,
+            "mono": self._step_mono_relu if mono_gate_on == "relu" else self._step_mono_sigmoid,
             "relu": torch.relu,
         }[step]
+        self._normalise = self._norm_sum if location_norm == "sum" else self._norm_softmax
         self._mu = {
             "previous": self._mu_previous,
             "gated": self._mu_gated,
@@ -129,9 +158,23 @@ class LocationAttender(Attender):
     def _step_raw(x: Tensor) -> Tensor:
         return x
 
-    def _step_mono(self, x: Tensor) -> Tensor:
+    def _step_mono_relu(self, x: Tensor) -> Tensor:
         s = torch.sigmoid(per_row(self.mono_gate, x.shape[0], 0))  # () or (B,) when packed
         return s * torch.relu(x) + (1.0 - s) * torch.sigmoid(self.step_temperature * x)
+
+    def _step_mono_sigmoid(self, x: Tensor) -> Tensor:
+        s = torch.sigmoid(per_row(self.mono_gate, x.shape[0], 0))  # () or (B,) when packed
+        return s * torch.sigmoid(self.step_temperature * x) + (1.0 - s) * torch.relu(x)
+
+    # -- lambda from the log-density (B, L)
+    @staticmethod
+    def _norm_sum(log_density: Tensor, memory: SourceMemory) -> Tensor:
+        g = torch.exp(log_density) * memory.mask  # (B, L); 0 on padding and where it underflows
+        return g / (g.sum(-1, keepdim=True) + NORM_EPS * g.shape[-1])
+
+    @staticmethod
+    def _norm_softmax(log_density: Tensor, memory: SourceMemory) -> Tensor:
+        return torch.softmax(log_density + memory.score_bias, dim=-1)
 
     # -- mu from (step, rho, pa)
     @staticmethod
@@ -184,8 +227,8 @@ class LocationAttender(Attender):
         log_density = -((memory.positions - mu.unsqueeze(1)) ** 2) / (
             2.0 * sigma.unsqueeze(1) ** 2
         )  # (B, L)
-        lam = torch.softmax(log_density + memory.score_bias, dim=-1)  # (B, L) == pdf / sum(pdf)
-        mix_gate = None
+        lam = self._normalise(log_density, memory)  # (B, L) == pdf / sum(pdf) where it is normal
+        mix_gate = content = None
         weights = lam
         if self.content is not None:
             gate = linear(query, self.mix_gate.weight, self.mix_gate.bias)  # (B, 1)
@@ -198,6 +241,27 @@ class LocationAttender(Attender):
         pa = (pa_source * memory.positions).sum(-1)  # (B,)
         out = AttnStep(
             weights=weights, mu=mu, sigma=sigma, step=step, mix_gate=mix_gate,
-            location_weights=lam,
+            location_weights=lam, content_weights=content, rho=rho,
         )
         return out, LocationState(pa=pa, weighter=weighter)
+
+
+def building_block_weights(reference: Reference, step: Tensor, rho: Tensor) -> Tensor:
+    """Weights of the building blocks (1/(L-1), pa_{t-1}, 1) in mu, per step (Dubois §5.1).
+
+    ``step`` (B, T) is the activated step, ``rho`` (B, T, n_rho) the raw logits of consecutive
+    decoding steps from t = 0; returns (B, T, 3) with mu = clamp(w0·stepsize + w1·pa + w2) (no
+    clamp for ``previous``): ``gated`` (w0 = step, sigmoid(rho1), sigmoid(rho2)); ``previous``
+    (step, 1, 0); ``initial`` (step, 1, [t = 0]·sigmoid(rho1)).
+    """
+    ones = torch.ones_like(step)
+    if reference == "gated":
+        gates = torch.sigmoid(rho[..., 1:3])  # (B, T, 2)
+        return torch.stack((step, gates[..., 0], gates[..., 1]), dim=-1)
+    if reference == "previous":
+        return torch.stack((step, ones, torch.zeros_like(step)), dim=-1)
+    if reference == "initial":
+        first = torch.zeros_like(step)
+        first[:, 0] = torch.sigmoid(rho[:, 0, 1])
+        return torch.stack((step, ones, first), dim=-1)
+    raise ValueError(f"reference={reference!r}; valid: {list(N_RHO)}")

@@ -1,0 +1,254 @@
+"""The reference protocol to the letter (issue 11): one test per switch, from hand-computed cases.
+
+Each switch is one config field whose default is the reference code's behaviour:
+- ``task.dev_from_long1`` (Lookup dev = validation + 500 rows of longer_seen_1);
+- ``optim.tie_tolerance`` (1e-5 as a fraction: only an exactly equal score is a tie);
+- ``model.attention.location_norm`` (g / (sum g + L·1e-20): all zero under total underflow);
+- ``model.attention.rho_init`` (one Xavier-uniform (1, d, k) tensor for the k rho rows);
+- ``model.attention.mono_gate_on`` / ``mono_gate_init`` (reference MonoAttn vs the paper's eq. 19);
+- ``optim.schedule_from_epoch`` (the reference skips the scheduler and patience at its first epoch).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from locattn.config import make_run_config
+from locattn.models import build_model
+from locattn.models.attention import SourceMemory
+from locattn.models.attention.location import NORM_EPS, LocationAttender, head_bounds
+from locattn.models.config import derive
+from locattn.tasks import TaskConfig, load_task
+from locattn.tasks.lookup import BITS
+from locattn.train import is_new_best, train
+from locattn.training import checkpoint as ckpt
+from locattn.variants import get_variant
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------- 1. Lookup dev set
+
+
+@pytest.mark.parametrize("task", ["lookup", "reverse_lookup"])
+def test_lookup_dev_is_validation_plus_500_rows_of_long1(tmp_path, task):
+    cfg = make_run_config(task=task, variant="onestep", seed=0, overrides={"cache_dir": str(tmp_path)})
+    assert cfg.task.dev_from_long1 == 500  # the reference default for both tasks
+    data = load_task(cfg.task, cache_dir=tmp_path)
+    plain = load_task(TaskConfig(name=task), cache_dir=tmp_path)  # dev_from_long1 = 0
+    dev, long1 = data.splits["dev"], data.splits["longer_seen_1"]
+    assert len(plain.splits["dev"]) == 475 and len(plain.splits["longer_seen_1"]) == 5000
+    assert len(dev) == 975
+    # the 500 added rows are long 1 rows: 5 tables, so sources of 7 tokens (input, 5 tables, '.')
+    assert sum(len(ex.src) == 7 for ex in dev) == 500
+    assert all(len(ex.src) < 7 for ex in plain.splits["dev"])
+    assert len(long1) == 4500
+    moved = {ex.src for ex in dev[475:]}
+    assert moved.isdisjoint({ex.src for ex in long1})
+    assert moved | {ex.src for ex in long1} == {ex.src for ex in plain.splits["longer_seen_1"]}
+    again = load_task(cfg.task, cache_dir=tmp_path)
+    assert [ex.src for ex in again.splits["dev"]] == [ex.src for ex in dev]  # seeded
+
+
+def test_dev_from_long1_only_for_lookup_tasks():
+    with pytest.raises(ValueError, match="dev_from_long1=500 applies only to the Long Lookup"):
+        TaskConfig(name="copy", dev_from_long1=500)
+    assert make_run_config(task="noisy_lookup", variant="onestep", seed=0).task.dev_from_long1 == 0
+
+
+def test_dev_from_long1_needs_long1_file(tmp_path):
+    data_dir = tmp_path / "llt"
+    data_dir.mkdir()
+    for name in ("train.tsv", "validation.tsv", "heldout_inputs.tsv"):
+        (data_dir / name).write_text((DATA / "lookup" / name).read_text())
+    cfg = TaskConfig(name="lookup", data_dir=str(data_dir), dev_from_long1=3)
+    with pytest.raises(ValueError, match="needs the test split longer_seen_1"):
+        load_task(cfg)
+
+
+def test_reverse_lookup_refuses_forward_files_and_back(tmp_path):
+    with pytest.raises(ValueError) as err:
+        load_task(TaskConfig(name="reverse_lookup", data_dir=str(DATA / "lookup")))
+    msg = str(err.value)
+    assert "train.tsv" in msg and "looks like forward Lookup data" in msg and "'t2 t1 000 .'" in msg
+    # the same rows reversed load as reverse_lookup, and are refused as forward lookup
+    rev = tmp_path / "rev"
+    rev.mkdir()
+    for path in (DATA / "lookup").glob("*.tsv"):
+        lines = []
+        for line in path.read_text().splitlines():
+            cols = line.split("\t")
+            src = cols[0].split()
+            cols[0] = " ".join(src[1:-1][::-1] + [src[0], "."])
+            lines.append("\t".join(cols[:2]))
+        (rev / path.name).write_text("\n".join(lines) + "\n")
+    data = load_task(TaskConfig(name="reverse_lookup", data_dir=str(rev)))
+    assert data.splits["train"][0].src[-2] in BITS
+    with pytest.raises(ValueError, match=r"rev/train.tsv: row 1 .* looks like Reverse Lookup data"):
+        load_task(TaskConfig(name="lookup", data_dir=str(rev)))
+
+
+# ----------------------------------------------------------------- 2. tie tolerance
+
+
+def test_exactly_equal_dev_score_is_a_tie_and_a_one_example_drop_is_not():
+    tol = make_run_config(task="copy", variant="onestep", seed=0).optim.tie_tolerance
+    assert tol == 1e-5
+    best = 1713 / 2000
+    assert is_new_best(1713 / 2000, best, tol)  # equal: a tie replaces the best
+    assert not is_new_best(1712 / 2000, best, tol)  # one example of 2,000 fewer: not a tie
+    assert is_new_best(1714 / 2000, best, tol)
+    # the old, 100x looser tolerance counted a one-example drop as a tie
+    assert is_new_best(1712 / 2000, best, 1e-3)
+
+
+# ----------------------------------------------------------------- 3. normalisation under underflow
+
+
+def _memory(L: int, B: int = 1) -> SourceMemory:
+    lengths = torch.full((B,), float(L))
+    positions = torch.arange(L).float().unsqueeze(0).repeat(B, 1) / (L - 1)
+    return SourceMemory(
+        keys=torch.randn(B, L, 4), values=torch.randn(B, L, 4), mask=torch.ones(B, L, dtype=torch.bool),
+        score_bias=torch.zeros(B, L), positions=positions, lengths=lengths, stepsize=1.0 / (lengths - 1),
+    )
+
+
+def _raw_step(norm: str) -> LocationAttender:
+    att = LocationAttender(
+        query_size=4, key_size=4, dim=4, reference="previous", step="raw", step_temperature=5.0,
+        mono_gate_init=20.0, mono_gate_on="relu", location_norm=norm, rho_init="grouped", mode="location",
+        mix_temperature=5.0, pa_from="attention", content_score="scaled_dot", controller="linear",
+        controller_size=64, sigma_min=0.27,
+    )
+    with torch.no_grad():  # l_t = query; sigma logit 0 (sigma = 0.27 / L); step = rho = 60 * q_0
+        att.controller.weight.copy_(torch.eye(4))
+        att.controller.bias.zero_()
+        att.heads.weight.zero_()
+        att.heads.weight[1, 0] = 60.0
+    return att
+
+
+def test_sum_normalisation_is_all_zero_under_total_underflow():
+    L = 102
+    memory = _memory(L)
+    query = torch.tensor([[1.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    att = _raw_step("sum")
+    state = att.initial_state(memory)
+    # mu = 60 / (L - 1) + 0 = 0.594 at t = 0 (inside the sequence): a normal distribution
+    out, state = att(query, memory, None, state, 0)
+    assert float(out.weights.sum()) == pytest.approx(1.0, abs=1e-6)
+    # t = 1 starts from pa ~ 0.594 and steps by 60 / 101 again: mu ~ 1.19, past the END (p = 1)
+    out, state = att(query, memory, None, state, 1)
+    mu, sigma = float(out.mu), float(out.sigma)
+    # hand check: the nearest position is p = 1, (mu - 1) / sigma ~ 72 standard deviations away,
+    # and exp(-72^2 / 2) underflows float32 (and float64)
+    assert (mu - 1.0) / sigma > 70
+    assert torch.equal(out.weights, torch.zeros(1, L))  # lambda: all zero, not a boundary spike
+    assert torch.equal(state.pa, torch.zeros(1))  # pa resets to 0
+    context = out.weights.unsqueeze(1) @ memory.values  # the context the decoder would read
+    assert torch.equal(context, torch.zeros(1, 1, 4))
+    out.weights.sum().backward()
+    assert torch.equal(query.grad, torch.zeros_like(query))  # no gradient flows
+
+
+def test_softmax_normalisation_attends_the_boundary_instead():
+    memory = _memory(102)
+    query = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    att = _raw_step("softmax")
+    state = att.initial_state(memory)
+    for t in range(2):
+        out, state = att(query, memory, None, state, t)
+    assert float(out.weights[0, -1]) == pytest.approx(1.0)  # the END position takes everything
+    assert float(state.pa) == pytest.approx(1.0)
+
+
+def test_sum_normalisation_adds_the_reference_epsilon_per_position():
+    L = 6
+    memory = _memory(L)
+    log_density = torch.tensor([[0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
+    lam = LocationAttender._norm_sum(log_density, memory)
+    g = torch.exp(log_density)
+    assert torch.allclose(lam, g / (g.sum() + L * NORM_EPS))
+    assert NORM_EPS == 1e-20
+
+
+# ----------------------------------------------------------------- 4. head initialisation
+
+
+@pytest.mark.parametrize("key, k", [("locattn", 3), ("onestep_no_step2", 3), ("locattn_s", 2),
+                                    ("onestep", 1), ("mono", 1)])
+def test_rho_rows_are_one_xavier_tensor_per_group(key, k):
+    d = 128
+    sigma_bound, rho_bound = head_bounds(d, k, "grouped")
+    assert sigma_bound == pytest.approx(math.sqrt(6 / (d + 1)))
+    assert rho_bound == pytest.approx(math.sqrt(6 / (k * (d + 1))))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        w = build_model(get_variant(key), 12, pad_id=0, sos_id=1, eos_id=2).attender.heads.weight
+        assert w.shape == (1 + k, d)
+        sigma_row, rho_rows = w[0].abs(), w[1:].abs()
+        assert float(sigma_row.max()) <= sigma_bound
+        assert float(sigma_row.max()) > 0.9 * sigma_bound  # 128 draws reach the bound
+        assert float(rho_rows.max()) <= rho_bound
+        assert float(rho_rows.max()) > 0.9 * rho_bound
+
+
+def test_per_row_init_keeps_the_wide_bound_for_every_row():
+    torch.manual_seed(0)
+    cfg = derive(get_variant("locattn"), {"attention.rho_init": "per_row"})
+    w = build_model(cfg, 12, pad_id=0, sos_id=1, eos_id=2).attender.heads.weight
+    bound = math.sqrt(6 / 129)
+    assert float(w.abs().max()) <= bound
+    assert float(w[1:].abs().max()) > math.sqrt(6 / (3 * 129)) * 1.2  # wider than grouped allows
+
+
+# ----------------------------------------------------------------- 5. MonoAttn: reference and eq. 19
+
+
+def test_reference_mono_computes_exactly_rmono():
+    src = torch.tensor([[5, 6, 7, 8, 9], [4, 5, 6, 0, 0]])
+    src_len = torch.tensor([5, 3])
+    tgt_in = torch.tensor([[1, 5, 6, 7, 8, 9], [1, 4, 5, 6, 2, 0]])
+    out = {}
+    for key in ("mono", "rmono"):
+        torch.manual_seed(3)
+        model = build_model(get_variant(key), 12, pad_id=0, sos_id=1, eos_id=2).eval()
+        out[key] = model(src, src_len, tgt_in).logits
+    assert torch.equal(out["mono"], out["rmono"])
+
+
+def test_eq19_mono_gates_the_sigmoid_term():
+    cfg = get_variant("mono_eq19").attention
+    assert (cfg.mono_gate_on, cfg.mono_gate_init) == ("sigmoid", 0.0)
+    torch.manual_seed(0)
+    att = build_model(get_variant("mono_eq19"), 12, pad_id=0, sos_id=1, eos_id=2).attender
+    with torch.no_grad():
+        att.mono_gate.fill_(math.log(3.0))  # s = sigmoid(log 3) = 0.75 on the sigmoid term
+    x = torch.tensor([0.4, -0.4])
+    expected = [0.75 / (1 + math.exp(-2.0)) + 0.25 * 0.4, 0.75 / (1 + math.exp(2.0))]
+    assert att._step(x).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+# ----------------------------------------------------------------- 7. schedule from epoch 2
+
+
+@pytest.mark.parametrize("start, steps", [(2, 2), (1, 3)])
+def test_scheduler_skips_the_first_epoch_like_the_reference(tmp_path, start, steps):
+    cfg = make_run_config(
+        task="copy", variant="content", seed=0,
+        overrides={"task.train_size": 32, "task.dev_size": 16, "task.test_size": 8, "task.test_lengths": [15],
+                   "optim.epochs": 3, "optim.schedule_from_epoch": start, "cache_dir": str(tmp_path)},
+    )
+    train(cfg, tmp_path / "run")
+    state = ckpt.load_state(ckpt.find_checkpoint(tmp_path / "run"))
+    assert state["scheduler"]["last_epoch"] == steps  # one ReduceLROnPlateau.step per counted epoch
