@@ -9,7 +9,8 @@ All accuracies are fractions in [0, 1].
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+import typing
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
@@ -17,7 +18,9 @@ from rapidfuzz.distance import Levenshtein as _rf_levenshtein
 
 __all__ = [
     "accuracy_by_length",
+    "AttnLossSteps",
     "attn_loss",
+    "attn_loss_terms",
     "edit_distance",
     "epochs_to_100",
     "levenshtein",
@@ -119,22 +122,28 @@ def seq_acc_be(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) -> 
     return float(c.mean()) if c.size else float("nan")
 
 
-def attn_loss(weights: Any, gold: Any, *, source_offset: int = 0,
-              lengths: Any | None = None) -> float:
-    """Attention loss (Dubois et al. §6.2): MSE between the expected attended source index and
-    the gold index, pooled over all scored steps.
+#: Which gold steps attnLoss scores: ``with_eos`` every step with a gold index, the ``<eos>``
+#: step included (Dubois et al.'s metric code: the files give one index per target token plus
+#: one for ``<eos>``); ``before_eos`` drops each row's last gold step, the ``<eos>`` one (the
+#: paper's wording, "before <eos>").
+AttnLossSteps = Literal["with_eos", "before_eos"]
 
-    weights (B,T,L): attention over the model's attention axis, where axis position l holds
-        source token l - source_offset (source_offset = 1 when a START vector precedes the
-        source; START then counts as index -1 and END as index S).
-    gold (B,T') long: gold source-token index per target step; negative = no gold (padding,
-        undefined steps). Only the first min(T, T') steps are compared.
-    lengths (B,) optional: score only steps t < lengths[b], e.g. the steps before the
-        predicted <eos>. Default: every step with a gold index.
-    Returns nan when no step is scored.
-    """
+
+def attn_loss_terms(weights: Any, gold: Any, *, source_offset: int = 0,
+                    lengths: Any | None = None,
+                    steps: AttnLossSteps = "with_eos") -> tuple[float, int]:
+    """(sum of squared errors, number of scored steps) of :func:`attn_loss`, for pooling the
+    loss over batches: the pooled loss is the sum of the sums over the sum of the counts."""
+    if steps not in typing.get_args(AttnLossSteps):
+        raise ValueError(f"attn_loss steps={steps!r}; valid: {list(typing.get_args(AttnLossSteps))}")
     w = torch.as_tensor(weights, dtype=torch.float64)
     g = torch.as_tensor(gold, dtype=torch.long)
+    if steps == "before_eos":  # the last gold index of each row is its <eos> step
+        has = g >= 0  # (B,T')
+        last = has.shape[1] - 1 - torch.flip(has, dims=[1]).to(torch.int64).argmax(dim=1)  # (B,)
+        g = g.clone()
+        rows = torch.nonzero(has.any(dim=1)).flatten()
+        g[rows, last[rows]] = -1
     t = min(w.shape[1], g.shape[1])
     w, g = w[:, :t], g[:, :t]  # (B,T,L), (B,T)
     index = torch.arange(w.shape[2], dtype=torch.float64) - source_offset  # (L,)
@@ -143,10 +152,29 @@ def attn_loss(weights: Any, gold: Any, *, source_offset: int = 0,
     if lengths is not None:
         n = torch.as_tensor(lengths, dtype=torch.long).reshape(-1, 1)
         mask &= torch.arange(t).reshape(1, -1) < n
-    if not bool(mask.any()):
-        return float("nan")
     err = (expected - g.to(torch.float64))[mask]
-    return float((err**2).mean())
+    return float((err**2).sum()), int(mask.sum())
+
+
+def attn_loss(weights: Any, gold: Any, *, source_offset: int = 0,
+              lengths: Any | None = None, steps: AttnLossSteps = "with_eos") -> float:
+    """Attention loss (Dubois et al. §6.2): MSE between the expected attended source index and
+    the gold index, pooled over all scored steps.
+
+    weights (B,T,L): attention over the model's attention axis, where axis position l holds
+        source token l - source_offset (source_offset = 1 when a START vector precedes the
+        source; START then counts as index -1 and END as index S).
+    gold (B,T') long: gold source-token index per target step; negative = no gold (padding,
+        undefined steps). Only the first min(T, T') steps are compared.
+    lengths (B,) optional: score only steps t < lengths[b], e.g. the steps the decoder emitted.
+        Default: every step with a gold index.
+    steps: ``with_eos`` (default, as Dubois's metric code) scores the ``<eos>`` step's gold
+        index too; ``before_eos`` leaves out each row's last gold step (its ``<eos>`` step).
+    Returns nan when no step is scored.
+    """
+    total, n = attn_loss_terms(weights, gold, source_offset=source_offset, lengths=lengths,
+                               steps=steps)
+    return total / n if n else float("nan")
 
 
 def levenshtein(a: Sequence[int], b: Sequence[int]) -> int:

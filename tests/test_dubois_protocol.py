@@ -55,3 +55,27 @@ def test_interp_rows_come_from_the_chosen_files_only() -> None:
 def test_table_note_names_the_interp_files() -> None:
     note = get_table("dubois_table3").note
     assert "heldout_inputs and heldout_compositions" in note and "2,892" in note
+
+
+def test_select_on_dev_loss_keeps_the_lowest_dev_loss(tmp_path: Path) -> None:
+    """optim.select_on=dev_loss (Dubois's code): the kept checkpoint is the epoch of the lowest
+    dev loss and best_dev_score is minus that loss; dev_acc keeps the best dev accuracy."""
+    from locattn.config import make_run_config
+    from locattn.train import train
+
+    base = {"task.train_size": 120, "task.dev_size": 30, "task.test_size": 8,
+            "task.test_lengths": (15,), "optim.epochs": 3, "optim.batch_size": 16,
+            "optim.schedule_from_epoch": 1, "num_threads": 1, "cache_dir": str(tmp_path / "c")}
+    for select_on in ("dev_loss", "dev_acc"):
+        cfg = make_run_config(task="copy", variant="content", seed=0,
+                              overrides={**base, "optim.select_on": select_on})
+        res = train(cfg, tmp_path / select_on)
+        hist = res.history
+        if select_on == "dev_loss":
+            best = min(h["dev_loss"] for h in hist)
+            assert res.best_dev_score == pytest.approx(-best)
+            assert hist[res.best_epoch - 1]["dev_loss"] == pytest.approx(best)
+        else:
+            best = max(h["dev_score"] for h in hist)
+            assert res.best_dev_score == pytest.approx(best) and res.best_dev_score >= 0
+            assert hist[res.best_epoch - 1]["dev_score"] == pytest.approx(best)

@@ -54,15 +54,18 @@ def greedy_decode(
     batch_size: int,
     *,
     want_attention: bool = False,
+    attn_steps: str = "with_eos",
 ) -> Decoded:
     """Decode every example greedily, batched by similar source length.
 
     ``caps`` (N,) is the per-example step cap from the task (never from the gold). With
     ``want_attention`` and gold attention in ``split``, also the attention loss
-    (:func:`locattn.metrics.attn_loss`) pooled over every emitted step, ``<eos>`` step
-    included, that has a gold index.
+    (:func:`locattn.metrics.attn_loss`) pooled over every emitted step that has a gold index:
+    with ``attn_steps="with_eos"`` (default, Dubois's metric code) the ``<eos>`` step included,
+    with ``"before_eos"`` without it. Steps after a predicted ``<eos>`` are never emitted, so
+    never scored (Dubois's decoder runs for the gold length and scores them).
     """
-    from locattn.metrics import attn_loss
+    from locattn.metrics import attn_loss_terms
 
     model.eval()
     n = len(split)
@@ -87,13 +90,10 @@ def greedy_decode(
         if want_attention:
             weights = out.trace.weights.cpu()  # (B, T', L)
             gold = split.attn[b.index].cpu()  # (B, T)
-            t = min(weights.shape[1], gold.shape[1])
-            steps = torch.arange(t).reshape(1, -1) < out.lengths.cpu().reshape(-1, 1)  # (B, t)
-            scored = int(((gold[:, :t] >= 0) & steps).sum())
-            if scored:
-                loss = attn_loss(weights, gold, source_offset=offset, lengths=out.lengths.cpu())
-                sq_err += loss * scored
-                n_steps += scored
+            total, scored = attn_loss_terms(weights, gold, source_offset=offset,
+                                            lengths=out.lengths.cpu(), steps=attn_steps)
+            sq_err += total
+            n_steps += scored
     pooled = sq_err / n_steps if want_attention and n_steps else None
     return Decoded(pred=pred, ended=ended, attn_loss=pooled)
 

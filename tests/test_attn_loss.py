@@ -1,0 +1,108 @@
+"""attnLoss pools the chosen steps: with the <eos> step (Dubois's metric code, the default) or
+before it (the paper's wording). Hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from locattn import metrics as M
+
+
+def _case() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows, attention axis START, s0..s3, END (source_offset=1: START = -1, END = 4).
+
+    Row 0: 3 target tokens + <eos>, gold 0 1 2 3 (the <eos> step attends '.', index 3).
+    Row 1: 2 target tokens + <eos>, gold 0 1 2, then padding (-1).
+    """
+    w = torch.zeros(2, 4, 6)
+    # row 0: expected indices 0, 1.5, 3, 1.5 -> squared errors 0, 0.25, 1, 2.25
+    w[0, 0, 1] = 1.0
+    w[0, 1, 2] = w[0, 1, 3] = 0.5
+    w[0, 2, 4] = 1.0
+    w[0, 3, 0] = w[0, 3, 5] = 0.5
+    # row 1: expected indices 0, 2, 0 -> squared errors 0, 1, 4; step 3 is padding
+    w[1, 0, 1] = 1.0
+    w[1, 1, 3] = 1.0
+    w[1, 2, 1] = 1.0
+    w[1, 3, 5] = 1.0  # must never count (no gold)
+    gold = torch.tensor([[0, 1, 2, 3], [0, 1, 2, -1]])
+    return w, gold
+
+
+def test_with_eos_pools_every_gold_step() -> None:
+    w, gold = _case()
+    assert M.attn_loss(w, gold, source_offset=1) == pytest.approx((0 + 0.25 + 1 + 2.25 + 0 + 1 + 4) / 7)
+    assert M.attn_loss_terms(w, gold, source_offset=1) == (pytest.approx(8.5), 7)
+
+
+def test_before_eos_drops_each_rows_last_gold_step() -> None:
+    w, gold = _case()
+    got = M.attn_loss(w, gold, source_offset=1, steps="before_eos")
+    assert got == pytest.approx((0 + 0.25 + 1 + 0 + 1) / 5)
+    # gold is not modified in place
+    assert gold.tolist() == [[0, 1, 2, 3], [0, 1, 2, -1]]
+
+
+def test_lengths_cut_steps_not_emitted() -> None:
+    w, gold = _case()
+    # row 1 emitted 2 steps (stopped before its <eos> step): only its steps 0, 1 count
+    assert M.attn_loss(w, gold, source_offset=1, lengths=[4, 2]) == pytest.approx(4.5 / 6)
+    assert M.attn_loss(w, gold, source_offset=1, lengths=[4, 2], steps="before_eos") == \
+        pytest.approx(2.25 / 5)
+
+
+def test_single_step_rows_before_eos_score_nothing() -> None:
+    w = torch.zeros(1, 1, 3)
+    w[0, 0, 2] = 1.0
+    assert M.attn_loss(w, torch.tensor([[1]]), steps="with_eos") == pytest.approx(1.0)
+    assert M.attn_loss_terms(w, torch.tensor([[1]]), steps="before_eos") == (0.0, 0)
+
+
+def test_unknown_steps_choice_is_refused() -> None:
+    w, gold = _case()
+    with pytest.raises(ValueError, match=r"steps='before'.*with_eos.*before_eos"):
+        M.attn_loss(w, gold, steps="before")
+
+
+def test_greedy_decode_pools_the_configured_steps() -> None:
+    """greedy_decode's pooled attnLoss equals the hand pooling of the model's own traces, with
+    and without the <eos> step; the choice reaches it from ``optim.attn_loss_steps``."""
+    from locattn.config import make_run_config
+    from locattn.models import build_model
+    from locattn.tasks.base import Example, Vocab
+    from locattn.training.data import EncodedSplit
+    from locattn.training.evaluate import greedy_decode
+
+    torch.manual_seed(0)
+    vocab = Vocab(["000", "001", "011", "110", "t1", "t2", "."])
+    examples = [Example(src=("000", "t1", "t2", "."), tgt=("000", "011", "110"), attn=(0, 1, 2, 3)),
+                Example(src=("001", "t2", "."), tgt=("001", "110"), attn=(0, 1, 2))]
+    cfg = make_run_config(task="lookup", variant="dubois_location", overrides={
+        "model.embedding_size": 8, "model.hidden_size": 16, "model.value_size": 16,
+        "optim.attn_loss_steps": "before_eos"})
+    assert cfg.optim.attn_loss_steps == "before_eos"
+    ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+    model = build_model(cfg.model, len(vocab), **ids).eval()
+    split = EncodedSplit(examples, vocab, **ids)
+    caps = np.array([6, 6])
+    out = model.greedy(split.src, split.src_len, torch.as_tensor(caps), trace=True)
+    offset = int(getattr(model, "source_offset", 0))
+    for steps in ("with_eos", "before_eos"):
+        want = M.attn_loss(out.trace.weights, split.attn, source_offset=offset,
+                           lengths=out.lengths, steps=steps)
+        got = greedy_decode(model, split, caps, 8, want_attention=True, attn_steps=steps)
+        assert got.attn_loss == pytest.approx(want, rel=1e-9), steps
+    a = greedy_decode(model, split, caps, 8, want_attention=True, attn_steps="with_eos").attn_loss
+    b = greedy_decode(model, split, caps, 8, want_attention=True, attn_steps="before_eos").attn_loss
+    assert a != b
+
+
+def test_config_refuses_unknown_choices() -> None:
+    from locattn.config import OptimConfig
+
+    with pytest.raises(ValueError, match=r"optim.attn_loss_steps='all'; valid: \['with_eos', 'before_eos'\]"):
+        OptimConfig(attn_loss_steps="all")
+    with pytest.raises(ValueError, match=r"optim.select_on='loss'; valid: \['dev_acc', 'dev_loss'\]"):
+        OptimConfig(select_on="loss")
