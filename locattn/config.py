@@ -356,10 +356,42 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _location(flat: Mapping[str, Any]) -> bool:
+    return flat["model.attention.family"] == "location"
+
+
+def _regressor(flat: Mapping[str, Any]) -> bool:
+    return flat["model.kind"] == "regressor"
+
+
+#: Fields added after run identities were first recorded (code cdbba16), each with the value that
+#: reproduces what the code computed before the field existed, and (optionally) the configs the
+#: field applies to. :func:`identity_dict` leaves such a field out while it holds its legacy value
+#: or does not apply, so a record made before the field existed keeps its run identities (and
+#: resumes) exactly when its runs would compute the same thing; any other value is another run.
+#: A new identity field must be added here (``tests/test_identity.py`` fails otherwise).
+LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
+    "task.dev_from_long1": (0, None),
+    "optim.schedule_from_epoch": (1, None),
+    "optim.select_on": ("dev_acc", None),
+    "optim.attn_loss_steps": ("with_eos", None),
+    "optim.raffel_protocol": ("dev", _regressor),
+    "model.regressor_init": ("torch", _regressor),
+    "model.attention.location_norm": ("softmax", _location),
+    "model.attention.rho_init": ("per_row", _location),
+    "model.attention.mono_gate_on": ("relu", lambda flat: flat["model.attention.step"] == "mono"),
+})
+
+
 def identity_dict(cfg: RunConfig) -> dict[str, Any]:
-    """The flattened config without operational fields: what changes a run's result."""
+    """The flattened config without operational fields: what changes a run's result. Fields of
+    :data:`LEGACY_VALUES` are left out while they hold their legacy value or do not apply."""
     flat = flatten(config_to_dict(cfg))
-    return {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
+    out = {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
+    for key, (legacy, applies) in LEGACY_VALUES.items():
+        if key in out and (out[key] == legacy or (applies is not None and not applies(flat))):
+            del out[key]
+    return out
 
 
 def run_identity(cfg: RunConfig) -> str:

@@ -44,7 +44,7 @@ _TABLE: list[tuple[str, str, str | None, dict[str, Any]]] = [
      {_A + "direction": "mixed", _A + "reference": "previous", _A + "step": "sigmoid"}),
     # MonoAttn as the reference code computes it (gate s = sigmoid(p) on the ReLU term, p = 20:
     # exactly RMonoAttn in float32); this produced the published MonoAttn numbers.
-    ("mono", "MonoAttn", "onestep", {_A + "step": "mono"}),
+    ("mono", "MonoAttn", "onestep", {_A + "step": "mono", _A + "mono_gate_init": 20.0}),
     ("rmono", "RMonoAttn", "onestep", {_A + "step": "relu"}),
     # --- MonoAttn as the paper's eq. 19 writes it: the gate on the sigmoid term, p = 0 (no value given)
     ("mono_eq19", "MonoAttn (eq. 19)", "mono",

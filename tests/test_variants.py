@@ -104,7 +104,7 @@ def test_pr_only_on_mix_variants():
         ({"family": "content", "step": "relu"}, "attention.step"),
         ({"family": "content", "direction": "mixed"}, "attention.direction"),
         ({"family": "positional", "mode": "mix"}, "attention.mode"),
-        ({"family": "location", "step": "relu", "mono_gate_init": 0.0}, "attention.mono_gate_init"),
+        ({"family": "location", "step": "relu", "mono_gate_init": 20.0}, "attention.mono_gate_init"),
         ({"family": "location", "step": "relu", "mono_gate_on": "sigmoid"}, "attention.mono_gate_on"),
         ({"family": "content", "location_norm": "softmax"}, "attention.location_norm"),
         ({"family": "content", "rho_init": "per_row"}, "attention.rho_init"),

@@ -104,11 +104,12 @@ class AttentionConfig:
     s·relu(rho) + (1-s)·sigmoid(beta_step·rho), s = sigmoid(p) (MonoAttn); ``relu`` (RMonoAttn)."""
     step_temperature: float = 5.0
     """beta_step inside sigmoid(beta_step·rho) for steps ``sigmoid`` and ``mono`` (reference: 5)."""
-    mono_gate_init: float = 20.0
+    mono_gate_init: float = 0.0
     """Initial value of the scalar p in MonoAttn's gate s = sigmoid(p). The reference code
     initialises p = 20 (with ``mono_gate_on="relu"``), which is sigmoid(20) == 1.0 exactly in
-    float32 with zero gradient: that MonoAttn computes RMonoAttn for ever, and it is what produced
-    the published MonoAttn numbers. The ``mono_eq19`` preset uses 0 (the paper gives no value)."""
+    float32 with zero gradient: that MonoAttn computes RMonoAttn for ever, and it produced the
+    published MonoAttn numbers; the ``mono`` preset sets 20. The paper gives no value; the
+    ``mono_eq19`` preset keeps this default, 0 (s = 0.5)."""
     mono_gate_on: MonoGateOn = "relu"
     """Which term of MonoAttn's step the gate s weighs: ``relu`` step = s·relu(rho) +
     (1-s)·sigmoid(beta·rho) (the reference code); ``sigmoid`` step = s·sigmoid(beta·rho) +

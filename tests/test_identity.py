@@ -1,0 +1,70 @@
+"""Run identities stay stable across code versions unless what a run computes changed.
+
+``tests/data/identity_v1.json`` holds identity dicts and hashes computed by the code of commit
+cdbba16, before any field of ``LEGACY_VALUES`` existed. A record made then must keep its run
+identities under today's code exactly when its runs compute the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from locattn.config import LEGACY_VALUES, identity_dict, make_run_config, run_identity
+
+V1 = json.loads((Path(__file__).parent / "data" / "identity_v1.json").read_text())
+
+# Defaults that changed value since cdbba16 (a changed default is a different run, on purpose).
+CHANGED_DEFAULTS = {"optim.tie_tolerance": 1e-3}
+
+
+def _legacy_overrides(cfg_flat: dict) -> dict:
+    over = dict(CHANGED_DEFAULTS)
+    for key, (legacy, applies) in LEGACY_VALUES.items():
+        if applies is None or applies(cfg_flat):
+            over[key] = legacy
+    return over
+
+
+@pytest.mark.parametrize("entry", V1["configs"], ids=lambda e: f"{e['task']}-{e['variant']}")
+def test_an_old_record_keeps_its_identity_under_legacy_values(entry):
+    from locattn.config import config_to_dict, flatten
+
+    cfg = make_run_config(task=entry["task"], variant=entry["variant"], seed=0)
+    over = _legacy_overrides(flatten(config_to_dict(cfg)))
+    if entry["variant"] == "mono":
+        over["model.attention.mono_gate_init"] = 0.0  # the preset's value at cdbba16
+    old = make_run_config(task=entry["task"], variant=entry["variant"], seed=0, overrides=over)
+    assert identity_dict(old) == entry["identity"]
+    assert run_identity(old) == entry["run_identity"]
+
+
+@pytest.mark.parametrize("entry", V1["configs"], ids=lambda e: f"{e['task']}-{e['variant']}")
+def test_todays_reference_defaults_are_different_runs(entry):
+    cfg = make_run_config(task=entry["task"], variant=entry["variant"], seed=0)
+    assert run_identity(cfg) != entry["run_identity"]  # tie tolerance (at least) changed
+
+
+def test_every_field_added_since_v1_has_a_legacy_value():
+    v1_keys = set(V1["configs"][0]["identity"])
+    for task, variant in [("copy", "mono"), ("lookup", "onestep"), ("raffel_add", "ffattn")]:
+        cfg = make_run_config(task=task, variant=variant, seed=0)
+        from locattn.config import OPERATIONAL_FIELDS, config_to_dict, flatten
+
+        keys = set(flatten(config_to_dict(cfg))) - set(OPERATIONAL_FIELDS)
+        unlisted = sorted(keys - v1_keys - set(LEGACY_VALUES))
+        assert not unlisted, (
+            f"identity fields added without a LEGACY_VALUES entry: {unlisted}; add each with the "
+            "value that reproduces the behaviour before it existed (locattn/config.py)")
+
+
+def test_a_non_legacy_value_is_part_of_the_identity():
+    base = make_run_config(task="lookup", variant="onestep", seed=0,
+                           overrides={"task.dev_from_long1": 0})
+    moved = make_run_config(task="lookup", variant="onestep", seed=0)
+    assert "task.dev_from_long1" not in identity_dict(base)
+    assert identity_dict(moved)["task.dev_from_long1"] == 500
+    # a field that does not apply never enters the identity (rho_init for content attention)
+    assert "model.attention.rho_init" not in identity_dict(make_run_config(task="copy", variant="content", seed=0))
