@@ -79,3 +79,28 @@ def test_select_on_dev_loss_keeps_the_lowest_dev_loss(tmp_path: Path) -> None:
             best = max(h["dev_score"] for h in hist)
             assert res.best_dev_score == pytest.approx(best) and res.best_dev_score >= 0
             assert hist[res.best_epoch - 1]["dev_score"] == pytest.approx(best)
+
+
+@pytest.mark.parametrize("stem", ["dubois_table3", "dubois_fig6", "dubois_fig7", "dubois_fig8"])
+def test_dubois_specs_follow_dubois_code(stem: str) -> None:
+    """Every cell of the paper and quick profiles trains with Dubois's code's protocol."""
+    from locattn.config import make_run_config
+    from study.spec import load_spec
+
+    for profile in ("paper", "quick"):
+        spec = load_spec(ROOT / "ablations" / f"{stem}.yaml", profile)
+        hp = spec.hparam_points()[0]
+        for cell in spec.cells:
+            cfg = make_run_config(task=cell.task, variant=cell.variant,
+                                  overrides={**cell.overrides, **hp})
+            o = cfg.optim
+            assert (o.lr, o.weight_decay, o.batch_size, o.clip) == (1e-3, 0.0, 64, 5.0), cell.cell
+            assert (o.select_on, o.schedule_from_epoch, o.patience) == ("dev_loss", 1, 6), cell.cell
+            assert (o.plateau_patience, o.plateau_factor) == (4, 0.5)
+            assert o.attn_loss_steps == "with_eos"
+            assert cfg.task.dev_from_long1 == 0, cell.cell
+            if profile == "paper":
+                assert o.epochs == 50
+    text = yaml.safe_load((ROOT / "ablations" / f"{stem}.yaml").read_text())["description"]
+    assert "Dubois's text" in text and "Dubois's code" in text
+    assert "Ray Chowdhury" not in text
