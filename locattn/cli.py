@@ -296,7 +296,11 @@ def cmd_attention(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = args.out or args.run / f"attention-{split}-{args.index}.png"
-    title = f"{cfg.task.name} / {cfg.variant}: {split} #{args.index}"
+    from locattn.labels import task_label
+    from locattn.variants import PAPER_LABELS
+
+    title = (f"{task_label(cfg.task.name)} / {PAPER_LABELS.get(cfg.variant, cfg.variant)}: "
+             f"{split} #{args.index}")
     title += "" if record["correct"] else " (wrong)"
     draw_attention(record, out, title=title)
     print(f"wrote {out}")

@@ -1,7 +1,16 @@
-"""``reports`` command line: ``reports build <study_dir> [--format md,latex,csv] [--out DIR]``."""
+"""``reports`` command line.
+
+    reports build <study_dir> [--format md,latex,csv] [--out DIR] [--table ID] [--compare] ...
+    reports build --tracking-uri URI --study NAME --out DIR [...]
+    reports list [<study_dir>]
+
+``study report <study>`` is the same ``build`` with the study found by name: it shares
+:func:`add_build_options` and :func:`run_build`.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Sequence
 
@@ -14,6 +23,27 @@ def _split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def add_build_options(b: argparse.ArgumentParser) -> None:
+    """The options of ``reports build`` (and ``study report``), after the study argument."""
+    b.add_argument("--format", default="md,latex,csv",
+                   help="comma-separated output formats: md, latex, csv (default: all three)")
+    b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports)")
+    b.add_argument("--table", action="append", default=None,
+                   help=f"table id (repeatable or comma-separated; default: the study's "
+                        f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}")
+    b.add_argument("--stat", choices=STATS, default=None,
+                   help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
+    b.add_argument("--solved", type=float, nargs="?", const=90.0, default=None, metavar="PCT",
+                   help="after each accuracy cell, (k/n): the seeds that reached PCT or more "
+                        "(default 90), so a fragile median is visible")
+    b.add_argument("--compare", action="store_true",
+                   help="add the papers' published numbers and the differences")
+    b.add_argument("--strict", action="store_true",
+                   help="refuse to write tables with missing or incomplete cells (exit 3, names the cells)")
+    b.add_argument("--figures", action="store_true",
+                   help="also draw the study's figures (PNG + PDF, under <out>/figures)")
+
+
 def parser() -> Parser:
     p = Parser(prog="reports", description="Paper tables and figures from a study's MLflow runs.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -21,56 +51,70 @@ def parser() -> Parser:
     b.add_argument("study_dir", nargs="?", help="studies/<name>/ (holds mlflow.db)")
     b.add_argument("--tracking-uri", help="sqlite:///..., postgresql://..., or http://host:port")
     b.add_argument("--study", help="study (MLflow experiment) name; default: the directory name")
-    b.add_argument("--format", default="md,latex,csv", help="comma-separated: md, latex, csv")
-    b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports)")
-    b.add_argument("--table", action="append", default=None,
-                   help=f"table id (repeatable or comma-separated; default: the study's "
-                        f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}")
-    b.add_argument("--stat", choices=STATS, default=None,
-                   help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
-    b.add_argument("--compare", action="store_true",
-                   help="add the papers' published numbers and the differences")
-    b.add_argument("--strict", action="store_true",
-                   help="refuse to write tables with missing or incomplete cells (exit 3, names the cells)")
-    b.add_argument("--figures", action="store_true", help="also draw the study's figures (PNG+PDF)")
-    sub.add_parser("list", help="list the table ids")
+    add_build_options(b)
+    ls = sub.add_parser("list", help="list the table ids (with a study directory: mark the study's)",
+                        description="List the table ids. Given a study directory, say which "
+                                    "tables the study declares (what 'reports build' writes).")
+    ls.add_argument("study_dir", nargs="?", help="studies/<name>/ (holds mlflow.db); optional")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(parser(), argv)
-    if args.command == "list":
-        for tid, t in sorted(TABLES.items()):
-            print(f"{tid:15s} {t.source}: {t.title}")
-        return 0
+def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
+    """Run a parsed ``build``: ``args`` has ``study_dir``, ``tracking_uri``, ``study`` and the
+    options of :func:`add_build_options`. Prints the written paths; returns the exit status."""
     from reports.build import IncompleteError, build_reports
 
     if (args.study_dir is None) == (args.tracking_uri is None):
-        print("reports build: give a study directory or --tracking-uri URI --study NAME",
-              file=sys.stderr)
+        print(f"{prog}: give a study directory or --tracking-uri URI --study NAME", file=sys.stderr)
         return 2
     source = args.study_dir if args.study_dir is not None else args.tracking_uri
     tables = [t for arg in args.table for t in _split(arg)] if args.table else None
     out = args.out
     if out is None:
         if args.study_dir is None:
-            print("reports build: --out DIR is required with --tracking-uri", file=sys.stderr)
+            print(f"{prog}: --out DIR is required with --tracking-uri", file=sys.stderr)
             return 2
-        out = f"{args.study_dir.rstrip('/')}/reports"
+        out = f"{str(args.study_dir).rstrip('/')}/reports"
     try:
         paths = build_reports(
             source, args.study, tables, _split(args.format), out, stat=args.stat,
-            compare=args.compare, strict=args.strict, figures=args.figures,
+            compare=args.compare, strict=args.strict, figures=args.figures, solved_at=args.solved,
         )
     except IncompleteError as exc:
-        print(f"reports build: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 3
     except ReportsError as exc:
-        print(f"reports build: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     for p in paths:
         print(p)
     return 0
+
+
+def run_list(study_dir: str | None) -> int:
+    declared: list[str] = []
+    if study_dir is not None:
+        from reports.build import tables_of_study
+        from reports.store import read_runs, resolve_source
+
+        try:
+            uri, name = resolve_source(study_dir)
+            declared = tables_of_study(read_runs(uri, name, metric_keys=[]))
+        except ReportsError as exc:
+            print(f"reports list: {exc}", file=sys.stderr)
+            return 2
+        print(f"study {name} declares: {', '.join(declared) if declared else '(none)'}")
+    for tid, t in sorted(TABLES.items()):
+        mark = "* " if tid in declared else "  " if study_dir is not None else ""
+        print(f"{mark}{tid:15s} {t.source}: {t.title}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(parser(), argv)
+    if args.command == "list":
+        return run_list(args.study_dir)
+    return run_build(args)
 
 
 if __name__ == "__main__":

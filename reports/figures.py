@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from locattn.labels import task_label
+from locattn.plot import axis_ticks
 from study import schema
 
 
@@ -107,23 +109,40 @@ def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen")
         ["variant", "x", "seed"])
 
 
+#: Per curve, in order: marker, line style. Curves that coincide (OneStepAttn and −Sigmoid at
+#: 100 %) stay visible: later curves draw smaller, hollow markers and other dash patterns on
+#: top of the earlier ones.
+CURVE_STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 1))),
+                ("P", (0, (3, 1, 1, 1, 1, 1))), ("X", (0, (1, 2))), ("*", (0, (8, 2))))
+
+
+def curve_style(i: int) -> dict[str, Any]:
+    """matplotlib ``plot`` keywords of the ``i``-th curve of a panel (see :data:`CURVE_STYLES`)."""
+    marker, linestyle = CURVE_STYLES[i % len(CURVE_STYLES)]
+    return {"marker": marker, "linestyle": linestyle, "markersize": max(3.5, 8.0 - 1.0 * i),
+            "markerfacecolor": "none" if i % 2 else None, "linewidth": max(1.0, 2.2 - 0.3 * i),
+            "zorder": 2 + i}
+
+
 def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
                   label=lambda k: k):
     """One panel per metric (e.g. ``{"seqAcc": df, "seqAccBE": df}``) of :func:`length_frame`
-    frames: median over seeds per variant and x, IQR shaded. Returns the figure."""
+    frames: median over seeds per variant and x, IQR shaded, each variant with its own marker
+    and line style (:func:`curve_style`). Returns the figure."""
     plt = _plt()
     fig, axes = plt.subplots(1, len(frames), figsize=(5 * len(frames), 3.6), squeeze=False)
     for ax, (name, df) in zip(axes[0], frames.items()):
         ticks: dict[float, str] = {}
-        for variant in sorted(df["variant"].unique().to_list()) if df.height else []:
+        for i, variant in enumerate(sorted(df["variant"].unique().to_list()) if df.height else []):
             d = (df.filter(pl.col("variant") == variant).group_by(["x", "split"])
                  .agg(pl.col("value").median().alias("med"),
                       pl.col("value").quantile(0.25, "linear").alias("lo"),
                       pl.col("value").quantile(0.75, "linear").alias("hi"))
                  .sort("x"))
             xs = d["x"].to_numpy()
-            ax.plot(xs, d["med"].to_numpy(), marker="o", label=label(variant))
-            ax.fill_between(xs, d["lo"].to_numpy(), d["hi"].to_numpy(), alpha=0.2)
+            line, = ax.plot(xs, d["med"].to_numpy(), label=label(variant), **curve_style(i))
+            ax.fill_between(xs, d["lo"].to_numpy(), d["hi"].to_numpy(), alpha=0.15,
+                            color=line.get_color(), linewidth=0)
             for x, s in zip(xs, d["split"].to_list()):
                 ticks[float(x)] = split_position(s)[1] if split_position(s) else s
         if ticks:
@@ -131,15 +150,23 @@ def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
         if df.height and df["x"].max() >= 50:
             ax.set_xscale("symlog", linthresh=10)
             ax.set_xticks(sorted(ticks), [ticks[k] for k in sorted(ticks)])
+        if len(ticks) > 1:
+            lo, hi = min(ticks), max(ticks)
+            ax.set_xlim(lo - 0.12 * (min(hi, 10) - lo) - 0.5, hi * 1.1 + 0.5)
         ax.set_ylim(-3, 103)
         ax.set_ylabel(f"{name} (%)")
         ax.set_xlabel("test length")
         ax.grid(alpha=0.3)
-        if df.height:
-            ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    if handles:  # one legend for all panels, below them, where it hides no curve
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
+                   frameon=False)
+        rows = (len(labels) + 4) // 5
+        fig.tight_layout(rect=(0, 0.06 + 0.05 * rows, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -179,16 +206,21 @@ def attention_figure(
         cols.append("START" if i < 0 else (src[i] if i < len(src) else "END"))
     rows = list(tgt)[:T] + ["<eos>"] * max(0, T - len(tgt))
     side = len(traces) > 0
+    # 0.32 in per cell up to 40 cells; a length-100 example keeps a readable size (≤ 12 in).
+    width = min(12.0, max(4.0, 0.32 * min(L, 40) + 0.1 * max(0, L - 40) + 2) + (2.6 if side else 0))
+    height = min(10.0, max(3.0, 0.3 * min(T, 40) + 0.08 * max(0, T - 40) + 1.5))
     fig, axes = plt.subplots(
-        1, 2 if side else 1, figsize=(max(4.0, 0.32 * L + 2) + (2.6 if side else 0), max(3.0, 0.3 * T + 1.5)),
-        gridspec_kw={"width_ratios": [max(L, 4), 6]} if side else None, squeeze=False,
+        1, 2 if side else 1, figsize=(width, height),
+        gridspec_kw={"width_ratios": [max(min(L, 60), 4), 6]} if side else None, squeeze=False,
     )
     ax = axes[0][0]
     im = ax.imshow(w, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
-    ax.set_xticks(range(L), cols, rotation=90, fontsize=7)
-    ax.set_yticks(range(T), rows, fontsize=7)
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
+    xpos, xlab, x_numbered = axis_ticks(cols, source_offset)
+    ypos, ylab, y_numbered = axis_ticks(rows)
+    ax.set_xticks(xpos, xlab, rotation=0 if x_numbered else 90, fontsize=8 if x_numbered else 7)
+    ax.set_yticks(ypos, ylab, fontsize=8 if y_numbered else 7)
+    ax.set_xlabel("source position" if x_numbered else "source")
+    ax.set_ylabel("output step" if y_numbered else "output")
     if "μ" in traces:
         # μ is a relative position in [0, 1] over the L attention columns.
         ax.plot(traces["μ"] * (L - 1), range(T), color="red", lw=1, marker=".", label="μ")
@@ -199,7 +231,7 @@ def attention_figure(
         for k, v in traces.items():
             sx.plot(v, range(T), marker=".", label=k)
         sx.set_ylim(T - 0.5, -0.5)
-        sx.set_yticks(range(T), [])
+        sx.set_yticks(ypos, [])
         sx.set_xlabel("value")
         sx.legend(fontsize=7)
         sx.grid(alpha=0.3)
@@ -255,18 +287,23 @@ def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         d = df.filter(pl.col("task") == task)
-        for variant in sorted(d["variant"].unique().to_list()):
+        for i, variant in enumerate(sorted(d["variant"].unique().to_list())):
             g = (d.filter(pl.col("variant") == variant).group_by("t0")
                  .agg(pl.col("accuracy").median()).sort("t0"))
-            ax.plot(g["t0"].to_numpy(), g["accuracy"].to_numpy(), marker="o", label=label(variant))
+            ax.plot(g["t0"].to_numpy(), g["accuracy"].to_numpy(), label=label(variant),
+                    **curve_style(i))
         ax.set_xscale("log")
         ax.set_xlabel("sequence length T0")
         ax.set_ylabel("test accuracy (%)")
-        ax.set_title({"raffel_add": "Addition", "raffel_mul": "Multiplication"}[task])
+        ax.set_title(task_label(task))
         ax.grid(alpha=0.3)
-        if d.height:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # below the panels, where it hides no curve
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
+                   frameon=False)
+        fig.tight_layout(rect=(0, 0.06 + 0.05 * ((len(labels) + 4) // 5), 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -293,7 +330,7 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
                   "seqAccBE": length_frame(rs, task, "seq_acc_be")}
         if all(f.height == 0 for f in frames.values()):
             continue
-        fig = length_curves(frames, title=task, label=paper_label)
+        fig = length_curves(frames, title=task_label(task), label=paper_label)
         written += save_figure(fig, out / f"length_{task}")
     if any(t.startswith("raffel") for t in tasks):
         df = raffel_frame(rs)

@@ -364,11 +364,18 @@ def _latex_panel(result: TableResult, panel: Panel, label: Labeler,
     return lines
 
 
+#: Float placement of the tables: here if it fits, else top, bottom or a float page, with
+#: LaTeX's float limits relaxed ("!"), so consecutive tables stay together instead of each
+#: waiting for a page of its own.
+LATEX_PLACEMENT = "!htbp"
+
+
 def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
-                 text, greyed, footnotes: list[str]) -> list[str]:
+                 text, greyed, footnotes: list[str], short: str | None = None) -> list[str]:
     t = result.table
-    out = [r"\begin{table}[t]", r"\centering", r"\small",
-           rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{tag}}}"]
+    head = rf"\caption[{{{latex_escape(short)}}}]" if short else r"\caption"
+    out = [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
+           rf"{head}{{{latex_escape(caption)}}}", rf"\label{{tab:{tag}}}"]
     for i, panel in enumerate(t.panels):
         if i:
             out.append(r"\par\medskip")
@@ -391,12 +398,18 @@ def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
     t = result.table
     out = [f"% {ln}" for ln in provenance.lines()]
     out.append(r"% requires \usepackage{booktabs,graphicx,xcolor}")
-    caption = f"Table {t.id}. " + " ".join(caption_sentences(result, label))
+    # LaTeX numbers the table itself ("Table 3:"); the caption reads like the paper's: what the
+    # numbers are first, then whose layout, with no internal table id.
+    sentences = caption_sentences(result, label)
+    authors, _, exhibit = t.source.rpartition(", ")
+    sentences[0] = (f"{t.title}, as in {exhibit} of {authors}." if authors
+                    else f"{t.title}, as in {t.source}.")
+    caption = " ".join(sentences)
     if t.kind == "epochs_or_accuracy":
         caption = caption.replace("marked with °", "greyed")
     out += _latex_table(
         result, label, caption, t.id, _ours_text(result),
-        lambda r, c: result.cell(r, c).greyed, notes(result, label),
+        lambda r, c: result.cell(r, c).greyed, notes(result, label), short=t.title,
     )
     if paper is not None:
         out.append("")

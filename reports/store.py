@@ -28,7 +28,7 @@ STORE_FILE = "mlflow.db"
 # Tags read for every run: the run-record schema of docs/architecture.md §6.
 RUN_TAGS: tuple[str, ...] = (
     schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
-    schema.STATUS, schema.CODE_VERSION, schema.TABLES,
+    schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL,
 )
 
 # Short column names in the runs frame for the tags above.
@@ -42,6 +42,7 @@ TAG_COLUMNS: dict[str, str] = {
     schema.STATUS: "status",
     schema.CODE_VERSION: "code_version",
     schema.TABLES: "tables",
+    schema.CELL: "cell",
 }
 
 

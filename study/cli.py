@@ -5,18 +5,29 @@
     study resume <study> [--root studies/] [--address ADDR]
     study status <study> [--root studies/]
     study ui <study> [--root studies/] [--port 5000]
-    study report <study> [--root studies/] [--out DIR]
+    study report <study> [--root studies/] [reports build options: --table, --compare, ...]
+
+A study is named by its directory under ``--root`` (or given as a path); a mistyped name gets
+the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 """
 
 from __future__ import annotations
 
+import difflib
+import errno
 import os
+import re
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from locattn.cliparse import Parser, parse
+from study import schema
 from study.spec import SpecError
 
 
@@ -26,39 +37,124 @@ def _parser() -> Parser:
 
     lp = sub.add_parser("launch", help="launch (or idempotently resume) a study from a spec")
     lp.add_argument("spec", help="ablations/<spec>.yaml")
-    lp.add_argument("--profile", help="profile of the spec (smoke, quick, paper)")
-    lp.add_argument("--name", help="study name (default: <spec name>-<profile>)")
-    lp.add_argument("--root", default="studies", help="directory holding studies (default: studies/)")
-    lp.add_argument("--address", help="join an existing Ray cluster (e.g. auto)")
-    lp.add_argument("--tracking-uri", help="MLflow tracking URI (default: SQLite in the study dir)")
-    lp.add_argument("--max-concurrent", type=int, help="maximum concurrent trials")
+    lp.add_argument("--profile", help="profile of the spec (smoke, quick, paper; default: the "
+                                      "spec's default_profile)")
+    lp.add_argument("--name", help="study name, a directory under --root: letters, digits, '.', "
+                                   "'_', '-' (default: <spec name>-<profile>)")
+    lp.add_argument("--root", default="studies", help=ROOT_HELP)
+    lp.add_argument("--address", help=ADDRESS_HELP)
+    lp.add_argument("--tracking-uri", help="MLflow tracking URI (default: SQLite mlflow.db in the "
+                                           "study directory)")
+    lp.add_argument("--max-concurrent", type=int,
+                    help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
     lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
                     help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable)")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
-    lp.add_argument("--progress-seconds", type=float, default=10.0, help="progress line interval")
+    lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
-    rp.add_argument("study", help="study name (under --root) or directory")
-    rp.add_argument("--root", default="studies")
-    rp.add_argument("--address")
-    rp.add_argument("--progress-seconds", type=float, default=10.0)
+    rp.add_argument("study", help=STUDY_HELP)
+    rp.add_argument("--root", default="studies", help=ROOT_HELP)
+    rp.add_argument("--address", help=ADDRESS_HELP)
+    rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
 
-    sp = sub.add_parser("status", help="per cell: seeds done, running, failed, missing")
-    sp.add_argument("study")
-    sp.add_argument("--root", default="studies")
+    sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
+    sp.add_argument("study", help=STUDY_HELP)
+    sp.add_argument("--root", default="studies", help=ROOT_HELP)
 
     up = sub.add_parser("ui", help="serve the MLflow UI over the study's store on 127.0.0.1")
-    up.add_argument("study")
-    up.add_argument("--root", default="studies")
-    up.add_argument("--port", type=int, default=5000)
+    up.add_argument("study", help=STUDY_HELP)
+    up.add_argument("--root", default="studies", help=ROOT_HELP)
+    up.add_argument("--port", type=int, default=5000, help="TCP port, 1-65535 (default 5000)")
     up.add_argument("--host", default="127.0.0.1",
                     help="bind address (default 127.0.0.1; use an SSH tunnel rather than 0.0.0.0)")
 
-    ep = sub.add_parser("report", help="build report tables from the study's record")
-    ep.add_argument("study")
-    ep.add_argument("--root", default="studies")
-    ep.add_argument("--out", help="output directory (default: <study>/reports)")
+    ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
+                        description="Build the study's report: the same options as 'reports build', "
+                                    "with the study found by name under --root.")
+    ep.add_argument("study", help=STUDY_HELP)
+    ep.add_argument("--root", default="studies", help=ROOT_HELP)
+    from reports.cli import add_build_options  # the reports package's own options, one definition
+
+    add_build_options(ep)
     return p
+
+
+STUDY_HELP = "study name (a directory under --root) or a study directory"
+ROOT_HELP = "directory holding the studies (default: studies/)"
+ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
+                "private local Ray on 127.0.0.1")
+PROGRESS_HELP = "seconds between progress lines (default 10)"
+#: A study name is one directory under the root: no separators, no '..', no leading dot.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_name(name: str) -> None:
+    """Refuse a ``--name`` that is not one plain directory name (it would write outside --root)."""
+    if not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise SpecError(f"--name {name!r}: a study name is one directory under --root, made of "
+                        "letters, digits, '.', '_' and '-' (no '/', no '..', not starting with '.')")
+
+
+def sqlite_file(tracking_uri: str) -> str | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None (no MLflow or Ray import)."""
+    return tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+
+
+def find_study(study: str, root: str) -> Any:
+    """The study's paths; a one-line error that names the closest study under the root."""
+    from study.launch import study_paths
+
+    paths = study_paths(study, root)
+    if (paths.dir / "study.json").is_file():
+        return paths
+    base = paths.dir.parent
+    known = sorted(p.name for p in base.iterdir() if (p / "study.json").is_file()) \
+        if base.is_dir() else []
+    close = difflib.get_close_matches(paths.dir.name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    where = f"studies under {base}: {', '.join(known)}" if known else f"no studies under {base}"
+    raise SpecError(f"no study {study!r}{hint}; {where}")
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port outside 1-65535 or one already in use on ``host``, in one line."""
+    if not 1 <= port <= 65535:
+        raise SpecError(f"--port {port}: a TCP port is 1-65535")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SpecError(f"port {port} on {host} is already in use (another MLflow UI?); "
+                                f"pick a free one with --port") from None
+            raise SpecError(f"cannot serve on {host}:{port} ({exc.strerror})") from None
+
+
+#: The runs table view ``study ui`` opens: the trial runs, flat, sorted by name.
+UI_FILTER = f"tags.{schema.ROLE} = '{schema.ROLE_TRIAL}'"
+
+
+def experiment_url(base: str, tracking_uri: str, name: str) -> str:
+    """URL of the study's experiment in the MLflow UI, filtered to its trial runs (flat, not
+    under the collapsed parent) and sorted by run name; ``base`` alone when the experiment id
+    cannot be read here (a non-SQLite store)."""
+    db = sqlite_file(tracking_uri)
+    if db is None or not Path(db).is_file():
+        return base
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT experiment_id FROM experiments WHERE name = ? AND "
+                          "lifecycle_stage = 'active'", (name,)).fetchone()
+    except sqlite3.DatabaseError:
+        row = None
+    finally:
+        con.close()
+    if row is None:
+        return base
+    query = (f"searchFilter={quote(UI_FILTER)}&orderByKey={quote('attributes.run_name')}"
+             f"&orderByAsc=true")
+    return f"{base}/#/experiments/{row[0]}/runs?{query}"
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
@@ -70,7 +166,16 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse(_parser(), argv)
     try:
+        if args.cmd in ("launch", "resume") and not args.address:
+            # A private local Ray enables token authentication and says so on every launch;
+            # setting the same mode explicitly keeps it on and the line off.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         if args.cmd == "launch":
+            if args.name is not None:
+                check_name(args.name)
+            if args.max_concurrent is not None and args.max_concurrent < 0:
+                raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
+                                "(0: as many as the CPUs allow)")
             from study.launch import launch
             from study.spec import parse_only
 
@@ -84,20 +189,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "resume":
             from study.launch import resume
 
-            summary = resume(args.study, root=args.root, address=args.address,
+            summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds)
             return 1 if summary.get("errors") else 0
         if args.cmd == "status":
-            from study.launch import format_status, status
+            from study.launch import load_meta
+            from study.status import format_status, study_status
 
-            print(format_status(status(args.study, root=args.root)))
+            paths = find_study(args.study, args.root)
+            meta = load_meta(paths)
+            rows, driver = study_status(meta, paths.dir)
+            print(format_status(rows, driver, meta["name"]))
             return 0
         if args.cmd == "ui":
-            from study.launch import load_meta, study_paths
+            from study.launch import load_meta
 
-            meta = load_meta(study_paths(args.study, args.root))
+            meta = load_meta(find_study(args.study, args.root))
+            check_port(args.host, args.port)
             cmd = ui_command(meta["tracking_uri"], args.host, args.port)
-            print(f"MLflow UI for study {meta['name']!r}: http://{args.host}:{args.port}", flush=True)
+            url = experiment_url(f"http://{args.host}:{args.port}", meta["tracking_uri"], meta["name"])
+            print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
+            print(f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
+                  "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
             proc = subprocess.Popen(cmd)
             stop = lambda *_: proc.terminate()  # noqa: E731
             signal.signal(signal.SIGTERM, stop)
@@ -107,20 +220,19 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
                 return proc.wait()
         if args.cmd == "report":
-            from study.launch import load_meta, study_paths
+            from reports.cli import run_build
+            from study.launch import load_meta
 
-            paths = study_paths(args.study, args.root)
+            paths = find_study(args.study, args.root)
             meta = load_meta(paths)
-            try:
-                from reports.build import build_reports
-            except ImportError as exc:
-                print(f"study report: the reports package is not available ({exc})", file=sys.stderr)
-                return 2
-            out = Path(args.out or paths.dir / "reports")
-            written = build_reports(meta["tracking_uri"], study=meta["name"], out_dir=out)
-            for path in written or []:
-                print(path)
-            return 0
+            db = sqlite_file(meta["tracking_uri"])
+            if db is not None and Path(db).resolve() == (paths.dir / "mlflow.db").resolve():
+                args.study_dir, args.tracking_uri = str(paths.dir), None
+            else:  # a store outside the study directory (an MLflow server, Postgres)
+                args.study_dir, args.tracking_uri = None, meta["tracking_uri"]
+            args.study = meta["name"]
+            args.out = args.out or str(paths.dir / "reports")
+            return run_build(args, prog="study report")
     except SpecError as exc:
         print(f"study {args.cmd}: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from study import schema
+from study.naming import run_name
 from study.spec import hparams_json
 from study.trainable import OBJECTIVE, is_packed, resolve_run_config, run_dir, trial_run_keys
 
@@ -296,8 +297,8 @@ class MlflowRecorder(_TuneCallback):
         }
         if is_packed(trial.config):
             tags[schema.PACKED_WITH] = ",".join(str(s) for s in t["seeds"])
-        name = f"{t['cell']} seed={seed}" + (f" {hparams_json(hp)}" if hp else "")
-        run = self.client.create_run(self.experiment_id, tags=tags, run_name=name[:250])
+        name = run_name(task=t["task"], variant=t["variant"], seed=seed, hparams=hp, cell=t["cell"])
+        run = self.client.create_run(self.experiment_id, tags=tags, run_name=name)
         params = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in
                   sorted(flat.items())]
         for chunk in _chunks(params, 100):

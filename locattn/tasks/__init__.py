@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from locattn import labels as _labels
 from locattn.tasks import cache as _cache
 from locattn.tasks.base import (
     NO_ATTN,
@@ -65,16 +66,8 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-#: Paper names of the tasks (Ray Chowdhury & Caragea 2023; Dubois et al. 2020; Raffel & Ellis
-#: 2016): the one place they are written.
-TASK_LABELS: dict[str, str] = {
-    "copy": "Copy", "reverse_copy": "Reverse Copy", "recopy": "ReCopy",
-    "reverse_recopy": "Reverse ReCopy", "inv_recopy": "Inv ReCopy",
-    "inv_reverse_recopy": "Inv Reverse ReCopy", "dedupe": "DeDupe", "posretrieve": "PosRetrieve",
-    "lookup": "Lookup", "reverse_lookup": "Reverse Lookup", "noisy_lookup": "Noisy Lookup",
-    "scan": "SCAN (length split)", "cfq": "CFQ (length split)",
-    "raffel_add": "Addition (Raffel & Ellis)", "raffel_mul": "Multiplication (Raffel & Ellis)",
-}
+#: Paper names of the tasks: written once, in the torch-free :mod:`locattn.labels`.
+TASK_LABELS = _labels.TASK_LABELS
 
 
 def list_tasks() -> list[str]:

@@ -1,0 +1,174 @@
+"""``study status``: per cell, seeds done / running / stale / failed / missing, in well under 2 s.
+
+The command reads what it needs and nothing more: the saved ``study.json`` (the resolved grid,
+seeds and hparams, without re-validating the spec, which would import torch), the runs through
+the SQL reader of ``reports`` (:func:`reports.store.read_runs`: plain ``sqlite3`` on a SQLite
+store), and the driver record in ``study.lock``. It never imports torch, Ray or MLflow.
+
+A trial is *stale* when the record says it is running but no driver runs the study: the lock
+file names no holder (a driver empties it on exit), or names a PID on this host that no longer
+exists (``kill -9``, a crash). A driver on another host cannot be checked from here; its trials
+count as running and the status line says where the driver is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from study import schema
+from study.spec import SpecError, cell_id
+
+LOCK_FILE = "study.lock"
+STALE = "stale"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Driver:
+    """What ``study.lock`` says about the study's driver."""
+
+    pid: int | None = None
+    """PID of the last driver that held the lock (None: never launched with a lock, or exited)."""
+    host: str = ""
+    """Host of that driver."""
+    alive: bool | None = False
+    """True: running here; False: not running; None: on another host, so unknown."""
+
+    def describe(self) -> str:
+        if self.pid is None:
+            return "no driver running"
+        where = f"PID {self.pid} on {self.host}"
+        if self.alive is None:
+            return f"driver {where} (another host: not checked from here)"
+        return f"driver {where} is running" if self.alive else f"driver {where} is dead"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellStatus:
+    """Counts of one cell."""
+
+    cell: str
+    expected: int
+    seeds: dict[str, list[int]] = field(default_factory=dict)
+    """Status (finished, running, stale, failed) -> sorted seeds with a run in that status."""
+
+    def count(self, status: str) -> int:
+        return len(self.seeds.get(status, []))
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.expected - sum(len(v) for v in self.seeds.values()))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_driver(study_dir: Path) -> Driver:
+    """The driver recorded in ``<study_dir>/study.lock`` and whether it still runs."""
+    try:
+        text = (study_dir / LOCK_FILE).read_text()
+        record = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        record = {}
+    if not isinstance(record, dict) or not record.get("pid"):
+        return Driver()
+    pid, host = int(record["pid"]), str(record.get("host", ""))
+    if host and host != socket.gethostname():
+        return Driver(pid=pid, host=host, alive=None)
+    return Driver(pid=pid, host=host or socket.gethostname(), alive=pid_alive(pid))
+
+
+def expected_cells(resolved: Mapping[str, Any]) -> tuple[list[str], int]:
+    """(cell ids in grid order, runs expected per cell) from the resolved spec in ``study.json``.
+
+    The same expansion as :func:`study.spec.resolve_spec` (task and variant first, an ablation by
+    its name, other axes by value), without validating the configs again.
+    """
+    grid = resolved.get("grid") or {}
+    cells = []
+    for combo in itertools.product(*grid.values()):
+        label = {}
+        for key, value in zip(grid, combo):
+            label[key] = value["name"] if key == "ablation" and isinstance(value, Mapping) else value
+        cells.append(cell_id(label))
+    points = 1
+    for values in (resolved.get("hparams") or {}).values():
+        points *= len(values)
+    search = resolved.get("search")
+    per_point = int(search.get("num_samples", 8)) if isinstance(search, Mapping) else 1
+    return cells, len(resolved.get("seeds") or []) * points * per_point
+
+
+def trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str]]:
+    """(cell, seed, status) of the study's trial runs, through the reports' SQL reader."""
+    from reports.store import ReportsError, read_runs
+
+    try:
+        runs = read_runs(tracking_uri, name, metric_keys=[]).runs
+    except ReportsError as exc:
+        if "not found" in str(exc) or "does not exist" in str(exc):
+            return []  # launched, but no run recorded yet
+        raise SpecError(str(exc)) from None
+    out = []
+    for role, cell, seed, status in runs.select("role", "cell", "seed", "status").iter_rows():
+        if role == schema.ROLE_TRIAL and cell is not None:
+            out.append((cell, -1 if seed is None else int(seed), status or ""))
+    return out
+
+
+def study_status(meta: Mapping[str, Any], study_dir: Path) -> tuple[list[CellStatus], Driver]:
+    """Per-cell status of a study (``meta`` is its ``study.json``) and its driver."""
+    cells, expected = expected_cells(meta["resolved"])
+    driver = read_driver(study_dir)
+    by_cell: dict[str, dict[str, list[int]]] = {c: {} for c in cells}
+    for cell, seed, status in trial_runs(meta["tracking_uri"], meta["name"]):
+        if status == schema.STATUS_RUNNING and driver.alive is False:
+            status = STALE
+        by_cell.setdefault(cell, {}).setdefault(status, []).append(seed)
+    rows = [CellStatus(cell=c, expected=expected, seeds={k: sorted(v) for k, v in s.items()})
+            for c, s in by_cell.items()]
+    return rows, driver
+
+
+COLUMNS = (("done", schema.STATUS_FINISHED), ("running", schema.STATUS_RUNNING), ("stale", STALE),
+           ("failed", schema.STATUS_FAILED))
+
+
+def format_status(rows: list[CellStatus], driver: Driver, study: str) -> str:
+    """A compact per-cell table, a total, and a line about the driver."""
+    width = max([len("cell")] + [len(r.cell) for r in rows])
+    head = "  ".join(f"{name:>{max(4, len(name))}}" for name, _ in COLUMNS)
+    lines = [f"{'cell':<{width}}  {head}  missing"]
+    totals = dict.fromkeys([s for _, s in COLUMNS], 0)
+    missing = 0
+    for r in rows:
+        cols = "  ".join(f"{r.count(s):>{max(4, len(n))}}" for n, s in COLUMNS)
+        extra = ""
+        for label, status in (("failed", schema.STATUS_FAILED), ("stale", STALE)):
+            if r.seeds.get(status):
+                extra += f"  {label} seeds {r.seeds[status]}"
+        lines.append(f"{r.cell:<{width}}  {cols}  {r.missing:>7}{extra}")
+        for _, s in COLUMNS:
+            totals[s] += r.count(s)
+        missing += r.missing
+    cols = "  ".join(f"{totals[s]:>{max(4, len(n))}}" for n, s in COLUMNS)
+    lines.append(f"{'total':<{width}}  {cols}  {missing:>7}")
+    note = driver.describe()
+    if totals[STALE]:
+        note += (f"; {totals[STALE]} run(s) marked running belong to it and will not finish: "
+                 f"study resume {study}")
+    lines.append(note)
+    return "\n".join(lines)
