@@ -64,6 +64,11 @@ PAPER = {
     "dubois_fig8": dict(tasks=["reverse_lookup", "noisy_lookup"], seeds=5, lr=[0.001],
                         splits=LOOKUP_SPLITS, variants=["dubois_mix", "dubois_transformer"],
                         epochs=50),
+    "dubois_interp": dict(
+        tasks=["lookup", "reverse_lookup", "noisy_lookup"], seeds=5, lr=[0.001],
+        splits=LOOKUP_SPLITS, epochs=50,
+        variants=["dubois_scaled_dot", "dubois_multiplicative", "dubois_additive",
+                  "dubois_transformer", "dubois_transformer_xl", "dubois_location", "dubois_mix"]),
     "dubois_table3": dict(
         tasks=["lookup", "reverse_lookup", "noisy_lookup"], seeds=5, lr=[0.001],
         splits=LOOKUP_SPLITS, epochs=50,
@@ -78,6 +83,8 @@ PAPER = {
 }
 # Specs written by the study package's author; they are smoke-run here too.
 OTHER = {"rc_table2", "rc_table4", "search_lr"}
+# Qualitative exhibits (reports/exhibits.py; tests/test_exhibits.py checks what they build).
+OTHER |= {"rc_table10", "dubois_fig9"}
 
 
 def _ids(p: Path) -> str:
@@ -122,13 +129,13 @@ def test_every_spec_is_covered() -> None:
 
 @pytest.mark.parametrize("path", SPECS, ids=_ids)
 def test_spec_validates_in_every_profile(path: Path) -> None:
-    from reports.tables import TABLES
+    from reports.tables import EXHIBITS, TABLES
 
     for profile in ("smoke", "quick", "paper"):
         spec = load_spec(path, profile)
         assert spec.profile == profile and spec.n_trials() >= 1
         for table in spec.tables:
-            assert table in TABLES, f"{path.name}: unknown table id {table!r}"
+            assert table in TABLES or table in EXHIBITS, f"{path.name}: unknown table id {table!r}"
         for cell in spec.cells:  # every trial config resolves
             _make_cfg(spec, cell)
     smoke = load_spec(path, "smoke")

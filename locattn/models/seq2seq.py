@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from locattn.models.attention import AttnStep, SourceMemory, build_attender
+from locattn.models.attention.location import building_block_weights
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
 from locattn.models.functional import DropoutNoise, dropout_with, embed, gru_update, linear
@@ -59,6 +60,11 @@ class AttentionTrace:
     """(B, T) weight of the location attention in a Mix attender."""
     location_weights: Tensor | None = None
     """(B, T, L) location-only attention lambda."""
+    content_weights: Tensor | None = None
+    """(B, T, L) content-only attention of a Mix attender."""
+    blocks: Tensor | None = None
+    """(B, T, 3) weights of the building blocks (1/(L-1), pa_{t-1}, 1) in mu (location family;
+    ``building_block_weights``)."""
     dir_gate: Tensor | None = None
     """(B,) direction gate g (1 = forward)."""
 
@@ -98,15 +104,20 @@ class DecoderState:
     c_t = alpha_t values (B, H) and maps it with W_c, reading 3x less memory per step."""
 
 
-def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None) -> AttentionTrace:
+def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None, cfg: ModelConfig) -> AttentionTrace:
     def stack(name: str) -> Tensor | None:
         first = getattr(steps[0], name)
         return None if first is None else torch.stack([getattr(s, name) for s in steps], dim=1)
 
+    step, rho = stack("step"), stack("rho")
+    blocks = None
+    if step is not None and rho is not None:
+        blocks = building_block_weights(cfg.attention.reference, step, rho)  # (B, T, 3)
     return AttentionTrace(
         weights=torch.stack([s.weights for s in steps], dim=1),
-        mu=stack("mu"), sigma=stack("sigma"), step=stack("step"), mix_gate=stack("mix_gate"),
-        location_weights=stack("location_weights"), dir_gate=dir_gate,
+        mu=stack("mu"), sigma=stack("sigma"), step=step, mix_gate=stack("mix_gate"),
+        location_weights=stack("location_weights"), content_weights=stack("content_weights"),
+        blocks=blocks, dir_gate=dir_gate,
     )
 
 
@@ -279,7 +290,7 @@ class Seq2Seq(nn.Module):
             tops.append(state.hidden[-1])
             steps.append(attn)
         logits = self.logits(torch.stack(tops, dim=1))  # (B, T, V)
-        return Seq2SeqOutput(logits=logits, trace=_stack_trace(steps, state.dir_gate) if trace else None)
+        return Seq2SeqOutput(logits=logits, trace=_stack_trace(steps, state.dir_gate, self.cfg) if trace else None)
 
     @torch.no_grad()
     def greedy(
@@ -311,7 +322,7 @@ class Seq2Seq(nn.Module):
                 break
         return GreedyOutput(
             tokens=torch.stack(tokens, dim=1), lengths=lengths,
-            trace=_stack_trace(steps, state.dir_gate) if trace else None,
+            trace=_stack_trace(steps, state.dir_gate, self.cfg) if trace else None,
         )
 
 

@@ -50,6 +50,12 @@ class AttnStep:
     """(B,) weight m of the location attention in a Mix attender."""
     location_weights: Tensor | None = None
     """(B, L) location-only attention lambda (location family)."""
+    content_weights: Tensor | None = None
+    """(B, L) content-only attention softmax(scores) of a Mix attender (alpha = m·lambda +
+    (1 - m)·content)."""
+    rho: Tensor | None = None
+    """(B, n_rho) raw building-block logits rho_t of a location attender; the weights they give
+    the blocks (1/(L-1), pa_{t-1}, 1) are :func:`locattn.models.attention.location.building_block_weights`."""
 
 
 class Attender(nn.Module):
