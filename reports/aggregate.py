@@ -6,7 +6,11 @@ Per cell (row variant x column):
    their ``locattn.hparams``; the group with the highest median ``best_dev_score`` over its
    finished seeds is chosen; ties go to the smaller median ``best_epoch`` (the same dev score
    reached sooner: for Raffel & Ellis, fewer epochs to 100 %), then to the lexicographically
-   smallest hparams JSON. Test metrics are never looked at here.
+   smallest hparams JSON. Test metrics are never looked at here, with one exception: a Raffel &
+   Ellis table whose runs followed the paper's protocol (``optim.raffel_protocol=paper``, which
+   has no dev set) picks, as the paper does, the group with the best test result: the smallest
+   median epochs to 100 % (never reached counts as infinite), then the highest median test
+   accuracy, then the smallest hparams JSON. The caption says which rule was used.
 2. Per-seed values of the chosen group: ``test.<split>.<metric>`` (mean over the column's splits
    and tasks when it lists several; a seed counts only when every part is present).
 3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
@@ -26,8 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from reports.store import RunSet
-from reports.tables import Column, TableDef
+from reports.store import ReportsError, RunSet
+from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from study import schema
 
 DEV_KEY = "best_dev_score"
@@ -108,6 +112,9 @@ class TableResult:
     """Paired tests with enough non-zero differences to reach p < alpha."""
     warnings: tuple[tuple[str, str, str], ...] = ()
     """Problems found in the data: (variant, column key, message)."""
+    selection: str = "dev"
+    """How hyperparameters were chosen per cell: ``dev`` (median dev score) or ``test`` (the
+    test result, Raffel & Ellis's protocol)."""
 
     def cell(self, row: str, column: str) -> Cell:
         return self.cells[(row, column)]
@@ -220,6 +227,62 @@ def _param_cols(table: TableDef) -> list[str]:
     return list(names)
 
 
+def _table_runs(runset: RunSet, table: TableDef) -> pl.DataFrame:
+    """The trial runs of ``table``'s tasks and rows."""
+    return runset.runs.filter(
+        (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+        & pl.col("task").is_in(list(table.tasks))
+        & pl.col("variant").is_in(list(table.rows))
+    ).with_columns(pl.col("hparams").fill_null("{}"))
+
+
+def table_protocol(runset: RunSet, table: TableDef) -> str | None:
+    """The protocol recorded by ``table``'s runs (its ``protocol_param``), None for a table
+    without one. Runs without the param count as ``LEGACY_PROTOCOL``; runs of different
+    protocols in one table are refused (one study per protocol)."""
+    if not table.protocol_param:
+        return None
+    runs = _table_runs(runset, table)
+    if table.protocol_param in runs.columns:
+        found = set(runs[table.protocol_param].fill_null(LEGACY_PROTOCOL).to_list())
+    else:
+        found = {LEGACY_PROTOCOL}
+    if not found:
+        return LEGACY_PROTOCOL
+    known = dict(table.protocol_titles)
+    unknown = sorted(found - set(known))
+    if unknown:
+        raise ReportsError(f"table {table.id}: runs with {table.protocol_param}={unknown[0]!r}; "
+                           f"valid: {sorted(known)}")
+    if len(found) > 1:
+        raise ReportsError(
+            f"table {table.id}: the runs mix {table.protocol_param} values {sorted(found)}; a "
+            f"table reports one protocol, so build it from a study of one protocol")
+    return found.pop()
+
+
+def _test_result_choice(finished: pl.DataFrame, runset: RunSet, table: TableDef,
+                        group: list[str]) -> pl.DataFrame:
+    """Raffel & Ellis under their protocol: hparams groups ranked by the test result (smallest
+    median epochs to 100 %, never reached = inf; then highest median test accuracy)."""
+    acc_key = f"test.{table.columns[0].splits[0]}.accuracy"
+    ep = runset.metrics.filter(pl.col("key") == "epochs_to_100").select(
+        "run_id", pl.col("value").alias("ep"))
+    acc = runset.metrics.filter(pl.col("key") == acc_key).select(
+        "run_id", pl.col("value").alias("acc"))
+    return (
+        finished.join(ep, on="run_id", how="left")
+        .join(acc, on="run_id", how="left")
+        .with_columns(pl.col("ep").fill_null(math.inf))
+        .group_by([*group, "hparams"])
+        .agg(pl.col("ep").median().alias("ep_median"),
+             pl.col("acc").median().alias("acc_median"))
+        .with_columns(pl.col("acc_median").fill_nan(None))
+        .sort([*group, "ep_median", "acc_median", "hparams"],
+              descending=[*([False] * len(group)), False, True, False], nulls_last=True)
+    )
+
+
 def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     """Select hyperparameters and collect per-seed metric values per (task, variant, params)."""
     pcols = _param_cols(table)
@@ -227,30 +290,29 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
         if p not in runset.runs.columns:
             raise ValueError(f"table {table.id} needs run param {p!r}; read it with param_keys")
     group = ["task", "variant", *pcols]
-    runs = runset.runs.filter(
-        (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
-        & pl.col("task").is_in(list(table.tasks))
-        & pl.col("variant").is_in(list(table.rows))
-    ).with_columns(pl.col("hparams").fill_null("{}"))
+    runs = _table_runs(runset, table)
     if runs.height == 0:
         return {}
     finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
-    dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select(
-        "run_id", pl.col("value").alias("dev")
-    )
-    best_epoch = runset.metrics.filter(pl.col("key") == BEST_EPOCH_KEY).select(
-        "run_id", pl.col("value").alias("best_epoch")
-    )
-    choice = (
-        finished.join(dev, on="run_id", how="left")
-        .join(best_epoch, on="run_id", how="left")
-        .group_by([*group, "hparams"])
-        .agg(pl.col("dev").median().alias("dev_median"),
-             pl.col("best_epoch").median().alias("epoch_median"))
-        .with_columns(pl.col("dev_median").fill_nan(None))
-        .sort([*group, "dev_median", "epoch_median", "hparams"],
-              descending=[*([False] * len(group)), True, False, False], nulls_last=True)
-    )
+    if table_protocol(runset, table) == TEST_SELECTED_PROTOCOL:
+        choice = _test_result_choice(finished, runset, table, group)
+    else:
+        dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select(
+            "run_id", pl.col("value").alias("dev")
+        )
+        best_epoch = runset.metrics.filter(pl.col("key") == BEST_EPOCH_KEY).select(
+            "run_id", pl.col("value").alias("best_epoch")
+        )
+        choice = (
+            finished.join(dev, on="run_id", how="left")
+            .join(best_epoch, on="run_id", how="left")
+            .group_by([*group, "hparams"])
+            .agg(pl.col("dev").median().alias("dev_median"),
+                 pl.col("best_epoch").median().alias("epoch_median"))
+            .with_columns(pl.col("dev_median").fill_nan(None))
+            .sort([*group, "dev_median", "epoch_median", "hparams"],
+                  descending=[*([False] * len(group)), True, False, False], nulls_last=True)
+        )
     n_choices = runs.group_by(group).agg(pl.col("hparams").n_unique().alias("n_choices"))
     chosen = choice.group_by(group, maintain_order=True).first().select([*group, "hparams"])
 
@@ -324,8 +386,17 @@ def _seed_value(table: TableDef, col: Column, metrics: dict[str, float]) -> tupl
 
 
 def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> TableResult:
-    """Aggregate ``runset`` into the cells of ``table`` (``stat`` overrides the table default)."""
+    """Aggregate ``runset`` into the cells of ``table`` (``stat`` overrides the table default).
+
+    A table with a ``protocol_param`` comes back with the title of the protocol its runs
+    followed (``TableResult.table.title``) and ``TableResult.selection`` saying how the cells'
+    hyperparameters were chosen.
+    """
     stat = stat or table.stat
+    protocol = table_protocol(runset, table)
+    selection = "test" if protocol == TEST_SELECTED_PROTOCOL else "dev"
+    if protocol is not None:
+        table = _replace_table(table, title=dict(table.protocol_titles)[protocol])
     units = _units(runset, table)
     cells: dict[tuple[str, str], Cell] = {}
     warnings: list[tuple[str, str, str]] = []
@@ -417,7 +488,13 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 tie=bool(testable and ph >= ALPHA),
             )
     return TableResult(table=table, stat=stat, cells=cells, n_tests=n_tests,
-                       n_testable=n_testable, warnings=tuple(warnings))
+                       n_testable=n_testable, warnings=tuple(warnings), selection=selection)
+
+
+def _replace_table(table: TableDef, **kw) -> TableDef:
+    from dataclasses import replace
+
+    return replace(table, **kw)
 
 
 def _replace(cell: Cell, **kw) -> Cell:

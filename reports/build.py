@@ -67,6 +67,8 @@ def _params_needed(tables: Sequence[TableDef]) -> list[str]:
         for c in t.columns:
             for k, _ in c.params:
                 keys[k] = None
+        if t.protocol_param:  # Raffel & Ellis: the protocol decides how lrs are chosen
+            keys[t.protocol_param] = None
     return list(keys)
 
 

@@ -172,8 +172,13 @@ def notes(result: TableResult, label: Labeler) -> list[str]:
     else:
         any_choice = max((c.n_hparam_choices for c in result.cells.values()), default=0)
         txt = "; ".join(f"{h} for {', '.join(label(v) for v in vs)}" for h, vs in hs)
-        how = ("chosen per cell by the best median best_dev_score over seeds, never by test"
-               if any_choice > 1 else "fixed, no alternative was run")
+        if any_choice <= 1:
+            how = "fixed, no alternative was run"
+        elif result.selection == "test":  # Raffel & Ellis's protocol: no dev set
+            how = ("chosen per cell by the test result, as the paper: fewest median epochs to "
+                   "100 %, then the highest median test accuracy")
+        else:
+            how = "chosen per cell by the best median best_dev_score over seeds, never by test"
         out.append(f"Hyperparameters ({how}): {txt}.")
     if t.kind != "epochs_or_accuracy" and result.stat != "n":
         if result.n_tests == 0:

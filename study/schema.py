@@ -35,7 +35,10 @@ STATUS_FINISHED = "finished"
 STATUS_FAILED = "failed"
 STATUS_RUNNING = "running"
 
-EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds")
+# test_loss / test_score: Raffel & Ellis runs under optim.raffel_protocol=paper score the test set
+# after every epoch (there is no dev set).
+EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
+                 "test_loss", "test_score")
 FINAL_METRICS = ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100")
 SPLIT_METRICS = ("seq_acc", "seq_acc_be", "edit_distance", "attn_loss", "accuracy", "n")
 

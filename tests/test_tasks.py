@@ -411,11 +411,11 @@ def test_raffel_sequences_follow_the_rules(op):
 
 def test_raffel_task_lengths_sampler_and_fixed_sets():
     fixed = load_task(TaskConfig(name="raffel_add", t0=100, dev_size=50, test_size=70))
-    assert fixed.kind == "regression" and fixed.lengths == (100, 109)
+    assert fixed.kind == "regression" and fixed.lengths == (100, 110)  # [T0, 1.1 T0], closed
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     a, b = fixed.sample_batch(g1, 32), fixed.sample_batch(g2, 32)
     assert all(torch.equal(u, v) for u, v in zip(a, b))
-    assert a[1].min() >= 100 and a[1].max() <= 109
+    assert a[1].min() >= 100 and a[1].max() <= 110
     c = fixed.sample_batch(g1, 32)  # the generator advanced: a different batch
     assert not torch.equal(a[2], c[2])
     assert len(fixed.splits["dev"]) == 50 and len(fixed.splits["test"]) == 70

@@ -1,4 +1,4 @@
-"""Raffel & Ellis (2016) feed-forward attention regressors (their §3, D = 100).
+"""Raffel & Ellis (2016) feed-forward attention regressors (their §2.1, D = 100).
 
     h_t = LReLU(W_xh x_t + b_xh)                   per step, x_t has 2 channels
     attention: e_t = tanh(w·h_t + b), a = softmax_t(e) over valid steps, c = sum_t a_t h_t
@@ -6,6 +6,12 @@
     s = LReLU(W_cs c + b_cs);  y = LReLU(w_sy·s + b_sy)
 
 LReLU(x) = max(x, 0.01x). With D = 100: 10,602 parameters (attention) and 10,501 (mean).
+
+Initialisation (``ModelConfig.regressor_init``): ``paper`` follows their §2.1: a weight matrix
+W of shape M x N gets entries from a zero-mean Gaussian whose standard deviation (not variance)
+is 1/sqrt(N), and biases start at zero. Their W_xh is D x 2 and multiplies x_t in R^2, so N is
+the number of columns, the fan-in (``in_features`` of an ``nn.Linear``). ``torch`` keeps
+PyTorch's default ``nn.Linear`` initialisation.
 """
 
 from __future__ import annotations
@@ -15,6 +21,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from locattn.models.config import ModelConfig
+
+
+def init_paper_(module: nn.Module) -> None:
+    """Raffel & Ellis initialisation of every ``nn.Linear`` in ``module``, in place: weights from
+    N(0, std = 1/sqrt(fan_in)), biases zero."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            with torch.no_grad():
+                m.weight.normal_(0.0, m.in_features ** -0.5)
+                if m.bias is not None:
+                    m.bias.zero_()
 
 
 class _Regressor(nn.Module):
@@ -80,7 +97,10 @@ def build_regressor(cfg: ModelConfig) -> FeedForwardAttention | MeanPooling:
     if cfg.kind != "regressor":
         raise ValueError(f"build_regressor needs kind='regressor', got kind={cfg.kind!r}")
     cls = FeedForwardAttention if cfg.attention.family == "feedforward" else MeanPooling
-    return cls(input_channels=cfg.input_channels, hidden_size=cfg.hidden_size)
+    model = cls(input_channels=cfg.input_channels, hidden_size=cfg.hidden_size)
+    if cfg.regressor_init == "paper":  # "torch": the layers' own initialisation, as constructed
+        init_paper_(model)
+    return model
 
 
-__all__ = ["FeedForwardAttention", "MeanPooling", "build_regressor"]
+__all__ = ["FeedForwardAttention", "MeanPooling", "build_regressor", "init_paper_"]

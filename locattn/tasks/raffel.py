@@ -6,7 +6,8 @@ N1 in {1..9} and at N2 in {1..floor(T/2)-2} (N2 moves up by one if it equals N1)
 With x1, x2 the values at the two marked steps the target is 0.5 + (x1 + x2) / 4 (addition)
 or x1 * x2 (multiplication). Padding steps (t >= T) are all zero.
 
-Lengths: fixed-length runs draw T per sequence from {T0, ..., ceil(1.1 T0) - 1}; variable-
+Lengths: fixed-length runs draw T per sequence from {T0, ..., floor(1.1 T0)}, the integers of
+the paper's closed interval [T0, 1.1 T0] (T0 = 50: 50..55); variable-
 length runs draw one T per *training batch* from {50, ..., 10000}, and T per sequence in the
 fixed dev/test sets. Training batches are sampled on the fly (:meth:`sample_batch`); dev and
 test are fixed sets of ``TaskConfig.dev_size`` / ``test_size`` sequences drawn from the data
@@ -25,16 +26,17 @@ import torch
 from locattn.tasks.base import Vocab
 from locattn.tasks.config import TaskConfig
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+"""Mixed into the fixed sets' seeds. 2: fixed lengths reach 1.1 T0 (the interval is closed)."""
 VARIABLE_RANGE = (50, 10_000)
 Op = Literal["add", "mul"]
 
 
 def length_range(cfg: TaskConfig) -> tuple[int, int]:
-    """Inclusive (min, max) sequence length of a run."""
+    """Inclusive (min, max) sequence length of a run: [T0, floor(1.1 T0)], or [50, 10000]."""
     if cfg.variable_length:
         return VARIABLE_RANGE
-    return cfg.t0, (11 * cfg.t0 + 9) // 10 - 1  # integer ceil(1.1 T0) - 1
+    return cfg.t0, (11 * cfg.t0) // 10  # the largest integer <= 1.1 T0, exactly
 
 
 def sample_sequences(rng: np.random.Generator, lengths: np.ndarray, op: Op
@@ -122,7 +124,7 @@ class RegressionTaskData:
         """A training batch: x (B,T,2) float32, lengths (B,) long, y (B,) float32.
 
         Deterministic in the generator's state. Variable-length tasks use one length for the
-        whole batch; fixed-length tasks draw a length per sequence in [T0, 1.1 T0).
+        whole batch; fixed-length tasks draw a length per sequence in [T0, 1.1 T0].
         """
         rng = _np_rng(generator)
         lo, hi = self.lengths
