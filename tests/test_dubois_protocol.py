@@ -81,7 +81,8 @@ def test_select_on_dev_loss_keeps_the_lowest_dev_loss(tmp_path: Path) -> None:
             assert hist[res.best_epoch - 1]["dev_score"] == pytest.approx(best)
 
 
-@pytest.mark.parametrize("stem", ["dubois_table3", "dubois_fig6", "dubois_fig7", "dubois_fig8"])
+@pytest.mark.parametrize("stem", ["dubois_table3", "dubois_fig6", "dubois_fig7", "dubois_fig8",
+                                  "dubois_fig9", "dubois_interp"])
 def test_dubois_specs_follow_dubois_code(stem: str) -> None:
     """Every cell of the paper and quick profiles trains with Dubois's code's protocol."""
     from locattn.config import make_run_config
