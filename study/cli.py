@@ -50,6 +50,7 @@ def _parser() -> Parser:
     lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
                     help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable)")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
@@ -183,15 +184,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.spec, profile=args.profile, name=args.name, root=args.root,
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
-                progress_seconds=args.progress_seconds, only=parse_only(args.only),
+                progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
             )
-            return 1 if summary.get("errors") else 0
+            return 130 if summary.get("interrupted") else 1 if summary.get("errors") else 0
         if args.cmd == "resume":
             from study.launch import resume
 
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds)
-            return 1 if summary.get("errors") else 0
+            return 130 if summary.get("interrupted") else 1 if summary.get("errors") else 0
         if args.cmd == "status":
             from study.launch import load_meta
             from study.status import format_status, study_status

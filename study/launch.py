@@ -8,22 +8,35 @@ Layout of a study directory (``<root>/<name>/``, absolute):
     tune/          Ray Tune experiment state and trial checkpoints (Tuner.restore reads it)
     runs/<key>/    per-run trainer out_dir (checkpoint, config.json, result.json, attention.png)
     optuna.db      Optuna studies (search specs only)
+    study.lock     held (``flock``) by the one driver running the study: its PID, host, Ray session
 
 Nothing here calls ``ray.init`` at import time.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 from study import schema
-from study.spec import SpecError, StudySpec, check_task_data, read_yaml, require_task_data, resolve_spec
+from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
+                        resolve_spec, size_warnings)
+
+
+class StudyError(SpecError):
+    """A study cannot run as asked (in use, unreadable state, no space, read-only root...);
+    the message is one line naming the file or the holder."""
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
@@ -65,6 +78,10 @@ class StudyPaths:
     def optuna_db(self) -> Path:
         return self.dir / "optuna.db"
 
+    @property
+    def lock(self) -> Path:
+        return self.dir / "study.lock"
+
     def default_tracking_uri(self) -> str:
         return f"sqlite:///{self.db}"
 
@@ -78,10 +95,185 @@ def study_paths(name_or_dir: str | Path, root: str | Path = "studies") -> StudyP
 
 
 def load_meta(paths: StudyPaths) -> dict[str, Any]:
-    """The saved ``study.json``; a clear error when the study does not exist."""
+    """The saved ``study.json``; a one-line error when it is missing, empty, corrupt or unreadable."""
     if not paths.meta.is_file():
         raise SpecError(f"{paths.dir}: no study here (missing study.json); launch it first")
-    return json.loads(paths.meta.read_text())
+    try:
+        text = paths.meta.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(f"{paths.meta}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"corrupt ({exc})"
+        raise StudyError(
+            f"{paths.meta}: {what}; the runs and the store are untouched: restore the file, or "
+            f"launch the spec again under this --name to rewrite it") from None
+    missing = [k for k in ("name", "spec_path", "profile", "raw", "resolved", "tracking_uri")
+               if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise StudyError(f"{paths.meta}: corrupt (missing {', '.join(missing)}); restore the file, or "
+                         f"launch the spec again under this --name to rewrite it")
+    return meta
+
+
+def redact_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """``(uri without user:password@, user, password)``; the URI unchanged when it has none."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri, None, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    from urllib.parse import unquote
+
+    return (urlunsplit(parts._replace(netloc=hostport)), unquote(user) or None,
+            unquote(password) if password else None)
+
+
+def _take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
+    """Strip userinfo from a tracking URI; hand it to MLflow through its environment variables
+    (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``), never to a file or a log."""
+    if tracking_uri is None:
+        return None
+    clean, user, password = redact_uri(tracking_uri)
+    if user is None and password is None:
+        return tracking_uri
+    if user is not None:
+        os.environ.setdefault("MLFLOW_TRACKING_USERNAME", user)
+    if password is not None:
+        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", password)
+    print(f"[study] credentials removed from the tracking URI ({clean}); they are not saved. "
+          "MLflow reads them from MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD: set these "
+          "to resume", file=out)
+    return clean
+
+
+# ---------------------------------------------------------------------------- the study lock
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StudyLock:
+    """One driver per study: an exclusive ``flock`` on ``study.lock``, holding the driver's PID,
+    host and Ray session.
+
+    The kernel releases the lock when its holder dies, however it dies (``kill -9`` included),
+    so a stale lock never blocks: the next driver takes it over and says whose it was. A second
+    live driver is refused with the holder's PID and host.
+    """
+
+    def __init__(self, paths: StudyPaths, out: TextIO) -> None:
+        self.paths = paths
+        self.out = out
+        self.fd: int | None = None
+        self.previous: dict[str, Any] = {}
+
+    def acquire(self) -> "StudyLock":
+        path = self.paths.lock
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StudyError(f"{path}: cannot create the study lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StudyError(f"{path}: cannot lock ({exc.strerror})") from None
+            holder = self._read(path)
+            raise StudyError(
+                f"study {self.paths.dir.name!r} is already running: driver PID {holder.get('pid', '?')} "
+                f"on host {holder.get('host', '?')} holds {path}; wait for it, or stop that driver first"
+            ) from None
+        self.fd = fd
+        self.previous = self._read(path)
+        pid, host = self.previous.get("pid"), self.previous.get("host")
+        if pid and pid != os.getpid():
+            here = host == socket.gethostname()
+            state = "no longer running" if here and not _pid_alive(int(pid)) else "lock released"
+            print(f"[study {self.paths.dir.name}] taking over the stale lock of driver PID {pid} on "
+                  f"host {host} ({state})", file=self.out)
+        self.write()
+        return self
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text() or "{}")
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def write(self, **extra: Any) -> None:
+        """(Re)write the holder record: PID, host, start time, and e.g. the Ray session dir."""
+        if self.fd is None:
+            return
+        body = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), **extra}
+        blob = json.dumps(body).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, blob, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def reap_stale_ray(self) -> list[int]:
+        """Kill, by PID, the Ray processes a dead previous driver of this study left behind.
+
+        A ``kill -9``'d driver's local Ray (GCS, raylet, dashboard and runtime-env agents, idle
+        workers) can linger for about a minute. They belong to the session directory recorded
+        in the lock; only processes whose command line names that exact directory are killed.
+        """
+        session = self.previous.get("ray_session")
+        pid = self.previous.get("pid")
+        if (not session or not pid or self.previous.get("host") != socket.gethostname()
+                or _pid_alive(int(pid)) or not str(session).startswith("/")):
+            return []
+        return kill_session_processes(str(session))
+
+
+def kill_session_processes(session_dir: str) -> list[int]:
+    """SIGKILL every process (not this one) whose command line contains ``session_dir``."""
+    killed = []
+    needle = session_dir.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                pass
+    return killed
+
+
+def ray_session_dir() -> str | None:
+    """The session directory of the Ray this process started (None if it joined one)."""
+    try:
+        from ray._private import worker
+
+        node = worker._global_node
+        return node.get_session_dir_path() if node is not None else None
+    except Exception:  # noqa: BLE001 - Ray internals
+        return None
 
 
 def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
@@ -94,7 +286,13 @@ def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
 
 
 def init_ray(address: str | None = None) -> bool:
-    """Start a local Ray on loopback, or join ``address``. Returns True if this call started it."""
+    """Start a private local Ray on loopback, or join ``address``. Returns True if this call
+    started it.
+
+    Without an address this never joins a Ray that is already running on the host (a
+    neighbour's ``ray start``, another study's driver): ``ray.init()`` alone would connect to
+    the newest one and hand it our trials.
+    """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
@@ -113,6 +311,7 @@ def init_ray(address: str | None = None) -> bool:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         ray.init(
+            address="local",
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
@@ -136,7 +335,28 @@ def _stale_checkpoint_filter(record: Any) -> bool:
 
 
 def _trial_dirname(trial: Any) -> str:
-    return f"trial_{trial.trial_id}"
+    from study.trainable import trial_dirname
+
+    return trial_dirname(trial.trial_id)
+
+
+def _tune_log_filter(record: Any) -> bool:
+    """Drop Tune's advice to call ``Tuner.restore``: ``study resume`` is the way back."""
+    return "Tuner.restore" not in str(record.msg)
+
+
+def _one_line_os_error(exc: BaseException, where: Path) -> str:
+    """One line for a filesystem or store failure, saying "No space left on device" when it is."""
+    text = str(exc)
+    full = ("database or disk is full" in text or getattr(exc, "errno", None) == errno.ENOSPC
+            or "No space left" in text)
+    if full:
+        return f"{where}: No space left on device ({type(exc).__name__}); free space, then `study resume {where}`"
+    if getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text \
+            or "read-only" in text:
+        return f"{where}: cannot write here ({getattr(exc, 'strerror', None) or text.splitlines()[0]})"
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"{where}: {type(exc).__name__}: {first[:300]}"
 
 
 # ---------------------------------------------------------------------------- launch
@@ -156,8 +376,13 @@ def launch(
     only: dict[str, list] | None = None,
     train_fn: str = DEFAULT_TRAIN_FN,
     out: TextIO | None = None,
+    yes: bool = False,
 ) -> dict[str, Any]:
-    """Launch a study, or resume it if it already exists with the same spec (idempotent)."""
+    """Launch a study, or resume it if it already exists with the same spec (idempotent).
+
+    A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
+    dry-run cost unless ``yes``.
+    """
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
@@ -165,42 +390,73 @@ def launch(
     if not name:
         name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
     paths = study_paths(Path(root).resolve() / name)
+    tracking_uri = _take_credentials(tracking_uri, out)
+    big = size_warnings(spec)
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
         print(spec.plan(), file=out)
+        for warning in big:
+            print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
         problems = check_task_data(spec)
         for problem in problems:
             print(f"data     PROBLEM {problem}", file=out)
         return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
-                "data_problems": problems}
+                "data_problems": problems, "size_warnings": big}
+    if big and not yes:
+        cost = next((ln for ln in spec.plan().splitlines() if ln.startswith("cost")), "").split(None, 1)
+        raise StudyError(
+            f"{spec_path}: a very large study ({'; '.join(big)}; dry-run cost "
+            f"{cost[-1] if cost else '?'}); check with --dry-run, then pass --yes to launch it")
     require_task_data(spec)  # before anything is created or started
-    if paths.meta.is_file():
-        meta = load_meta(paths)
-        if meta["resolved"] != spec.resolved:
-            raise SpecError(
-                f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-                f"profile ({meta['spec_path']}, profile {meta['profile']}); resume it with "
-                f"`study resume {paths.dir}` or launch under another --name"
-            )
-        print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)", file=out)
-    else:
+    try:
         paths.dir.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "name": name,
-            "spec_path": str(spec_path),
-            "profile": spec.profile,
-            "only": only or {},
-            "raw": raw,
-            "resolved": spec.resolved,
-            "tracking_uri": tracking_uri or paths.default_tracking_uri(),
-            "train_fn": train_fn,
-            "created": time.time(),
-        }
-        tmp = paths.meta.with_suffix(".tmp")
+    except OSError as exc:
+        raise StudyError(_one_line_os_error(exc, paths.dir)) from None
+    lock = StudyLock(paths, out).acquire()
+    try:
+        if paths.meta.is_file():
+            meta = load_meta(paths)
+            if meta["resolved"] != spec.resolved:
+                raise SpecError(
+                    f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
+                    f"profile ({meta['spec_path']}, profile {meta['profile']}); resume it with "
+                    f"`study resume {paths.dir}` or launch under another --name"
+                )
+            if tracking_uri and tracking_uri != meta["tracking_uri"]:
+                print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
+                      f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
+                      "(finished runs missing there are re-recorded from the run directories)", file=out)
+                meta["tracking_uri"] = tracking_uri
+                _write_meta(paths, meta)
+            print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)",
+                  file=out)
+        else:
+            meta = {
+                "name": name,
+                "spec_path": str(spec_path),
+                "profile": spec.profile,
+                "only": only or {},
+                "raw": raw,
+                "resolved": spec.resolved,
+                "tracking_uri": tracking_uri or paths.default_tracking_uri(),
+                "train_fn": train_fn,
+                "created": time.time(),
+            }
+            _write_meta(paths, meta)
+        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
+                    progress_seconds=progress_seconds, out=out, lock=lock)
+    finally:
+        lock.release()
+
+
+def _write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
+    tmp = paths.meta.with_suffix(".tmp")
+    try:
         tmp.write_text(json.dumps(meta, indent=1, default=str))
         os.replace(tmp, paths.meta)
-    return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                progress_seconds=progress_seconds, out=out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StudyError(_one_line_os_error(exc, paths.dir)) from None
 
 
 def resume(
@@ -213,11 +469,21 @@ def resume(
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue."""
     paths = study_paths(study, root)
+    out = out or sys.stdout
     meta = load_meta(paths)
+    _, user, password = redact_uri(meta["tracking_uri"])
+    if user or password:  # a study.json written before credentials were stripped
+        meta["tracking_uri"] = _take_credentials(meta["tracking_uri"], out)
     spec = spec_from_meta(meta)
     require_task_data(spec)
-    return _run(spec, paths, meta, address=address, max_concurrent=None,
-                progress_seconds=progress_seconds, out=out or sys.stdout)
+    lock = StudyLock(paths, out).acquire()
+    try:
+        if user or password:
+            _write_meta(paths, meta)
+        return _run(spec, paths, meta, address=address, max_concurrent=None,
+                    progress_seconds=progress_seconds, out=out, lock=lock)
+    finally:
+        lock.release()
 
 
 def _run(
@@ -229,12 +495,40 @@ def _run(
     max_concurrent: int | None,
     progress_seconds: float,
     out: TextIO,
+    lock: StudyLock | None = None,
+) -> dict[str, Any]:
+    try:
+        return _run_locked(spec, paths, meta, address=address, max_concurrent=max_concurrent,
+                           progress_seconds=progress_seconds, out=out, lock=lock)
+    except OSError as exc:
+        raise StudyError(_one_line_os_error(exc, paths.dir)) from None
+    except Exception as exc:  # noqa: BLE001 - the store's own errors: one line when disk/permission
+        text = str(exc)
+        if any(m in text for m in ("database or disk is full", "No space left", "readonly database",
+                                   "attempt to write a readonly")):
+            raise StudyError(_one_line_os_error(exc, paths.dir)) from None
+        raise
+
+
+def _run_locked(
+    spec: StudySpec,
+    paths: StudyPaths,
+    meta: dict[str, Any],
+    *,
+    address: str | None,
+    max_concurrent: int | None,
+    progress_seconds: float,
+    out: TextIO,
+    lock: StudyLock | None,
 ) -> dict[str, Any]:
     # Tune settings read from the environment by the driver.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # MLflow is the record
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # objective only at the end
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Ctrl-C is ours (see _Interrupt): Tune's own handler would report an interrupted study as
+    # finished and advise ``Tuner.restore``.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     import logging
 
     from ray import tune
@@ -243,14 +537,20 @@ def _run(
     # dataframe fetch has no files to read: silence that warning only.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_stale_checkpoint_filter)
+    logging.getLogger("ray.tune.tune").addFilter(_tune_log_filter)
 
-    from study.record import MlflowRecorder, OpenTrialsScheduler, TrialQueue, existing_runs
+    from study.record import MlflowRecorder, OpenTrialsScheduler, TrialQueue, reconcile
     from study.trainable import run_trial, trial_descriptor, trial_run_keys
 
     name = meta["name"]
     tracking_uri = meta["tracking_uri"]
     t_start = time.time()
-    started = init_ray(address)
+    if lock is not None:
+        reaped = lock.reap_stale_ray()
+        if reaped:
+            print(f"[study {name}] stopped {len(reaped)} Ray processes left by the previous driver "
+                  f"(PIDs {', '.join(map(str, reaped[:8]))}{' ...' if len(reaped) > 8 else ''})", file=out)
+    started = False
     trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
     metric = spec.search.metric if spec.search else "best_dev_score"
     common = dict(study=name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus, metric=metric,
@@ -284,7 +584,18 @@ def _run(
         verbose=0,
     )
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+    interrupt = _Interrupt(name, out)
     try:
+        # The record first: finished runs the store lost (a deleted mlflow.db, another store,
+        # a study copied without tune/) are re-recorded from their run directories.
+        recorder._ensure()
+        fixed = reconcile(recorder, paths.dir)
+        if fixed:
+            print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
+                  "(from their run directories)", file=out)
+        started = init_ray(address)
+        if lock is not None and started:
+            lock.write(ray_session=ray_session_dir())
         if tune.Tuner.can_restore(str(paths.tune)):
             tuner = tune.Tuner.restore(
                 str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True
@@ -298,8 +609,7 @@ def _run(
         else:
             if spec.search is None:
                 trials = []
-                done = {k for k, s in _existing(tracking_uri, name).items()
-                        if s.status == schema.STATUS_FINISHED}
+                done = {k for k, s in recorder.runs.items() if s.status == schema.STATUS_FINISHED}
                 skipped = 0
                 for t in spec.grid_trials():
                     desc = trial_descriptor(cell=t.cell, task=t.task, variant=t.variant,
@@ -311,8 +621,10 @@ def _run(
                     trials.append(desc)
                 if not trials:
                     print(f"[study {name}] every trial is already finished in the record", file=out)
+                    recorder.finish_parent(interrupted=False)
                     return {"name": name, "dir": str(paths.dir), "skipped": skipped,
-                            "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start}
+                            "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
+                            **recorder.run_counts(spec.n_runs()), "interrupted": False}
                 tune_config = tune.TuneConfig(
                     search_alg=TrialQueue(trials),
                     num_samples=len(trials),
@@ -350,27 +662,77 @@ def _run(
             tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config,
                                run_config=run_config)
         t_fit = time.time()
-        grid = tuner.fit()
+        grid = None
+        with interrupt:
+            try:
+                grid = tuner.fit()
+            except KeyboardInterrupt:  # a second Ctrl-C: stop now, state as of the last snapshot
+                interrupt.event.set()
         fit_seconds = time.time() - t_fit
-        errors = sum(1 for r in grid if r.error is not None)
+        errors = sum(1 for r in grid if r.error is not None) if grid is not None else 0
+        recorder.flush()
+        counts = recorder.run_counts(spec.n_runs())
+        interrupted = interrupt.event.is_set()
+        recorder.finish_parent(interrupted=interrupted)
         summary = {
             "name": name,
             "dir": str(paths.dir),
             "tracking_uri": tracking_uri,
-            "trials": len(grid),
+            "trials": len(grid) if grid is not None else 0,
             "errors": errors,
             "skipped": skipped,
             "wall_seconds": time.time() - t_start,
             "fit_seconds": fit_seconds,
+            "interrupted": interrupted,
+            **counts,
         }
-        print(f"[study {name}] {len(grid) - errors} trials finished, {errors} failed; record: "
-              f"{tracking_uri} (experiment {name!r}); `study ui {paths.dir}` to browse", file=out)
+        line = (f"[study {name}] {counts['runs_finished']} of {counts['runs_expected']} runs finished, "
+                f"{counts['runs_failed']} failed, {counts['runs_unfinished']} not finished; record: "
+                f"{tracking_uri} (experiment {name!r})")
+        if interrupted:
+            print(f"{line}. Interrupted: continue with `study resume {paths.dir}`", file=out)
+        else:
+            print(f"{line}; `study ui {paths.dir}` to browse", file=out)
         return summary
     finally:
         if started:
             import ray
 
             ray.shutdown()
+
+
+class _Interrupt:
+    """Ctrl-C (SIGINT) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1
+    handler saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
+    ``event`` is set, so the study reports itself interrupted (exit status 130)."""
+
+    def __init__(self, name: str, out: TextIO) -> None:
+        self.name = name
+        self.out = out
+        self.event = threading.Event()
+        self.previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        print(f"[study {self.name}] interrupted: stopping the trials and saving state "
+              "(Ctrl-C again to stop at once)", file=self.out, flush=True)
+        tune_handler = signal.getsignal(signal.SIGUSR1)
+        if callable(tune_handler):
+            tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
+            signal.signal(signal.SIGINT, self._handle)  # (Tune's handler reinstalled the previous)
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "_Interrupt":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _existing(tracking_uri: str, name: str) -> dict:

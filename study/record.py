@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping
 from study import schema
 from study.naming import run_name
 from study.spec import hparams_json
-from study.trainable import OBJECTIVE, is_packed, resolve_run_config, run_dir, trial_run_keys
+from study.trainable import (OBJECTIVE, TRIAL_FILE, final_metrics, is_packed, resolve_run_config,
+                             run_dir, trial_run_keys)
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -216,8 +217,9 @@ class MlflowRecorder(_TuneCallback):
         from mlflow.tracking import MlflowClient
 
         c = self.cfg
-        self.client = MlflowClient(tracking_uri=c["tracking_uri"])
-        self.experiment_id = ensure_experiment(self.client, c["study"], c["artifact_location"])
+        with store_lock(c["tracking_uri"]):  # a new SQLite store is created (migrated) once
+            self.client = MlflowClient(tracking_uri=c["tracking_uri"])
+            self.experiment_id = ensure_experiment(self.client, c["study"], c["artifact_location"])
         self.runs = existing_runs(self.client, c["tracking_uri"], self.experiment_id)
         location = self.client.get_experiment(self.experiment_id).artifact_location
         self.artifact_root = _local_dir(location)
@@ -335,6 +337,38 @@ class MlflowRecorder(_TuneCallback):
         self.stats["mlflow_seconds"] += time.perf_counter() - t
         self.last_flush = now
 
+    def flush(self) -> None:
+        """Write every buffered metric now."""
+        if self._ready:
+            self._flush(force=True)
+
+    def run_counts(self, expected: int) -> dict[str, int]:
+        """True counts of the study's trial runs in the record (not Tune's trial states)."""
+        parent = study_key(self.cfg["study"])
+        states = [s.status for k, s in self.runs.items() if k != parent]
+        done = sum(1 for s in states if s == schema.STATUS_FINISHED)
+        failed = sum(1 for s in states if s == schema.STATUS_FAILED)
+        return {"runs_expected": expected, "runs_finished": done, "runs_failed": failed,
+                "runs_unfinished": max(0, expected - done - failed)}
+
+    def finish_parent(self, *, interrupted: bool) -> None:
+        """After ``fit``: the parent run is never left RUNNING by a driver that returns.
+
+        Interrupted: status ``interrupted`` (MLflow KILLED). Otherwise finished (FAILED if a
+        run failed) when every expected run is in the record, else ``interrupted`` too: the
+        study stopped short and needs a resume.
+        """
+        self._ensure()
+        counts = self.run_counts(int(self.cfg["parent_tags"].get(schema.N_RUNS, 0) or 0))
+        complete = counts["runs_unfinished"] == 0
+        if interrupted or not complete:
+            status, mlflow_status = schema.STATUS_INTERRUPTED, "KILLED"
+        else:
+            status = schema.STATUS_FINISHED
+            mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
+        self._set_tags(self.parent_id, {schema.STATUS: status})
+        self.client.set_terminated(self.parent_id, mlflow_status)
+
     # ------------------------------------------------------------------ Tune hooks
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -420,7 +454,8 @@ class MlflowRecorder(_TuneCallback):
 
     def _log_artifacts(self, run_id: str, key: str) -> None:
         out_dir = run_dir(self.cfg["study_dir"], key)
-        files = [out_dir / n for n in ("attention.png", "result.json") if (out_dir / n).is_file()]
+        names = ("attention.png", "result.json", "attention.json", "examples.json")  # json: exhibits
+        files = [out_dir / n for n in names if (out_dir / n).is_file()]
         local = self._local_artifacts(run_id)
         for path in files:
             if local is None:
@@ -472,20 +507,28 @@ class MlflowRecorder(_TuneCallback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._ensure()
         self._flush(force=True)
-        counts = _counts(trials)
         from mlflow.entities import Metric
 
+        # Trials whose every seed is finished (or failed) in the record: Tune marks a trial
+        # stopped by Ctrl-C TERMINATED too, so its states overcount.
+        done = failed = 0
+        for trial in trials:
+            states = [self.runs[k].status if k in self.runs else None
+                      for _, k in trial_run_keys(trial.config)]
+            if all(s == schema.STATUS_FINISHED for s in states):
+                done += 1
+            elif trial.status == "ERROR" and all(s in (schema.STATUS_FINISHED, schema.STATUS_FAILED)
+                                                 for s in states):
+                failed += 1
+        counts = self.run_counts(int(self.cfg["parent_tags"].get(schema.N_RUNS, 0) or 0))
         ts = int(time.time() * 1000)
         self.client.log_batch(self.parent_id, metrics=[
-            Metric("trials_finished", counts["done"], ts, 0),
-            Metric("trials_failed", counts["failed"], ts, 0),
+            Metric("trials_finished", done, ts, 0),
+            Metric("trials_failed", failed, ts, 0),
+            Metric("runs_finished", counts["runs_finished"], ts, 0),
+            Metric("runs_failed", counts["runs_failed"], ts, 0),
             Metric("wall_seconds", time.time() - self.t0, ts, 0),
         ], synchronous=True)
-        done = counts["done"] + counts["failed"] == len(trials) and len(trials) >= self.cfg["total_trials"]
-        status = schema.STATUS_FINISHED if done else schema.STATUS_RUNNING
-        self._set_tags(self.parent_id, {schema.STATUS: status})
-        if done:
-            self.client.set_terminated(self.parent_id, "FINISHED" if not counts["failed"] else "FAILED")
         self._progress_line(trials, force=True)
 
     # ------------------------------------------------------------------ progress
@@ -545,16 +588,14 @@ class TrialQueue(_TuneSearcher):
         return None
 
     def save(self, checkpoint_path: str) -> None:
-        import pickle
-
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump({"items": self.items, "next": self.next}, f)
+        # JSON, not a pickle: restoring a study never executes code from its tune/ folder.
+        with open(checkpoint_path, "w") as f:
+            json.dump({"items": self.items, "next": self.next}, f)
 
     def restore(self, checkpoint_path: str) -> None:
-        import pickle
-
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
+        with open(checkpoint_path) as f:
+            data = json.load(f)
+        self.items, self.next = list(data["items"]), int(data["next"])
 
 
 class OpenTrialsScheduler(_FIFOScheduler):
@@ -593,6 +634,83 @@ class OpenTrialsScheduler(_FIFOScheduler):
     def __getstate__(self) -> dict:
         # Pickled with the Tuner: trials are re-added (on_trial_add) when it is restored.
         return {**self.__dict__, "_open": {}}
+
+
+class store_lock:
+    """An exclusive file lock beside a SQLite store (``<db>.lock``) while it is opened and
+    created: two drivers creating one new store at once would both run its migrations."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        self.db = sqlite_path(tracking_uri)
+        self.fd: int | None = None
+
+    def __enter__(self) -> "store_lock":
+        if self.db is not None:
+            import fcntl
+
+            Path(self.db).parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(f"{self.db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
+    """Re-record finished runs that the store lacks, from their run directories.
+
+    A run directory holding ``result.json`` (of the same run identity as its ``trial.json``
+    says) is a finished run. If the store has no finished run under its key (the store was
+    deleted, replaced, or the study was copied without it), the run is written now: tags,
+    params, every epoch of its history, final metrics, artifacts, status. Returns how many.
+    """
+    from types import SimpleNamespace
+
+    from mlflow.entities import Metric, RunTag
+
+    from study.trainable import _finished_result
+
+    recorder._ensure()
+    fixed = 0
+    runs_root = Path(study_dir) / "runs"
+    if not runs_root.is_dir():
+        return 0
+    for out_dir in sorted(runs_root.iterdir()):
+        key = out_dir.name
+        state = recorder.runs.get(key)
+        if state is not None and state.status == schema.STATUS_FINISHED:
+            continue
+        try:
+            body = json.loads((out_dir / TRIAL_FILE).read_text())
+            config = {"trial": body["trial"], "search": body.get("search") or {}}
+            seed = int(body["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if dict(trial_run_keys(config)).get(seed) != key:
+            continue
+        result = _finished_result(out_dir, resolve_run_config(config, seed))
+        if result is None:
+            continue
+        state = recorder._run_for(SimpleNamespace(config=config), seed, key)
+        ts = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), ts, int(h["epoch"]))
+                   for h in (getattr(result, "history", None) or []) if int(h["epoch"]) > state.last_step
+                   for k, v in h.items() if k in schema.EPOCH_METRICS and isinstance(v, (int, float))]
+        metrics += [Metric(k, float(v), ts, 0) for k, v in final_metrics(out_dir, result).items()
+                    if k in schema.FINAL_METRICS or k.startswith("test.")]
+        recorder._log_artifacts(state.run_id, key)
+        for chunk in _chunks(metrics, 900):
+            recorder.client.log_batch(state.run_id, metrics=chunk, synchronous=True)
+        recorder.client.log_batch(state.run_id, tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
+                                  synchronous=True)
+        recorder.client.set_terminated(state.run_id, "FINISHED")
+        state.status = schema.STATUS_FINISHED
+        state.last_step = max([state.last_step] + [m.step for m in metrics])
+        fixed += 1
+    return fixed
 
 
 def _local_dir(uri: str) -> Path | None:

@@ -9,6 +9,7 @@ and a trial that fails is told to Optuna as FAIL.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from ray.tune.search import Searcher
@@ -64,6 +65,55 @@ class CompleteOnlyOptunaSearch(OptunaSearch):
             super().on_trial_complete(trial_id, None, error=True)
         else:
             super().on_trial_complete(trial_id, {OBJECTIVE: result[OBJECTIVE]}, error=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-safe state: Tune trial id -> Optuna trial id, completed trials, sampler RNGs.
+
+        The Optuna study itself (its trials, params and values) is in its RDB storage.
+        """
+        return {
+            "trials": {tid: int(t._trial_id) for tid, t in self._ot_trials.items()},
+            "completed": sorted(self._completed_trials),
+            "rng": {path: _rng_to_json(rng) for path, rng in _sampler_rngs(self._sampler)},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`state_dict` on a searcher built with the same study and sampler."""
+        import optuna
+
+        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, int(otid))
+                           for tid, otid in state["trials"].items()}
+        self._completed_trials = set(state["completed"])
+        saved = state.get("rng") or {}
+        for path, rng in _sampler_rngs(self._sampler):
+            if path in saved:
+                _rng_from_json(rng, saved[path])
+
+
+def _sampler_rngs(sampler: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(attribute path, numpy RandomState) of a sampler and its nested samplers."""
+    import numpy as np
+
+    out = []
+    for name, value in sorted(vars(sampler).items()):
+        rng = getattr(value, "rng", None) if type(value).__name__ == "LazyRandomState" else value
+        if isinstance(rng, np.random.RandomState):
+            out.append((prefix + name, rng))
+        elif hasattr(value, "sample_independent") and not prefix.count(".") > 2:
+            out += _sampler_rngs(value, f"{prefix}{name}.")
+    return out
+
+
+def _rng_to_json(rng: Any) -> list:
+    kind, keys, pos, has_gauss, cached = rng.get_state()
+    return [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+
+
+def _rng_from_json(rng: Any, state: list) -> None:
+    import numpy as np
+
+    kind, keys, pos, has_gauss, cached = state
+    rng.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
 class CellSearch(Searcher):
@@ -127,13 +177,16 @@ class CellSearch(Searcher):
             self.subs[i].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        import pickle
-
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__.copy(), f)
+        # JSON, not a pickle: restoring a study never executes code from its tune/ folder. The
+        # Optuna studies themselves live in optuna.db; the samplers are rebuilt from the spec.
+        with open(checkpoint_path, "w") as f:
+            json.dump({"count": self.count, "owner": self.owner,
+                       "subs": [sub.state_dict() for sub in self.subs]}, f)
 
     def restore(self, checkpoint_path: str) -> None:
-        import pickle
-
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
+        with open(checkpoint_path) as f:
+            data = json.load(f)
+        self.count = [int(n) for n in data["count"]]
+        self.owner = {str(k): int(v) for k, v in data["owner"].items()}
+        for sub, body in zip(self.subs, data["subs"]):
+            sub.load_state_dict(body)

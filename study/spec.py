@@ -333,17 +333,54 @@ def _merge(base: dict, profile: dict) -> dict:
     return out
 
 
+def _unique_key_loader() -> type:
+    """A safe YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise SpecError(
+                    f"duplicate key {key!r} (lines {seen[key]} and {key_node.start_mark.line + 1}); "
+                    "YAML would silently keep the last value: keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return UniqueKeyLoader
+
+
 def read_yaml(path: str | Path) -> dict:
-    """Read a spec file; a missing file or bad YAML is a :class:`SpecError`."""
+    """Read a spec file; a missing, binary or unreadable file, bad YAML or a duplicate key is a
+    :class:`SpecError`."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{path}: no such spec file")
     try:
-        data = yaml.safe_load(p.read_text())
+        blob = p.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not a text (UTF-8) YAML file: undecodable byte at offset "
+                        f"{exc.start}") from None
+    if "\x00" in text:
+        raise SpecError(f"{path}: not a text YAML file (it contains NUL bytes)")
+    try:
+        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        first = " ".join(str(exc).split())
+        raise SpecError(f"{path}: not valid YAML: {first}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec is a mapping of keys {sorted(TOP_KEYS)}")
     return data
@@ -419,6 +456,10 @@ def resolve_spec(
         tables = [tables]
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         raise _err(path, "tables", f"expected a list of table ids, got {tables!r}")
+    valid_tables = _table_ids()
+    for table in tables:
+        if valid_tables is not None and table not in valid_tables:
+            raise _err(path, "tables", f"unknown table {table!r}", valid_tables)
 
     overrides = _check_mapping(path, "overrides", merged.get("overrides") or {})
     grid = _check_mapping(path, "grid", merged.get("grid") or {})
@@ -511,6 +552,19 @@ def resolve_spec(
         pack_seeds=pack_seeds,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
+
+
+def _table_ids() -> list[str] | None:
+    """Report table ids (``reports.tables.TABLES``), or None when the reports extra is absent.
+
+    The table registry is the one place table ids are defined; ``reports.tables`` imports only
+    the standard library, so reading it here keeps Ray and MLflow out of the reports side.
+    """
+    try:
+        from reports.tables import EXHIBITS, TABLES
+    except ImportError:
+        return None
+    return sorted({*TABLES, *EXHIBITS})  # exhibits: reports/exhibits.py
 
 
 def _expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
@@ -635,15 +689,64 @@ def _validate_configs(
     for cell in cells:
         for point in points:
             sig = (cell.task, cell.variant, json.dumps(point, sort_keys=True, default=str))
+            overrides = {**cell.overrides, **point}
             try:
-                cfg = make_run_config(
-                    task=cell.task, variant=cell.variant, overrides={**cell.overrides, **point}
-                )
+                cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
             except (ValueError, KeyError, TypeError) as exc:
                 raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
+            _check_values(path, cell, overrides, cfg)
             if pack_seeds:
                 _check_packable(path, cell, cfg)
             seen.add(sig)
+
+
+def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> None:
+    """Every number in the resolved config is finite, and every override kept its value
+    (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
+    import math
+
+    from locattn.config import config_to_dict, flatten
+
+    flat = flatten(config_to_dict(cfg))
+    for key, value in flat.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={value!r} is not a finite number")
+    for key, given in overrides.items():
+        if key not in flat or isinstance(given, bool) or not isinstance(given, (int, float)):
+            continue
+        got = flat[key]
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            continue
+        if isinstance(got, int) and given != int(given):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r}: expected an integer")
+        if float(got) != float(given):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r} became {got!r}")
+
+
+#: A launch above any of these needs an explicit confirmation (``study launch --yes``).
+SIZE_LIMITS = {"runs": 20_000, "epochs": 100_000, "cpu_hours": 50_000.0}
+
+
+def size_warnings(spec: "StudySpec") -> list[str]:
+    """Why a spec is suspiciously large (runs, epochs per run, estimated CPU time), or []."""
+    from locattn.config import make_run_config
+
+    out = []
+    if spec.n_runs() > SIZE_LIMITS["runs"]:
+        out.append(f"{spec.n_runs():,} runs (more than {SIZE_LIMITS['runs']:,})")
+    max_epochs = 0
+    cpu_seconds = 0.0
+    for cell in spec.cells:
+        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        max_epochs = max(max_epochs, cfg.optim.epochs)
+        cpu_seconds += (cfg.optim.epochs * (cfg.task.train_size + cfg.task.dev_size) / 1000.0
+                        * spec.seconds_per_1k_examples * spec.n_runs() / len(spec.cells))
+    if max_epochs > SIZE_LIMITS["epochs"]:
+        out.append(f"up to {max_epochs:,} epochs per run (more than {SIZE_LIMITS['epochs']:,})")
+    if cpu_seconds / 3600 > SIZE_LIMITS["cpu_hours"]:
+        out.append(f"~{cpu_seconds / 3600:,.0f} CPU hours estimated (more than "
+                   f"{SIZE_LIMITS['cpu_hours']:,.0f})")
+    return out
 
 
 def _check_packable(path: str, cell: Cell, cfg: Any) -> None:

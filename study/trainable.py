@@ -28,6 +28,16 @@ from study.spec import run_key
 OBJECTIVE = "objective"
 STATE_FILE = "trial_state.json"
 RUN_SUBDIR = "run"
+#: Written into every run directory when its seed starts: the trial config and seed, so that a
+#: resume can re-record a finished run the store lost (study.record.reconcile).
+TRIAL_FILE = "trial.json"
+#: Tune's experiment directory under the study (``tune.RunConfig(name=...)``).
+TUNE_DIRNAME = "tune"
+
+
+def trial_dirname(trial_id: str) -> str:
+    """Name of a trial's directory under ``<study>/tune/`` (``trial_dirname_creator``)."""
+    return f"trial_{trial_id}"
 
 
 def trial_descriptor(
@@ -192,8 +202,8 @@ def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path])
     """A directory with the trial state and (hard links to) trainer checkpoints:
     ``sources`` maps a path inside the staging directory to a checkpoint directory.
 
-    The state file lists every file of the trainer checkpoints with its size, so a copy that a
-    crash interrupted is recognised as incomplete (:func:`_read_complete`).
+    The state file lists every file of the trainer checkpoints with its size and SHA-256, so a
+    copy that a crash interrupted, or a file corrupted later, is recognised (:func:`_read_complete`).
     """
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -203,20 +213,34 @@ def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path])
         except OSError:
             shutil.rmtree(staging / rel, ignore_errors=True)
             shutil.copytree(src, staging / rel)
-    files = {str(p.relative_to(staging)): p.stat().st_size
+    from locattn.training.checkpoint import file_sha256
+
+    files = {str(p.relative_to(staging)): [p.stat().st_size, file_sha256(p)]
              for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
     (staging / STATE_FILE).write_text(json.dumps({**state, "files": files}))
     return staging
 
 
 def _read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
-    """The trial state of a Tune checkpoint directory if it is complete, else None."""
+    """The trial state of a Tune checkpoint directory if it is complete and intact, else None.
+
+    A file whose size or checksum differs from the state's list makes the checkpoint unusable;
+    that is said in one line naming the file (a restore then falls back to an older one).
+    """
+    from locattn.training.checkpoint import file_sha256
+
     try:
         state = json.loads((ckpt_dir / STATE_FILE).read_text())
-        for rel, size in (state.get("files") or {}).items():
-            if (ckpt_dir / rel).stat().st_size != size:
+        for rel, expect in (state.get("files") or {}).items():
+            size, digest = (expect, None) if isinstance(expect, int) else expect
+            path = ckpt_dir / rel
+            if path.stat().st_size != size:
                 return None
-    except (OSError, ValueError):
+            if digest is not None and file_sha256(path) != digest:
+                print(f"study: trial checkpoint file {path} is corrupt (checksum mismatch); "
+                      "falling back to an older checkpoint", flush=True)
+                return None
+    except (OSError, ValueError, TypeError):
         return None
     return state
 
@@ -265,13 +289,30 @@ def _strip_finished(trial_dir: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _trial_dir() -> Path | None:
+def _trial_dir(study_dir: str | Path) -> Path | None:
+    """This trial's directory under ``<study>/tune/``, where Tune keeps its checkpoints.
+
+    (``tune.get_context().get_trial_dir()`` names a directory under Ray's temporary working
+    directory, not the storage directory, so it held no checkpoints to scan or strip.)
+    """
     from ray import tune
 
     try:
-        return Path(tune.get_context().get_trial_dir())
-    except Exception:  # noqa: BLE001 - no trial directory visible here
+        trial_id = tune.get_context().get_trial_id()
+    except Exception:  # noqa: BLE001 - not inside a Tune trial
         return None
+    if not trial_id:
+        return None
+    return Path(study_dir).resolve() / TUNE_DIRNAME / trial_dirname(trial_id)
+
+
+def write_trial_file(out_dir: Path, config: Mapping[str, Any], seed: int) -> None:
+    """Record in ``out_dir`` which trial and seed it belongs to (for reconciliation)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = {"trial": config["trial"], "search": dict(config.get("search") or {}), "seed": int(seed)}
+    tmp = out_dir / f".{TRIAL_FILE}.tmp"
+    tmp.write_text(json.dumps(body, sort_keys=True, default=str))
+    os.replace(tmp, out_dir / TRIAL_FILE)
 
 
 def _restore(out_dir: Path, source: Path | None) -> None:
@@ -334,7 +375,7 @@ def run_trial(config: dict[str, Any]) -> None:
         # Keep the restored checkpoint on disk while it is copied into the run directory.
         restored_ctx = checkpoint.as_directory()
         restored = Path(restored_ctx.__enter__())
-        ckpt_dir, found = _restore_point(restored, _trial_dir())
+        ckpt_dir, found = _restore_point(restored, _trial_dir(t["study_dir"]))
         if found is not None:
             state = {k: v for k, v in found.items() if k != "files"}
             if state["seed_index"] >= len(keys):
@@ -369,7 +410,7 @@ def run_trial(config: dict[str, Any]) -> None:
                 restored_ctx.__exit__(None, None, None)
                 restored_ctx = None
             if result is None:
-                out_dir.mkdir(parents=True, exist_ok=True)
+                write_trial_file(out_dir, config, seed)
                 recorder = _TuneRecorder(seed=seed, key=key, staging=staging, state=state, base=base)
                 result = train(cfg, out_dir, recorder=recorder, resume=True)
             final = final_metrics(out_dir, result)
@@ -392,7 +433,7 @@ def run_trial(config: dict[str, Any]) -> None:
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
             shutil.rmtree(ckpt, ignore_errors=True)
             if index + 1 == len(keys):
-                _strip_finished(_trial_dir())
+                _strip_finished(_trial_dir(t["study_dir"]))
             base["resumed_from"] = 0
     finally:
         if restored_ctx is not None:
@@ -454,7 +495,7 @@ class _PackedTrial:
         ctx = checkpoint.as_directory() if checkpoint is not None else None
         try:
             if ctx is not None:
-                ckpt_dir, found = _restore_point(Path(ctx.__enter__()), _trial_dir())
+                ckpt_dir, found = _restore_point(Path(ctx.__enter__()), _trial_dir(self.t["study_dir"]))
                 if found is not None and found.get("packed"):
                     self.state = {k: v for k, v in found.items() if k != "files"}
                 else:
@@ -531,6 +572,7 @@ def _run_packed_trial(config: dict[str, Any]) -> None:
         if done is not None:
             trial.finish(seed, key, done, skipped=True)
         else:
+            write_trial_file(trial.out_dirs[key], config, seed)
             todo.append((seed, key, cfg))
     errors: list[BaseException] = []
     if todo:
@@ -544,4 +586,4 @@ def _run_packed_trial(config: dict[str, Any]) -> None:
                 trial.finish(seed, key, result, skipped=False)
     if errors:
         raise errors[0]
-    _strip_finished(_trial_dir())
+    _strip_finished(_trial_dir(trial.t["study_dir"]))

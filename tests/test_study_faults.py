@@ -1,0 +1,494 @@
+"""A study's record is correct whatever happens to the driver, the store, the disk or a neighbour.
+
+Real processes, real Ray (each driver starts its own private local Ray, as a user's would),
+real SQLite stores: drivers are killed with SIGKILL and SIGINT, checkpoints corrupted, stores
+deleted, disks filled (a small tmpfs) and roots made read-only (a read-only tmpfs) for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+
+from study import schema  # noqa: E402
+from study.launch import StudyError, launch, study_paths  # noqa: E402
+from study.spec import SpecError, load_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"task.train_size": 64, "task.dev_size": 16, "task.test_size": 16, "task.test_lengths": [15]}
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+           RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
+
+
+def write_spec(dirpath: Path, name: str, text: str | None = None, **body) -> Path:
+    spec = {"name": name, "seeds": 1, "resources": {"cpus": 1}, "max_failures": 0,
+            "max_concurrent": 1, "grid": {"task": ["copy"], "variant": ["onestep"]},
+            "overrides": {**TINY, "optim.epochs": 2},
+            "profiles": {"smoke": {}}, "default_profile": "smoke", **body}
+    path = dirpath / f"{name}.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump(spec))
+    return path
+
+
+def study_cli(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "study.cli", *args], env=env or ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_driver(*args: str, log: Path, env: dict | None = None) -> subprocess.Popen:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "study.cli", *args], env=env or ENV,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(pred, timeout: float, what: str, proc=None, log: Path | None = None):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        value = pred()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"driver exited ({proc.returncode}) before {what}:\n"
+                                 + (log.read_text()[-3000:] if log else ""))
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}:\n" + (log.read_text()[-3000:] if log else ""))
+
+
+def trial_runs(db: Path) -> dict[str, dict]:
+    """run key -> {status, tags, steps: {metric: [steps]}, final: {metric: value}} of trial runs."""
+    con = sqlite3.connect(db)
+    try:
+        runs: dict[str, dict] = {}
+        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
+            runs[run_id] = {"status": status, "tags": {}, "steps": {}, "final": {}}
+        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
+            if run_id in runs:
+                runs[run_id]["tags"][k] = v
+        for run_id, k, step, v in con.execute("SELECT run_uuid, key, step, value FROM metrics ORDER BY step"):
+            if run_id in runs:
+                if k in schema.EPOCH_METRICS:
+                    runs[run_id]["steps"].setdefault(k, []).append(step)
+                else:
+                    runs[run_id]["final"].setdefault(k, []).append(v)
+    finally:
+        con.close()
+    out: dict[str, dict] = {}
+    for r in runs.values():
+        if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL:
+            key = r["tags"][schema.RUN_KEY]
+            assert key not in out, f"two runs for key {key}"
+            out[key] = r
+    return out
+
+
+def parent_run(db: Path) -> dict:
+    con = sqlite3.connect(db)
+    try:
+        (run_id, status), = con.execute(
+            "SELECT r.run_uuid, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE t.key = ? AND t.value = ?", (schema.ROLE, schema.ROLE_STUDY)).fetchall()
+        tags = dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)).fetchall())
+        metrics = dict(con.execute("SELECT key, value FROM metrics WHERE run_uuid = ?", (run_id,)).fetchall())
+    finally:
+        con.close()
+    return {"status": status, "tags": tags, "metrics": metrics}
+
+
+def checkpoints(study_dir: Path) -> list[tuple[int, Path]]:
+    """(epoch, dir) of every intact Tune trial checkpoint holding a trainer checkpoint."""
+    from study.trainable import _read_complete
+
+    out = []
+    for path in sorted(study_dir.glob("tune/trial_*/checkpoint_*")):
+        state = _read_complete(path)
+        if state is not None and (path / "run" / "state.pt").is_file():
+            out.append((int(state["epoch"]), path))
+    return sorted(out)
+
+
+def session_processes(session_dir: str) -> list[int]:
+    needle = session_dir.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a driver and every process it started (its whole private Ray), by PID."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+# ------------------------------------------------------------------ specs and one-line errors
+
+
+def test_spec_validation_gaps_are_refused(tmp_path: Path) -> None:
+    base = {"name": "v", "grid": {"task": ["copy"], "variant": ["onestep"]},
+            "profiles": {"smoke": {}}, "default_profile": "smoke"}
+
+    def refused(body: dict | None = None, text: str | None = None) -> str:
+        path = tmp_path / "v.yaml"
+        if text is not None:
+            path.write_bytes(text.encode() if isinstance(text, str) else text)
+        else:
+            path.write_text(yaml.safe_dump(body))
+        with pytest.raises(SpecError) as info:
+            load_spec(path)
+        msg = str(info.value)
+        assert "\n" not in msg and str(path) in msg
+        return msg
+
+    assert "optim.lr=inf is not a finite number" in refused({**base, "overrides": {"optim.lr": float("inf")}})
+    assert "optim.epochs=1.5: expected an integer" in refused({**base, "overrides": {"optim.epochs": 1.5}})
+    msg = refused({**base, "tables": ["nosuch"]})
+    assert "unknown table 'nosuch'" in msg and "rc_table2" in msg
+    msg = refused(text="name: v\nseeds: 3\nseeds: 5\ngrid: {task: [copy], variant: [onestep]}\n")
+    assert "duplicate key 'seeds' (lines 2 and 3)" in msg
+    (tmp_path / "bin.yaml").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(SpecError, match="not a text") as info:
+        load_spec(tmp_path / "bin.yaml")
+    assert "\n" not in str(info.value)
+
+
+def test_table_ids_match_the_reports_registry() -> None:
+    from reports.tables import EXHIBITS, TABLES
+
+    assert set(schema.TABLE_IDS) == set(TABLES) | set(EXHIBITS)
+
+
+def test_absurd_sizes_need_confirmation_with_the_dry_run_cost(tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path, "huge", seeds=2_000_000)
+    with pytest.raises(StudyError) as info:
+        launch(spec, root=tmp_path / "s")
+    msg = str(info.value)
+    assert "2,000,000 runs" in msg and "dry-run cost ~" in msg and "--yes" in msg
+    assert not (tmp_path / "s").exists()  # nothing created
+    epochs = write_spec(tmp_path, "long", overrides={**TINY, "optim.epochs": 10**12})
+    with pytest.raises(StudyError, match="1,000,000,000,000 epochs per run"):
+        launch(epochs, root=tmp_path / "s")
+    summary = launch(spec, root=tmp_path / "s", dry_run=True)
+    assert summary["size_warnings"] and "size     WARNING 2,000,000 runs" in capsys.readouterr().out
+
+
+def test_corrupt_or_empty_study_json_is_one_line(tmp_path: Path) -> None:
+    study = tmp_path / "s" / "x"
+    study.mkdir(parents=True)
+    for content in ("", '{"name": "x", "raw": {', "[1, 2]"):
+        (study / "study.json").write_text(content)
+        for cmd in (["status", str(study)], ["resume", str(study)]):
+            res = study_cli(*cmd, timeout=120)
+            assert res.returncode == 2, res.stderr
+            lines = res.stderr.strip().splitlines()
+            assert len(lines) == 1 and "study.json" in lines[0], res.stderr
+            assert ("empty" if not content else "corrupt") in lines[0]
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """Mount small tmpfs file systems (root only); unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(name: str, options: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_read_only_root_is_one_line(tmp_path: Path, tmpfs) -> None:
+    root = tmpfs("ro", "ro,size=1m")
+    spec = write_spec(tmp_path, "ro")
+    res = study_cli("launch", str(spec), "--root", str(root), timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Read-only file system" in lines[0] and str(root) in lines[0], res.stderr
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def test_corrupt_and_crafted_checkpoints_never_fail_or_run_code(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "locattn.cli", "train", "--task", "copy", "--variant", "onestep",
+           "--epochs", "2", "--out", str(out), "--no-progress",
+           *[f"--set={k}={json.dumps(v)}" for k, v in TINY.items()]]
+    first = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    state = out / "checkpoint" / "state.pt"
+    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert len(meta["state_sha256"]) == 64
+
+    # Same size, different bytes: refused by checksum, set aside, the run starts fresh.
+    blob = bytearray(state.read_bytes())
+    blob[100:116] = bytes(16)
+    state.write_bytes(bytes(blob))
+    again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    said = [ln for ln in again.stderr.splitlines() if "checksum mismatch" in ln]
+    assert len(said) == 1 and str(state) in said[0] and "starting this run fresh" in said[0]
+    assert json.loads((out / "result.json").read_text())["epochs_run"] == 2
+
+    # A crafted pickle with a matching checksum: weights_only refuses it, no code runs.
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    import torch
+
+    from locattn.training.checkpoint import file_sha256
+
+    torch.save({"model": Evil()}, state)
+    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    meta["state_sha256"] = file_sha256(state)
+    (out / "checkpoint" / "meta.json").write_text(json.dumps(meta))
+    third = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr
+    assert not marker.exists()
+    said = [ln for ln in third.stderr.splitlines() if "cannot be loaded safely" in ln]
+    assert len(said) == 1 and str(state) in said[0]
+    assert pickle  # (the crafted file above is a real pickle stream written by torch.save)
+
+
+# ------------------------------------------------------------------ Ray and the store
+
+
+def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
+    neighbour = subprocess.Popen(
+        [sys.executable, "-c", "import ray, sys, time; ray.init(address='local', include_dashboard=False);"
+         "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(600)"],
+        env=ENV, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        theirs = neighbour.stdout.readline().strip()
+        assert theirs.startswith("127.0.0.1:")
+        ours = subprocess.run(
+            [sys.executable, "-c", "from study.launch import init_ray; import ray; init_ray();"
+             "print(ray.get_runtime_context().gcs_address)"],
+            env=ENV, capture_output=True, text=True, timeout=180)
+        assert ours.returncode == 0, ours.stderr
+        mine = ours.stdout.strip().splitlines()[-1]
+        assert mine.startswith("127.0.0.1:") and mine != theirs
+    finally:
+        kill_tree(neighbour.pid)
+
+
+def test_concurrent_creation_of_a_new_store(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    go = tmp_path / "go"
+    code = (
+        "import sys, time, os\n"
+        "from pathlib import Path\n"
+        "from study.record import MlflowRecorder\n"
+        f"go = Path({str(go)!r})\n"
+        "while not go.exists(): time.sleep(0.005)\n"
+        f"r = MlflowRecorder(tracking_uri='sqlite:///{db}', study='s' + sys.argv[1], "
+        f"study_dir={str(tmp_path)!r}, artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}, "
+        "n_seeds=1, total_trials=1, epochs_per_trial=1)\n"
+        "r._ensure()\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    time.sleep(6)  # all four have imported mlflow and wait
+    go.touch()
+    results = [(p.wait(timeout=180), p.stderr.read()) for p in procs]
+    assert all(rc == 0 for rc, _ in results), [err[-800:] for rc, err in results if rc]
+    con = sqlite3.connect(db)
+    names = sorted(n for (n,) in con.execute("SELECT name FROM experiments WHERE name LIKE 's%'"))
+    con.close()
+    assert names == ["s0", "s1", "s2", "s3"]
+
+
+# ------------------------------------------------------------------ one study through every fault
+
+
+def _tag(db: Path, key: str, tag: str) -> str | None:
+    try:
+        run = trial_runs(db).get(key)
+    except sqlite3.Error:
+        return None
+    return run["tags"].get(tag) if run else None
+
+
+def _max_step(db: Path, key: str) -> int:
+    try:
+        run = trial_runs(db).get(key)
+    except sqlite3.Error:
+        return 0
+    return max(run["steps"].get("train_loss", [0])) if run else 0
+
+
+def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path: Path) -> None:
+    """Two drivers, kill -9 (whole tree, then the driver alone), a corrupt newest checkpoint, a
+    deleted store and a changed tracking URI, on one real study of 2 trials x 24 epochs."""
+    epochs = 24  # long enough that the checks below land while the first trial still runs
+    spec = write_spec(tmp_path, "life", grid={"task": ["copy"], "variant": ["onestep", "content"]},
+                      overrides={**TINY, "task.train_size": 160, "optim.epochs": epochs})
+    root = tmp_path / "s"
+    study = root / "life-smoke"
+    db = study / "mlflow.db"
+
+    # 1. A driver runs; a second driver on the same study is refused in one line.
+    log_a = tmp_path / "a.log"
+    a = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log_a)
+    wait_for(lambda: any(e >= 3 for e, _ in checkpoints(study)), 300, "epoch 3", a, log_a)
+    second = study_cli("launch", str(spec), "--root", str(root), timeout=120)
+    assert second.returncode == 2
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"driver PID {a.pid} on host {socket.gethostname()}" in lines[0], second.stderr
+
+    # 2. kill -9 the driver and its whole Ray: the resume continues from the newest complete epoch.
+    kill_tree(a.pid)
+    (key,) = {p.name for p in (study / "runs").iterdir() if not (p / "result.json").exists()}
+    newest = checkpoints(study)[-1][0]
+    assert 3 <= newest < epochs
+    log_c = tmp_path / "c.log"
+    c = start_driver("resume", str(study), "--progress-seconds", "1", log=log_c)
+    assert "taking over the stale lock of driver PID" in wait_for(
+        lambda: log_c.read_text() if "taking over" in log_c.read_text() else "", 120, "takeover", c, log_c)
+    wait_for(lambda: _max_step(db, key) > newest, 300, "an epoch after the resume", c, log_c)
+    assert int(_tag(db, key, schema.RESUMED_FROM)) == newest  # not 0, not an older snapshot
+
+    # 3. kill -9 the driver alone (Ray helpers outlive it), corrupt the newest checkpoint.
+    wait_for(lambda: checkpoints(study)[-1][0] >= newest + 2, 300, "two more epochs", c, log_c)
+    session = json.loads((study / "study.lock").read_text())["ray_session"]
+    os.kill(c.pid, signal.SIGKILL)
+    c.wait()
+    time.sleep(3)  # the trial's actor dies with its owner; agents linger
+    left = session_processes(session)
+    good = checkpoints(study)
+    (epoch_bad, bad), (epoch_ok, _) = good[-1], good[-2]
+    state = bad / "run" / "state.pt"
+    blob = bytearray(state.read_bytes())
+    blob[64:96] = bytes(32)
+    state.write_bytes(bytes(blob))  # same size, different bytes
+    done = study_cli("resume", str(study), "--progress-seconds", "5", timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if left:  # what the previous driver left behind is stopped, by PID
+        assert f"stopped {len(left)} Ray processes left by the previous driver" in done.stdout
+        assert not [p for p in left if Path(f"/proc/{p}").exists()
+                    and session.encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert int(_tag(db, key, schema.RESUMED_FROM)) == epoch_ok < epoch_bad
+    assert "2 of 2 runs finished, 0 failed, 0 not finished" in done.stdout
+
+    runs = trial_runs(db)
+    assert len(runs) == 2
+    for run in runs.values():
+        assert run["status"] == "FINISHED" and run["tags"][schema.STATUS] == "finished"
+        for metric in ("train_loss", "dev_score"):
+            assert run["steps"][metric] == list(range(1, epochs + 1))  # no gap, no duplicate
+        assert len(run["final"]["test.iid.seq_acc"]) == 1
+    before = {k: r["final"]["test.iid.seq_acc"] for k, r in runs.items()}
+
+    # A finished study's tune/ keeps no model files.
+    assert not list(study.glob("tune/trial_*/checkpoint_*/run"))
+    tune_bytes = sum(p.stat().st_size for p in (study / "tune").rglob("*") if p.is_file())
+    assert tune_bytes / 2 < 200_000, tune_bytes
+
+    # 4. The store is lost: resume re-records the finished runs from their run directories.
+    db.unlink()
+    again = study_cli("resume", str(study), "--progress-seconds", "5", timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "re-recorded 2 finished runs" in again.stdout
+    assert "2 of 2 runs finished, 0 failed, 0 not finished" in again.stdout
+    runs = trial_runs(db)
+    assert {k: r["final"]["test.iid.seq_acc"] for k, r in runs.items()} == before
+    for run in runs.values():
+        assert run["status"] == "FINISHED" and run["steps"]["train_loss"] == list(range(1, epochs + 1))
+
+    # 5. A corrected tracking URI on a later launch is used, with a warning, not ignored.
+    other = tmp_path / "other.db"
+    moved = study_cli("launch", str(spec), "--root", str(root), "--tracking-uri", f"sqlite:///{other}",
+                      "--progress-seconds", "5", timeout=600)
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    assert f"WARNING: --tracking-uri sqlite:///{other} differs" in moved.stdout
+    assert json.loads((study / "study.json").read_text())["tracking_uri"] == f"sqlite:///{other}"
+    assert len(trial_runs(other)) == 2
+
+
+def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "intr", grid={"task": ["copy"], "variant": ["onestep", "content", "mono"]},
+                      overrides={**TINY, "optim.epochs": 3})
+    root = tmp_path / "s"
+    db = root / "intr-smoke" / "mlflow.db"
+    log = tmp_path / "d.log"
+    d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
+
+    def one_done() -> bool:
+        try:
+            return sum(r["tags"].get(schema.STATUS) == "finished" for r in trial_runs(db).values()) >= 1
+        except (sqlite3.Error, KeyError):
+            return False
+
+    wait_for(one_done, 300, "a finished run", d, log)
+    os.kill(d.pid, signal.SIGINT)
+    assert d.wait(timeout=180) == 130, log.read_text()[-3000:]
+    text = log.read_text()
+    finished = sum(r["tags"].get(schema.STATUS) == "finished" for r in trial_runs(db).values())
+    assert finished < 3
+    assert f"{finished} of 3 runs finished" in text and f"study resume {root / 'intr-smoke'}" in text
+    assert "Tuner.restore" not in text
+    parent = parent_run(db)
+    assert parent["status"] == "KILLED" and parent["tags"][schema.STATUS] == schema.STATUS_INTERRUPTED
+    assert parent["metrics"]["trials_finished"] == finished
+
+    res = study_cli("resume", str(root / "intr-smoke"), "--progress-seconds", "5", timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "3 of 3 runs finished" in res.stdout
+    assert parent_run(db)["status"] == "FINISHED" and len(trial_runs(db)) == 3
+
+
+def test_credentials_are_never_saved_or_printed(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once this block ends: nothing listens there
+    spec = write_spec(tmp_path, "cred")
+    env = dict(ENV, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="3")
+    env.pop("MLFLOW_TRACKING_PASSWORD", None)
+    res = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), "--tracking-uri",
+                    f"http://alice:s3cret@127.0.0.1:{port}/", timeout=300, env=env)
+    assert res.returncode != 0
+    meta = (tmp_path / "s" / "cred-smoke" / "study.json").read_text()
+    assert json.loads(meta)["tracking_uri"] == f"http://127.0.0.1:{port}/"
+    for text in (meta, res.stdout, res.stderr):
+        assert "s3cret" not in text and "alice:" not in text
+    assert "MLFLOW_TRACKING_PASSWORD" in res.stdout
