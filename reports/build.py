@@ -17,7 +17,7 @@ from reports.aggregate import TableResult, aggregate
 from reports.paper import load_paper_numbers
 from reports.render import RENDERERS, Provenance
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
-from reports.tables import STATS, TABLES, TableDef, get_table
+from reports.tables import EXHIBITS, STATS, TABLES, TableDef, get_table
 from study import schema
 
 FORMATS = tuple(RENDERERS)
@@ -111,7 +111,8 @@ def collect(
         uri, name = resolve_source(tracking_uri=src, study=study)
     else:
         uri, name = resolve_source(src, study=study)
-    defs = [_table(t) for t in tables] if tables else list(TABLES.values())
+    # exhibits (reports/exhibits.py) are written by build_reports, not aggregated here
+    defs = [_table(t) for t in tables if t not in EXHIBITS] if tables else list(TABLES.values())
     keys: dict[str, None] = {"best_dev_score": None}
     for t in defs:
         for k in t.metric_keys():
@@ -126,7 +127,7 @@ def collect(
                 f"study {name!r} does not say which tables it regenerates (no parent run with "
                 f"tag {schema.TABLES}); pass --table ID (valid: {', '.join(sorted(TABLES))})"
             )
-        defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids]
+        defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids if t not in EXHIBITS]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
@@ -196,6 +197,15 @@ def build_reports(
             path = out / f"{result.table.id}.{ext}"
             path.write_text(text, encoding="utf-8")
             written.append(path)
+    exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]
+    if exhibit_ids:
+        from reports.exhibits import build_exhibits  # matplotlib only when an exhibit is asked for
+
+        src = str(source)
+        uri, _ = (resolve_source(tracking_uri=src, study=study) if "://" in src
+                  else resolve_source(src, study=study))
+        written += build_exhibits(built.runset, uri, exhibit_ids, out, formats,
+                                  built.provenance, paper_label)
     if figures:
         from reports.figures import study_figures
 
