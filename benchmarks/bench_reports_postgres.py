@@ -1,0 +1,128 @@
+"""Benchmark: `reports build` on a synthetic 10,000-run study store in PostgreSQL.
+
+The Postgres twin of bench_reports.py. Starts a throwaway PostgreSQL on a free 127.0.0.1 port
+(Debian's package; tests/test_postgres_store.postgres_server), lets MLflow create its schema and
+the experiment there, and fills it with the same synthetic runs bench_reports.py writes to
+SQLite (written to SQLite first with reports.synth, then copied row for row). Then times the
+`reports build` command (a fresh process: imports included) for every table in md, latex and
+csv against `--tracking-uri postgresql://...`, and checks that its tables equal the ones built
+from the SQLite twin, provenance aside.
+
+    python benchmarks/bench_reports_postgres.py [--runs 10000] [--epochs 10] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench_reports import synth_runs  # noqa: E402
+from reports.synth import write_bulk_sql  # noqa: E402
+from reports.tables import TABLES  # noqa: E402
+from test_postgres_store import postgres_server  # noqa: E402
+
+COPIED = {  # MLflow tables the synthetic store fills, with their columns
+    "runs": ("run_uuid", "name", "source_type", "source_name", "entry_point_name", "user_id",
+             "status", "start_time", "end_time", "source_version", "lifecycle_stage",
+             "artifact_uri", "experiment_id"),
+    "tags": ("key", "value", "run_uuid"),
+    "params": ("key", "value", "run_uuid"),
+    "latest_metrics": ("key", "value", "timestamp", "step", "is_nan", "run_uuid"),
+    "metrics": ("key", "value", "timestamp", "run_uuid", "step", "is_nan"),
+}
+
+
+def copy_to_postgres(db: Path, pg_uri: str, study: str) -> int:
+    """Copy the synthetic SQLite store's runs into the Postgres MLflow store; returns run count."""
+    import psycopg
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=pg_uri)  # creates MLflow's schema in Postgres
+    pg_eid = int(client.create_experiment(study))
+    src = sqlite3.connect(db)
+    (sq_eid,) = src.execute("SELECT experiment_id FROM experiments WHERE name = ?", (study,)).fetchone()
+    try:
+        with psycopg.connect(pg_uri) as con, con.cursor() as cur:
+            for table, cols in COPIED.items():
+                rows = src.execute(f"SELECT {', '.join(cols)} FROM {table}").fetchall()
+                if table == "runs":
+                    assert all(r[-1] == sq_eid for r in rows)
+                    rows = [(*r[:-1], pg_eid) for r in rows]
+                if "is_nan" in cols:  # SQLite stores the boolean as 0/1
+                    i = cols.index("is_nan")
+                    rows = [(*r[:i], bool(r[i]), *r[i + 1:]) for r in rows]
+                with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            cur.execute("SELECT count(*) FROM runs WHERE experiment_id = %s", (pg_eid,))
+            (n,) = cur.fetchone()
+    finally:
+        src.close()
+    return n
+
+
+def _without_source(out: Path, study: str) -> dict[str, list[str]]:
+    return {p.name: [ln for ln in p.read_text().splitlines() if f"study: {study} (" not in ln]
+            for p in sorted(out.iterdir())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--epochs", type=int, default=10, help="per-epoch history rows per metric")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench_reports_pg-"))
+    study_dir = work / "studies" / "bench"
+    study_dir.mkdir(parents=True)
+    db = study_dir / "mlflow.db"
+    t = time.perf_counter()
+    n = write_bulk_sql(db, "bench", synth_runs(args.runs, args.epochs), tables=sorted(TABLES))
+    print(f"SQLite twin: {n} runs (incl. parent) in {time.perf_counter() - t:.1f} s")
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with postgres_server() as pg:
+        t = time.perf_counter()
+        n_pg = copy_to_postgres(db, pg, "bench")
+        print(f"PostgreSQL store: {n_pg} runs copied in {time.perf_counter() - t:.1f} s "
+              f"({pg.split('@')[1]})")
+        assert n_pg == n
+        cmd = [sys.executable, "-m", "reports.cli", "build", "--tracking-uri", pg, "--study", "bench",
+               "--format", "md,latex,csv", "--out", str(work / "pg")]
+        times = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+            times.append(time.perf_counter() - t)
+            if proc.returncode != 0:
+                raise SystemExit(f"reports build failed:\n{proc.stderr}")
+        n_files = len(proc.stdout.split())
+        print(f"reports build --tracking-uri postgresql://... (CLI, fresh process, {len(TABLES)} "
+              f"tables x 3 formats = {n_files} files): best {min(times):.2f} s, "
+              f"all {', '.join(f'{x:.2f}' for x in times)}")
+
+    sq = subprocess.run([sys.executable, "-m", "reports.cli", "build", str(study_dir), "--format",
+                         "md,latex,csv", "--out", str(work / "sqlite")],
+                        env=env, capture_output=True, text=True, cwd=ROOT)
+    if sq.returncode != 0:
+        raise SystemExit(f"reports build (SQLite) failed:\n{sq.stderr}")
+    same = _without_source(work / "pg", "bench") == _without_source(work / "sqlite", "bench")
+    print(f"tables from Postgres == tables from the SQLite twin (provenance source aside): {same}")
+    if not same:
+        raise SystemExit("the Postgres and SQLite builds differ")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""MLflow on a real PostgreSQL (README "Clusters", "MLflow on Postgres").
+
+A throwaway PostgreSQL cluster (Debian's package: ``initdb``/``pg_ctl`` in a temporary directory,
+on a free 127.0.0.1 port) backs a real ``mlflow server`` on 127.0.0.1. A small study logs to the
+server over HTTP (``study launch --tracking-uri http://...``). ``reports build`` then reads the
+same runs through Postgres SQL (``--tracking-uri postgresql://...``) and over REST
+(``--tracking-uri http://...``), and both give byte-identical tables, provenance line aside.
+
+:func:`postgres_server` is also what ``benchmarks/bench_reports_postgres.py`` starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bin(name: str) -> str | None:
+    """Path of a PostgreSQL server binary (Debian keeps them in /usr/lib/postgresql/N/bin)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
+                      key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    return versions[-1] if versions else None
+
+
+def _wait_port(port: int, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{what} exited ({proc.returncode}) before listening on {port}")
+            if time.time() > deadline:
+                raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+            time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def postgres_server(database: str = "mlflow", user: str = "locattn",
+                    password: str = "locattn-test") -> Iterator[str]:
+    """A throwaway PostgreSQL on a free 127.0.0.1 port; yields ``postgresql://...`` of a fresh DB.
+
+    As root the server runs as the ``postgres`` user (PostgreSQL refuses root). Raises
+    ``FileNotFoundError`` when the binaries are missing (``apt-get install postgresql``).
+    """
+    initdb, pg_ctl = postgres_bin("initdb"), postgres_bin("pg_ctl")
+    if not initdb or not pg_ctl:
+        raise FileNotFoundError("PostgreSQL's initdb/pg_ctl not found (apt-get install postgresql)")
+    as_root = os.geteuid() == 0
+    if as_root:
+        import pwd
+
+        try:
+            pg_user = pwd.getpwnam("postgres")
+        except KeyError:
+            raise FileNotFoundError("running as root, but there is no `postgres` user to run "
+                                    "PostgreSQL as (apt-get install postgresql creates it)") from None
+
+    def run(*cmd: str) -> subprocess.CompletedProcess:
+        full = (["runuser", "-u", "postgres", "--", *cmd] if as_root else list(cmd))
+        return subprocess.run(full, capture_output=True, text=True, check=True)
+
+    tmp = Path(tempfile.mkdtemp(prefix="locattn-pg-"))
+    data, pwfile = tmp / "data", tmp / "pw"
+    pwfile.write_text(password + "\n")
+    if as_root:
+        os.chown(tmp, pg_user.pw_uid, pg_user.pw_gid)
+        os.chown(pwfile, pg_user.pw_uid, pg_user.pw_gid)
+    port = free_port()
+    try:
+        run(initdb, "-D", str(data), "-U", user, f"--pwfile={pwfile}", "--auth-local=trust",
+            "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
+        # TCP on loopback only; the Unix socket in the temporary directory, not /var/run.
+        run(pg_ctl, "-D", str(data), "-l", str(tmp / "server.log"), "-w", "-t", "60",
+            "-o", f"-h 127.0.0.1 -p {port} -k {tmp} -c fsync=off", "start")
+        try:
+            psql = postgres_bin("psql") or "psql"
+            run(psql, "-h", str(tmp), "-p", str(port), "-U", user, "-d", "postgres", "-q",
+                "-c", f"CREATE DATABASE {database}")
+            yield f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}"
+        finally:
+            run(pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
+    """``mlflow server`` over ``backend_uri`` on a free 127.0.0.1 port; yields its http:// URI."""
+    port = free_port()
+    log = artifacts.parent / "mlflow-server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+             "--artifacts-destination", artifacts.as_uri(), "--host", "127.0.0.1",
+             "--port", str(port), "--workers", "1"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        try:
+            _wait_port(port, 180, "mlflow server", proc)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{log.read_text()[-3000:]}") from None
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+def _tables(out: Path, study: str) -> tuple[dict[str, list[str]], list[str]]:
+    """(file name -> lines without the provenance line naming the source, those lines)."""
+    files, sources = {}, []
+    for p in sorted(out.iterdir()):
+        lines = p.read_text().splitlines()
+        src = [ln for ln in lines if f"study: {study} (" in ln]
+        assert len(src) == 1, (p, lines[:6])
+        sources += src
+        files[p.name] = [ln for ln in lines if ln not in src]
+    return files, sources
+
+
+@pytest.mark.cluster
+def test_study_logs_to_mlflow_on_postgres_and_reports_agree(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    pytest.importorskip("ray")
+    pytest.importorskip("psycopg", reason="the Postgres driver comes with the cluster extra")
+    if not (postgres_bin("initdb") and postgres_bin("pg_ctl")):
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (apt-get install postgresql)")
+    import sqlalchemy
+
+    from test_study import SMOKE, write_spec
+
+    spec = write_spec(tmp_path, "pg", grid={"task": ["copy"], "variant": ["onestep", "content"]},
+                      seeds=2, overrides=SMOKE, tables=["rc_table2"], max_concurrent=2)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    with postgres_server() as pg, mlflow_server(pg, tmp_path / "mlflow-artifacts") as http:
+        assert pg.startswith("postgresql://locattn:") and "@127.0.0.1:" in pg
+        launch = subprocess.run(
+            [str(BIN / "study"), "launch", str(spec), "--root", str(tmp_path / "studies"),
+             "--tracking-uri", http, "--progress-seconds", "30"],
+            env=env, capture_output=True, text=True, timeout=400)
+        assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+
+        # The runs are in Postgres: the MLflow schema, read with plain SQL.
+        engine = sqlalchemy.create_engine(pg)
+        with engine.connect() as con:
+            n_trials = con.execute(sqlalchemy.text(
+                "SELECT count(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                "JOIN experiments e ON e.experiment_id = r.experiment_id "
+                "WHERE e.name = 'pg-smoke' AND t.key = 'locattn.role' AND t.value = 'trial' "
+                "AND r.status = 'FINISHED'")).scalar()
+        engine.dispose()
+        assert n_trials == 4  # 2 variants x 2 seeds
+
+        outs = {}
+        for name, uri in (("sql", pg), ("rest", http)):
+            out = tmp_path / name
+            proc = subprocess.run(
+                [str(BIN / "reports"), "build", "--tracking-uri", uri, "--study", "pg-smoke",
+                 "--table", "rc_table2", "--format", "md,latex,csv", "--out", str(out)],
+                env=env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+            outs[name] = out
+    (sql, sql_src), (rest, rest_src) = _tables(outs["sql"], "pg-smoke"), _tables(outs["rest"], "pg-smoke")
+    assert sorted(sql) == ["rc_table2.csv", "rc_table2.md", "rc_table2.tex"], sorted(sql)
+    assert sql == rest  # byte-identical apart from the provenance line naming the source
+    md = "\n".join(sql["rc_table2.md"])
+    assert "OneStepAttn" in md and "Content" in md  # both variants' rows, from the study's runs
+    assert all("postgresql://locattn:***@127.0.0.1:" in ln for ln in sql_src), sql_src
+    assert all(http in ln for ln in rest_src), rest_src
