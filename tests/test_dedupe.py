@@ -1,6 +1,7 @@
 """DeDupe follows the reference generator (REFERENCE §4; JRC1995/MonotonicLocationAttention,
 preprocess/process_dedupe.py): n independent draws, each a digit repeated 1, 3 or 5 times; equal
-neighbouring draws merge into longer runs; the target collapses consecutive duplicates.
+neighbouring draws merge into longer runs; the target collapses consecutive duplicates; the
+source ends with ``<eos>`` (the reference appends it to DeDupe sources only).
 
 The hand-computed facts used below:
 - every repeat count is odd, so m draws of one digit make a run of length r iff m <= r <= 5m and
@@ -42,9 +43,9 @@ def can_be_n_draws(src, n: int) -> bool:
 def test_the_papers_table5_example() -> None:
     # 4x3, 7x3, 7x1, 9x5, 8x5: five draws, two equal neighbours make a run of four 7s.
     ex = alg.RULES["dedupe"].build([4, 7, 7, 9, 8, 1, 1, 0, 2, 2])
-    assert ex.src == tuple("44477779999988888")
+    assert ex.src == tuple("44477779999988888") + ("<eos>",)
     assert ex.tgt == tuple("4798") and ex.attn is None
-    assert runs(ex.src) == [3, 4, 5, 5]
+    assert runs(ex.src[:-1]) == [3, 4, 5, 5]
 
 
 @pytest.mark.parametrize("choices, src, tgt", [
@@ -56,8 +57,8 @@ def test_the_papers_table5_example() -> None:
 ])
 def test_hand_computed_draws(choices, src, tgt) -> None:
     ex = alg.RULES["dedupe"].build(choices)
-    assert "".join(ex.src) == src and "".join(ex.tgt) == tgt
-    assert alg.collapse(ex.src) == list(ex.tgt)
+    assert ex.src[-1] == "<eos>" and "".join(ex.src[:-1]) == src and "".join(ex.tgt) == tgt
+    assert alg.collapse(ex.src[:-1]) == list(ex.tgt)
 
 
 def test_collapse() -> None:
@@ -77,24 +78,26 @@ def test_generated_data_has_merged_runs_and_short_targets(tmp_path) -> None:
     task = load_task(TaskConfig(name="dedupe", **SMALL), cache_dir=tmp_path)
     every = [e for v in task.splits.values() for e in v]
     for e in every:
-        assert list(e.tgt) == alg.collapse(e.src) and e.attn is None
-    train_runs = {r for e in task.splits["train"] for r in runs(e.src)}
+        assert e.src[-1] == "<eos>" and "<eos>" not in e.src[:-1]
+        assert list(e.tgt) == alg.collapse(e.src[:-1]) and e.attn is None
+    assert all(t in task.vocab.stoi for e in every for t in e.src)
+    train_runs = {r for e in task.splits["train"] for r in runs(e.src[:-1])}
     assert train_runs - {1, 3, 5}, "no run other than 1, 3 or 5 long: equal draws never merged"
     assert {2, 4, 6} & train_runs
     # fixed-length splits: the source is exactly n draws, and some targets are shorter than n
     for split, n in (("len15", 15), ("len30", 30), ("len100", 100)):
         exs = task.splits[split]
-        assert all(can_be_n_draws(e.src, n) for e in exs), split
+        assert all(can_be_n_draws(e.src[:-1], n) for e in exs), split
         assert any(len(e.tgt) < n for e in exs), split
         assert all(len(e.tgt) <= n for e in exs)
     # ranged splits: some n in the range fits every source
     for split, (lo, hi) in (("train", (5, 10)), ("dev", (10, 15)), ("iid", (5, 10))):
         for e in task.splits[split]:
-            assert any(can_be_n_draws(e.src, n) for n in range(lo, hi + 1)), (split, e)
+            assert any(can_be_n_draws(e.src[:-1], n) for n in range(lo, hi + 1)), (split, e)
     # 40 sources of 100 draws: mean target 90.1 (std of the mean ~0.5), mean source 300 (~2.6)
     len100 = task.splits["len100"]
     mean_tgt = sum(len(e.tgt) for e in len100) / len(len100)
-    mean_src = sum(len(e.src) for e in len100) / len(len100)
+    mean_src = sum(len(e.src) - 1 for e in len100) / len(len100)
     assert 88.0 <= mean_tgt <= 92.2, mean_tgt
     assert 288.0 <= mean_src <= 312.0, mean_src
     sources = [e.src for e in every]
@@ -110,7 +113,8 @@ def test_sources_are_unique_not_draws_and_running_out_is_a_clear_error() -> None
               test_size=10)
     # train and the IID test both have length 2: together they can take all 860, not 861
     ok = alg.generate(TaskConfig(name="dedupe", train_size=850, **kw))
-    assert {e.src for e in ok["train"] + ok["iid"]} == {alg._s(list(s)) for s in sources}
+    assert {e.src for e in ok["train"] + ok["iid"]} == {alg._s(list(s)) + ("<eos>",)
+                                                        for s in sources}
     with pytest.raises(ValueError, match=r"test_size/train_lengths \(task 'dedupe', split 'iid'\)"
                                          r": only 9 more distinct sources of task length 2, 10 "
                                          r"were asked for"):
@@ -118,7 +122,7 @@ def test_sources_are_unique_not_draws_and_running_out_is_a_clear_error() -> None
 
 
 def test_other_tasks_keep_their_bytes() -> None:
-    # The DeDupe change bumped GENERATOR_VERSION (cache key) but not the seed: every other task
+    # The DeDupe changes bumped GENERATOR_VERSION (cache key) but not the seed: every other task
     # gives the bytes it gave under version 1 (digests taken before the change), including the
     # tight path that enumerates the space.
     import hashlib
@@ -134,7 +138,7 @@ def test_other_tasks_keep_their_bytes() -> None:
             "recopy": "b1a80bd68f011e1c", "reverse_recopy": "1767addecd79f9b8",
             "inv_recopy": "eac9be0c0827cb91", "inv_reverse_recopy": "aaca593274085666",
             "posretrieve": "7f40afb92af076c7"}
-    assert alg.GENERATOR_VERSION == 2 and alg.SEED_VERSION == 1
+    assert alg.GENERATOR_VERSION == 3 and alg.SEED_VERSION == 1
     for name, d in want.items():
         assert digest(alg.generate(TaskConfig(name=name, **small))) == d, name
     tight = dict(train_size=500, dev_size=300, test_size=50, train_lengths=(2, 3),

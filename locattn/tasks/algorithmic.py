@@ -11,7 +11,7 @@ Every task draws a digit sequence X (tokens "0".."9") whose length n is the *tas
 | reverse_recopy      | X                   | reversed ReCopy target      | same, reversed          |
 | inv_recopy          | ReCopy expansion    | X                           | None                    |
 | inv_reverse_recopy  | reversed expansion  | X                           | None                    |
-| dedupe              | n draws, each 1/3/5 | the source, runs collapsed  | None                    |
+| dedupe              | n draws (1/3/5) eos | the draws, runs collapsed   | None                    |
 | posretrieve         | X                   | ``x : X[x] ;`` per x        | i, -1, x (or -1), -1    |
 
 r(x) = num2repeat(x): 1 for x <= 3, 3 for 4 <= x <= 6, 5 for x >= 7.
@@ -32,7 +32,8 @@ Choices that the papers leave open, fixed here:
   collapsed, so it can be shorter than n. The task length is n, the number of draws, as in the
   reference's length splits; since every repeat count is odd, n has the parity of the source
   length. Different draws can give the same source, so DeDupe sources are made unique by the
-  source itself, not by the draws.
+  source itself, not by the draws. As in the reference (and for DeDupe only), the source ends
+  with the token ``<eos>``; the task length, runs and target concern the digits before it.
 - Inverse tasks and DeDupe have no gold attention: any token of a run is a valid position.
 - PosRetrieve: the target has 4 tokens per source item: ``x``, ``:``, ``X[x]`` or ``n/a``,
   ``;``. Separators have no gold position (-1).
@@ -49,12 +50,13 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from locattn.tasks.base import DECODE_SLACK, NO_ATTN, Example
+from locattn.tasks.base import DECODE_SLACK, EOS, NO_ATTN, Example
 from locattn.tasks.config import TaskConfig
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 """Part of every cached dataset's key. 2: DeDupe follows the reference (equal neighbouring draws
-merge). The other tasks give the same bytes as under version 1 (see :data:`SEED_VERSION`)."""
+merge); 3: DeDupe sources end with ``<eos>``, as the reference's. The other tasks give the same
+bytes as under version 1 (see :data:`SEED_VERSION`)."""
 SEED_VERSION = 1
 """Mixed into the generator's seed. Kept at 1 so that a version bump that changes one task
 leaves every other task's data as it was."""
@@ -156,7 +158,7 @@ def dedupe_source(c: list[int] | tuple[int, ...]) -> tuple[int, ...]:
 
 def _dedupe(c: list[int]) -> Example:
     src = dedupe_source(c)
-    return Example(_s(list(src)), _s(collapse(src)), None)
+    return Example(_s(list(src)) + (EOS,), _s(collapse(src)), None)
 
 
 def _posretrieve(c: list[int]) -> Example:
@@ -350,6 +352,7 @@ NOTES = {
     "uniqueness": "sources unique within and across splits",
     "eos_attention": "no gold attention for the <eos> step (len(attn) == len(tgt))",
     "dedupe": "n uniform digit draws, each repeated 1/3/5 times uniformly; equal neighbouring "
-              "draws merge; target = source with consecutive duplicates collapsed (reference)",
+              "draws merge; target = the draws with consecutive duplicates collapsed; the source "
+              "ends with <eos> (reference)",
     "posretrieve": "tokens x : X[x]|n/a ; per item; separators have gold -1",
 }
