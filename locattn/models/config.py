@@ -10,7 +10,8 @@ its Mix OneStep/Mono/RMono configs silently compute their unmixed parents) canno
 Sizes
 -----
 The defaults are Ray Chowdhury & Caragea's base model (embedding 64, hidden 128, one layer,
-value MLP 128, dropout 0.5). Their CFQ size is a named size preset applied on top of any variant::
+value MLP 128, dropout 0.5). Their reference code's CFQ size (``cfq``) and the size their paper's
+text implies (``cfq_paper_text``) are named size presets applied on top of any variant::
 
     cfg = apply_size(get_variant("mix_onestep"), "cfq")   # 2 layers, emb 128, hidden 256, ...
 
