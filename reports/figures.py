@@ -268,11 +268,25 @@ def attention_figure_from_json(record: str | Path | Mapping[str, Any], *, title:
 
 
 def raffel_frame(runset) -> pl.DataFrame:
-    """``task, variant, t0, seed, accuracy`` (%) of finished Raffel runs (needs param task.t0)."""
+    """``task, variant, t0, seed, accuracy`` (%) of finished Raffel runs (needs param task.t0).
+
+    Where a (task, variant, T0) ran several learning rates, only the runs of the one the
+    ``raffel_table1`` table chose are kept (by the test result under the paper's protocol, by dev
+    under the dev-selected one; read ``optim.raffel_protocol`` and ``epochs_to_100`` too)."""
     if "task.t0" not in runset.runs.columns:
         raise ValueError("Raffel figures need the run param 'task.t0'; read it with param_keys")
+    from reports.aggregate import aggregate
+    from reports.tables import get_table
+
+    table = get_table("raffel_table1")
+    res = aggregate(runset, table)
+    chosen = {(c.tasks[0], v, dict(c.params)["task.t0"]): res.cell(v, c.key).hparams[0]
+              for c in table.columns for v in table.rows if res.cell(v, c.key).hparams}
     runs = runset.runs.filter(pl.col("task").is_in(["raffel_add", "raffel_mul"])
                               & (pl.col("status") == schema.STATUS_FINISHED))
+    keep = [chosen.get((t, v, t0), h) == h for t, v, t0, h in runs.select(
+        "task", "variant", "task.t0", pl.col("hparams").fill_null("{}")).iter_rows()]
+    runs = runs.filter(pl.Series(keep, dtype=pl.Boolean))
     m = runset.metrics.filter(pl.col("key") == "test.test.accuracy")
     return (runs.join(m, on="run_id").select(
         "task", "variant", pl.col("task.t0").cast(pl.Float64).alias("t0"), "seed",
@@ -318,8 +332,8 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
     src = str(source)
     uri, name = (resolve_source(tracking_uri=src, study=study) if "://" in src
                  else resolve_source(src, study=study))
-    rs = read_runs(uri, name, metric_keys=["best_dev_score"], metric_prefixes=["test."],
-                   param_keys=["task.t0"])
+    rs = read_runs(uri, name, metric_keys=["best_dev_score", "epochs_to_100"],
+                   metric_prefixes=["test."], param_keys=["task.t0", "optim.raffel_protocol"])
     out = Path(out_dir) / "figures"
     written: list[Path] = []
     tasks = sorted(set(rs.runs["task"].drop_nulls().to_list()))

@@ -269,3 +269,17 @@ def test_report_refuses_mixed_protocols(store) -> None:
     with pytest.raises(ReportsError, match=r"raffel_table1: the runs mix optim.raffel_protocol "
                                            r"values \['dev', 'paper'\]"):
         collect(store, "mixed", ["raffel_table1"])
+
+
+@pytest.mark.parametrize("study, acc", [("paper", 100.0), ("dev", 99.0)])
+def test_raffel_figure_plots_the_chosen_learning_rate(store, study, acc) -> None:
+    from reports.figures import raffel_frame
+    from reports.store import read_runs
+
+    rs = read_runs(f"sqlite:///{store / 'mlflow.db'}", study,
+                   metric_keys=["best_dev_score", "epochs_to_100"], metric_prefixes=["test."],
+                   param_keys=["task.t0", "optim.raffel_protocol"])
+    df = raffel_frame(rs)
+    t50 = df.filter(df["t0"] == 50.0)
+    assert t50.height == 1 and t50["accuracy"].to_list() == pytest.approx([acc])
+    assert df.filter(df["t0"] == 100.0)["accuracy"].to_list() == pytest.approx([100.0])
