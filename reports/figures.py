@@ -307,6 +307,10 @@ def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
             ax.plot(g["t0"].to_numpy(), g["accuracy"].to_numpy(), label=label(variant),
                     **curve_style(i))
         ax.set_xscale("log")
+        t0s = sorted(set(d["t0"].to_list()))
+        if t0s:  # the lengths run, as plain numbers (not 5×10¹)
+            ax.set_xticks(t0s, [f"{t:g}" for t in t0s])
+            ax.xaxis.set_minor_locator(_plt().NullLocator())
         ax.set_xlabel("sequence length T0")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(task_label(task))
