@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
-from locattn.train import _Seq2SeqRun, score_test_splits  # noqa: E402
+from locattn.train import Seq2SeqRun, score_test_splits  # noqa: E402
 
 CASES = "copy/onestep,lookup/mix_locattn,recopy/mono"
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             task, variant = case.split("/")
             cfg = make_run_config(task=task, variant=variant, seed=0, overrides=sizes)
             data = load_task(cfg.task, cache_dir=cfg.cache_dir)
-            run = _Seq2SeqRun(cfg, data, Path(tmp))
+            run = Seq2SeqRun(cfg, data, Path(tmp))
             trains, devs, epochs = [], [], []
             for rep in range(args.repeats):
                 run.epoch = rep + 1

@@ -25,10 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
-from locattn import metrics as M  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
-from locattn.train import _Seq2SeqRun, split_metrics  # noqa: E402
+from locattn.train import Seq2SeqRun, split_metrics  # noqa: E402
 from locattn.training.data import EncodedSplit  # noqa: E402
 from locattn.training.evaluate import greedy_decode, split_caps  # noqa: E402
 
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                           overrides={"num_threads": args.threads})
     data = load_task(cfg.task, cache_dir=cfg.cache_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        run = _Seq2SeqRun(cfg, data, Path(tmp))
+        run = Seq2SeqRun(cfg, data, Path(tmp))
         if args.checkpoint:
             run.model.load_state_dict(torch.load(args.checkpoint, map_location=run.device))
         else:
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                     with timed() as t:
                         decoded = greedy_decode(model, split, caps[name], cfg.optim.dev_batch_size,
                                                 want_attention=split.attn is not None)
-                        metrics, _ = split_metrics(M, split, decoded)
+                        metrics, _ = split_metrics(split, decoded)
                     per_split[name].append((t, metrics))
             totals.append(total)
     print(f"Copy / {args.variant}, trained {args.train_epochs} epoch(s), dev batch "

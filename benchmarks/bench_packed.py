@@ -3,7 +3,7 @@
     python benchmarks/bench_packed.py [--k 5] [--cases copy/onestep] [--train-size 10000]
                                       [--repeats 1] [--threads 1]
 
-For each case: K solo training epochs (``_Seq2SeqRun.train_epoch``, seeds 0..K-1) and one
+For each case: K solo training epochs (``Seq2SeqRun.train_epoch``, seeds 0..K-1) and one
 packed epoch of the same K runs (``locattn.packed``); training pass only (dev scoring and
 test scoring run per replica with the solo code in both cases). Prints CPU and wall seconds,
 seed-epochs per core-second for both, the ratio (target >= 3 at K = 5), the largest
@@ -25,7 +25,7 @@ from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E
 from locattn.config import make_run_config  # noqa: E402
 from locattn.packed import packed_train_epoch  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
-from locattn.train import _Seq2SeqRun  # noqa: E402
+from locattn.train import Seq2SeqRun  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             cfgs = [make_run_config(task=task, variant=variant, seed=s, overrides=over) for s in range(args.k)]
             data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
 
-            def fresh() -> list[_Seq2SeqRun]:
-                return [_Seq2SeqRun(c, data, Path(tmp) / f"r{c.seed}") for c in cfgs]
+            def fresh() -> list[Seq2SeqRun]:
+                return [Seq2SeqRun(c, data, Path(tmp) / f"r{c.seed}") for c in cfgs]
 
             solo_t, pack_t = [], []
             for rep in range(args.repeats):

@@ -160,18 +160,18 @@ def test_packed_model_rows_equal_solo_models(tmp_path: Path, variant: str) -> No
     """Forward pass only, dropout off, unequal source lengths: padding does not leak. Every
     variant, because solo training runs as a pack of one."""
     from locattn.models import build_model
-    from locattn.packed import _Pack
+    from locattn.packed import ParamPack
 
     torch.manual_seed(0)
     c = cfg(tmp_path, variant)
 
-    class R:  # the attributes _Pack reads from a run
+    class R:  # the attributes ParamPack reads from a run
         def __init__(self, seed: int) -> None:
             torch.manual_seed(seed)
             self.model = build_model(c.model, 12, pad_id=0, sos_id=1, eos_id=2).eval()
 
     runs = [R(s) for s in (0, 1)]
-    pack = _Pack(runs)
+    pack = ParamPack(runs)
     src = [torch.randint(3, 12, (4, 5)), torch.randint(3, 12, (4, 9))]
     src_len = [torch.tensor([5, 3, 5, 1]), torch.tensor([9, 9, 2, 7])]
     tgt = [torch.randint(3, 12, (4, 6)), torch.randint(3, 12, (4, 3))]

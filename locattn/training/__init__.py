@@ -1,4 +1,17 @@
-"""Pieces of one training run: batching, checkpoints, evaluation, recorders.
+"""One training run, in floors: a module imports only modules on lower floors.
 
-The public entry point is :func:`locattn.train.train`.
+Read them in this order (``tests/test_architecture.py`` checks the order):
+
+1. ``results``: what a run produces (:class:`RunResult`), how it fails
+   (:class:`NonFiniteLossError`), the files it writes, and the best-model rule.
+2. ``data`` (batching, data order), ``checkpoint`` (atomic, checksummed state; RNG seeding),
+   ``recorders`` (progress without a tracking library), ``evaluate`` (teacher-forced dev
+   scores, greedy decoding), ``examples`` (saved predictions), ``scoring`` (every test split
+   with every metric), ``attention`` (the traced example).
+3. ``epoch``: one training pass of a pack of K runs; a solo run is a pack of one.
+4. ``seq2seq`` (:class:`Seq2SeqRun`, one run's state and steps), ``packed`` (K runs of one cell
+   trained together), ``regression`` (Raffel & Ellis).
+5. ``run``: ``train(cfg, out_dir)``.
+
+The public names are re-exported by :mod:`locattn.train` and :mod:`locattn.packed`.
 """

@@ -20,6 +20,7 @@ checkpoint, or starts fresh.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -31,6 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from locattn.config import config_to_dict, identity_dict, run_identity
 
 CHECKPOINT = "checkpoint"
 _OLD = "checkpoint.old"
@@ -96,11 +99,16 @@ def save_checkpoint(out_dir: Path, meta: dict[str, Any], state: dict[str, Any]) 
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=out_dir))
     os.chmod(tmp, 0o755)
     try:
+        # Serialise in memory, then write: a full disk then raises OSError ENOSPC ("No space
+        # left on device") instead of torch's opaque "unexpected pos" from its zip writer.
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
         with open(tmp / STATE, "wb") as fh:
-            torch.save(state, fh)
+            fh.write(buffer.getbuffer())
             fh.flush()
             os.fsync(fh.fileno())
-        meta = {**meta, CHECKSUM_KEY: file_sha256(tmp / STATE)}
+        meta = {**meta, CHECKSUM_KEY: hashlib.sha256(buffer.getbuffer()).hexdigest()}
+        del buffer
         with open(tmp / META, "w") as fh:
             json.dump(meta, fh, indent=1, sort_keys=True)
             fh.flush()
@@ -235,3 +243,20 @@ def check_identity(
             "Resume with the same config, or start fresh (train(resume=False) / --fresh)."
         )
     return meta
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and Python's global RNGs."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def checkpoint_meta(cfg: Any, epoch: int) -> dict[str, Any]:
+    """The readable part of a checkpoint of ``cfg`` (a ``RunConfig``) after ``epoch``."""
+    return {
+        "epoch": epoch,
+        "run_identity": run_identity(cfg),
+        "identity": identity_dict(cfg),
+        "config": config_to_dict(cfg),
+    }

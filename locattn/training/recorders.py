@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from locattn.train import RunResult
+from locattn.training.results import RunResult
 
 
 @runtime_checkable

@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from locattn.config import RunConfig, config_to_dict, run_identity
+from locattn.metrics import raffel_accuracy
+from locattn.models import build_regressor
 from locattn.training import checkpoint as ckpt
-
-if TYPE_CHECKING:
-    from locattn.train import Recorder, RunResult
+from locattn.training.recorders import Recorder
+from locattn.training.results import BEST_MODEL_FILE, NonFiniteLossError, RunResult, is_new_best
 
 DEFAULT_UPDATES = 1_000
 
@@ -49,7 +50,6 @@ def batch_rng(seed: int, epoch: int) -> np.random.Generator:
 def score(model: torch.nn.Module, split: Any, batch_size: int, device: torch.device
           ) -> tuple[float, float]:
     """(MSE, Raffel accuracy) of ``model`` on a fixed regression split."""
-    from locattn.metrics import raffel_accuracy
 
     model.eval()
     preds, golds = [], []
@@ -64,24 +64,14 @@ def score(model: torch.nn.Module, split: Any, batch_size: int, device: torch.dev
 def train_regression(
     cfg: RunConfig, data: Any, out_dir: Path, *, recorder: "Recorder",
     checkpoint: Path | None,
-) -> "RunResult":
+) -> RunResult:
     """Run the regression protocol; see the module docstring."""
-    from locattn.models import build_regressor
-    from locattn.train import (
-        BEST_MODEL_FILE,
-        NonFiniteLossError,
-        RunResult,
-        checkpoint_meta,
-        is_new_best,
-        seed_everything,
-    )
-
     o = cfg.optim
     paper = o.raffel_protocol == "paper"
     held_out = "test" if paper else "dev"  # the split scored after every epoch
     device = torch.device(cfg.device)
     updates = o.updates_per_epoch or DEFAULT_UPDATES
-    seed_everything(cfg.seed)
+    ckpt.seed_everything(cfg.seed)
     model = build_regressor(cfg.model).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
     s: dict[str, Any] = {
@@ -138,7 +128,7 @@ def train_regression(
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "rng": ckpt.rng_state(),
                  "data_order": {"kind": "pure(seed, epoch)", "next_epoch": epoch + 1}, **s}
-        path = ckpt.save_checkpoint(out_dir, checkpoint_meta(cfg, epoch), state)
+        path = ckpt.save_checkpoint(out_dir, ckpt.checkpoint_meta(cfg, epoch), state)
         recorder.on_epoch(epoch, metrics, path)
 
     start = time.perf_counter()

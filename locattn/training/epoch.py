@@ -1,0 +1,194 @@
+"""Floor 3 of a training run: one epoch's training pass, for a pack of K runs of one cell.
+
+A solo run is a pack of one (:func:`solo_train_epoch`), so solo and packed training execute the
+same kernels and draw the same dropout masks. Per epoch the replicas' parameters are stacked into
+one packed model (leading K axis, see :mod:`locattn.models.functional`); each replica's solo
+parameters become views of its slice, so after one packed forward/backward every replica's own
+gradient-norm clipping and own optimizer step run on its own slice, unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from locattn.models.functional import DropoutNoise
+from locattn.training.data import epoch_order
+from locattn.training.results import NonFiniteLossError
+
+
+def epoch_dropout_noise(seeds: Sequence[int], epoch: int, device: str | torch.device) -> DropoutNoise:
+    """Dropout noise for training epoch ``epoch`` of runs with these seeds: one generator per run,
+    seeded from (seed, epoch), so the stream needs no checkpoint and packing cannot change it."""
+    gens = []
+    for seed in seeds:
+        digest = hashlib.sha256(f"locattn-dropout:{seed}:{epoch}".encode()).digest()
+        g = torch.Generator(device=torch.device(device))
+        g.manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+        gens.append(g)
+    return DropoutNoise(gens)
+
+
+# --------------------------------------------------------------------------- the packed model
+
+
+def _set_param(module: torch.nn.Module, name: str, value: torch.nn.Parameter) -> None:
+    *path, leaf = name.split(".")
+    for part in path:
+        module = getattr(module, part)
+    setattr(module, leaf, value)
+
+
+class ParamPack:
+    """The active replicas' parameters stacked into one packed model for one epoch.
+
+    ``ParamPack(runs)`` stacks the parameters of each run's ``model`` into ``.model`` (leading K
+    axis) and makes every solo parameter a view of its slice; :meth:`distribute_grads` hands each
+    replica its own gradient slice, :meth:`release` gives the solo parameters their own storage
+    back (checkpoints then save only their slice)."""
+
+    def __init__(self, runs: list[Any]) -> None:
+        self.runs = runs
+        solo = runs[0].model
+        noise, solo.noise = solo.noise, None  # generators are not copied
+        self.model = copy.deepcopy(solo)
+        solo.noise = noise
+        self.names = [n for n, _ in runs[0].model.named_parameters()]
+        self.replica_params = [dict(r.model.named_parameters()) for r in runs]
+        self.stacked: list[torch.nn.Parameter] = []
+        for name in self.names:
+            s = torch.nn.Parameter(torch.stack([p[name].detach() for p in self.replica_params]))
+            _set_param(self.model, name, s)
+            self.stacked.append(s)
+            for k, p in enumerate(self.replica_params):
+                p[name].data = s.data[k]  # the solo parameter is now a view of its slice
+
+    def release(self) -> None:
+        """Give every solo parameter its own storage again (checkpoints save only its slice)."""
+        for p in self.replica_params:
+            for name in self.names:
+                p[name].data = p[name].data.clone()
+                p[name].grad = None
+
+    def distribute_grads(self) -> None:
+        for i, name in enumerate(self.names):
+            g = self.stacked[i].grad
+            for k, p in enumerate(self.replica_params):
+                p[name].grad = None if g is None else g[k]
+
+
+def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    return F.pad(x, (0, width - x.shape[1]), value=value)
+
+
+def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> list[float]:
+    """One training pass of every run in ``runs`` at once; per run its token-weighted mean loss.
+
+    ``exact=False`` pads every batch to the pack's longest instead of grouping equal shapes:
+    faster when lengths vary a lot, equal to the solo runs only up to chaotic growth of
+    rounding differences.
+
+    Raises :class:`ReplicaFailed` (wrapping ``NonFiniteLossError``) when a replica's loss is not
+    finite; the other replicas' parameters and optimizers have then moved part-way into the epoch.
+    """
+    cfg0 = runs[0].cfg
+    pad = runs[0].ids["pad_id"]
+    pack = ParamPack(runs)
+    model = pack.model
+    model.train()
+    for r in runs:
+        r.model.train()
+    noise = epoch_dropout_noise([r.cfg.seed for r in runs], epoch, runs[0].device)
+    gens = list(noise.generators)
+    model.noise = noise
+    iters = [
+        r.train_split.train_batches(epoch_order(r.cfg.seed, epoch, len(r.train_split)), cfg0.optim.batch_size)
+        for r in runs
+    ]
+    K = len(runs)
+    loss_sums = [torch.zeros((), dtype=torch.float64, device=runs[0].device) for _ in runs]
+    n_tokens = [0] * K
+    params = [[p for p in r.model.parameters() if p.requires_grad] for r in runs]
+    try:
+        for step, batches in enumerate(zip(*iters), start=1):
+            # replicas whose batches have the same shape run together; with ``exact`` a replica
+            # whose batch is shorter runs in its own group instead of being padded (padding
+            # changes the rounding of a few reductions, and training is chaotic enough to turn
+            # a last-bit difference into a different run within an epoch). An epoch's last,
+            # partial batch also trains alone: packed, batches of 8 or 12 examples rounded
+            # differently from the solo run (1e-8 in the loss, 1e-2 eight epochs later), while
+            # full batches of 32 matched to the bit in every case measured.
+            groups: dict[Any, list[int]] = {}
+            for k, b in enumerate(batches):
+                key = (b.src.shape[1], b.tgt_in.shape[1]) if exact else None
+                if exact and b.src.shape[0] != cfg0.optim.batch_size:
+                    key = ("alone", k)  # an epoch's last, partial batch: see above
+                groups.setdefault(key, []).append(k)
+            loss_parts: list[torch.Tensor] = [None] * K  # type: ignore[list-item]
+            for idx in groups.values():
+                group = [batches[k] for k in idx]
+                S = max(b.src.shape[1] for b in group)
+                T = max(b.tgt_in.shape[1] for b in group)
+                noise.generators = [gens[k] for k in idx]
+                noise.trim = [S - b.src.shape[1] for b in group]
+                src = torch.cat([_pad(b.src, S, pad) for b in group])  # (k*B, S)
+                src_len = torch.cat([b.src_len for b in group])  # (k*B,)
+                tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in group])  # (k*B, T)
+                tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in group])  # (k*B, T)
+                if len(idx) == K:
+                    logits = model(src, src_len, tgt_in).logits  # (K*B, T, V)
+                else:
+                    sel = torch.tensor(idx, device=src.device)
+                    sub = {name: p.index_select(0, sel) for name, p in zip(pack.names, pack.stacked)}
+                    logits = torch.func.functional_call(model, sub, (src, src_len, tgt_in)).logits
+                nll = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad,
+                    reduction="none",
+                ).view(len(idx), -1).sum(1)  # (k,)
+                for j, k in enumerate(idx):
+                    loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
+            losses = torch.stack(loss_parts)  # (K,)
+            finite = torch.isfinite(losses.detach())
+            if not bool(finite.all()):
+                bad = int((~finite).nonzero()[0, 0])
+                r = runs[bad]
+                raise ReplicaFailed(bad, NonFiniteLossError(
+                    f"non-finite training loss ({float(losses[bad].detach())}) at epoch {epoch}, batch {step} "
+                    f"(task={r.cfg.task.name}, variant={r.cfg.variant}, lr={r.cfg.optim.lr}, "
+                    f"seed={r.cfg.seed}; packed run)"
+                ))
+            for s in pack.stacked:
+                s.grad = None
+            losses.sum().backward()
+            pack.distribute_grads()
+            for k, r in enumerate(runs):
+                torch.nn.utils.clip_grad_norm_(params[k], r.cfg.optim.clip)
+                r.optimizer.step()
+                loss_sums[k] += losses[k].detach().double() * batches[k].n_tokens
+                n_tokens[k] += batches[k].n_tokens
+    finally:
+        pack.release()
+    return [float(s) / n for s, n in zip(loss_sums, n_tokens)]
+
+
+def solo_train_epoch(run: Any) -> float:
+    """A solo run's training pass (:meth:`Seq2SeqRun.train_epoch`): a pack of one."""
+    try:
+        return packed_train_epoch([run], run.epoch)[0]
+    except ReplicaFailed as failed:
+        raise failed.error from None
+
+
+class ReplicaFailed(Exception):
+    """A replica's loss became non-finite; ``index`` is its position in the pack."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.index, self.error = index, error
+
+
+__all__ = ["ParamPack", "ReplicaFailed", "epoch_dropout_noise", "packed_train_epoch", "solo_train_epoch"]

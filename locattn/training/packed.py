@@ -1,0 +1,165 @@
+"""Floor 4 of a training run: K runs of one cell (seeds, learning rates) trained as one pack.
+
+``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed`` and
+``optim.lr``. Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
+
+* it *is* a solo run object (:class:`~locattn.training.seq2seq.Seq2SeqRun`): its own model
+  initialised from its seed, its own ``torch.optim.AdamW``, ``ReduceLROnPlateau``, best-model
+  tracking, early stopping, checkpoint directory (the solo format: a packed run resumes packed or
+  solo and vice versa), recorder calls, dev scoring and final test scoring;
+* only the training pass is shared (:func:`~locattn.training.epoch.packed_train_epoch`):
+  replica k's batch i is the solo run's batch i, each replica's loss is the token-level mean
+  over its own tokens, and the packed backward runs on the sum of the K losses, so gradients do
+  not mix; dropout masks come from a per-(seed, epoch) generator in both solo and packed training;
+* a replica that stops early (or raises ``NonFiniteLossError``) leaves the pack; the others go on.
+
+The result per replica equals its solo run bit for bit (``tests/test_packed.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from locattn.config import RunConfig, config_to_dict, flatten, identity_dict, run_identity
+from locattn.tasks import load_task
+from locattn.training import checkpoint as ckpt
+from locattn.training.epoch import ReplicaFailed, packed_train_epoch
+from locattn.training.recorders import NullRecorder
+from locattn.training.results import CONFIG_FILE, RESULT_FILE
+from locattn.training.seq2seq import Seq2SeqRun
+
+PACKABLE_FAMILIES = ("content", "positional", "location")
+"""Attention families whose modules are written for packed parameters."""
+_MAY_DIFFER = ("seed", "optim.lr")
+
+
+def _flat_identity(cfg: RunConfig) -> dict[str, Any]:
+    return {k: v for k, v in flatten(identity_dict(cfg)).items() if k not in _MAY_DIFFER}
+
+
+def check_packable(cfgs: Sequence[RunConfig]) -> None:
+    """Raise ``ValueError`` unless ``cfgs`` are one cell: equal except ``seed`` and ``optim.lr``."""
+    if not cfgs:
+        raise ValueError("train_packed needs at least one RunConfig")
+    ref = _flat_identity(cfgs[0])
+    for i, cfg in enumerate(cfgs[1:], start=1):
+        other = _flat_identity(cfg)
+        diff = sorted(k for k in set(ref) | set(other) if ref.get(k) != other.get(k))
+        if diff:
+            raise ValueError(
+                f"cfgs[{i}] differs from cfgs[0] in {diff}; packed runs may differ only in {list(_MAY_DIFFER)}"
+            )
+        if cfg.device != cfgs[0].device:
+            raise ValueError(f"cfgs[{i}].device={cfg.device!r} differs from cfgs[0].device={cfgs[0].device!r}")
+    family = cfgs[0].model.attention.family
+    if cfgs[0].model.kind != "seq2seq" or family not in PACKABLE_FAMILIES:
+        raise ValueError(
+            f"model.kind={cfgs[0].model.kind!r}, attention.family={family!r} cannot be packed; "
+            f"packable: seq2seq with attention.family in {list(PACKABLE_FAMILIES)}"
+        )
+    seeds = [c.seed for c in cfgs]
+    if len(set(zip(seeds, (c.optim.lr for c in cfgs)))) != len(cfgs):
+        raise ValueError(f"packed runs must differ in seed or optim.lr, got seeds {seeds}")
+
+
+def train_packed(
+    cfgs: Sequence[RunConfig],
+    out_dirs: Sequence[str | Path],
+    recorders: Sequence[Any] | None = None,
+    *,
+    resume: bool = True,
+) -> list[Any]:
+    """Train the runs ``cfgs`` (one cell: equal except ``seed`` / ``optim.lr``) as one pack.
+
+    ``out_dirs[k]`` receives exactly what ``train(cfgs[k], out_dirs[k])`` writes (config,
+    per-epoch checkpoint, result, best model, attention figure) and ``recorders[k]`` hears the
+    same calls. With ``resume`` each replica continues from its own checkpoint, which has the
+    solo format (a run may switch between solo and packed training at any epoch boundary).
+    Replicas standing at different epochs are trained in groups of equal epoch, lowest first,
+    so a lagging replica trains alone (or with its peers) until it catches up.
+
+    Returns one entry per run: its :class:`~locattn.training.results.RunResult`, or the exception that
+    ended it (e.g. ``NonFiniteLossError``), so one diverging seed does not cost the others.
+    """
+    cfgs = list(cfgs)
+    if len(out_dirs) != len(cfgs) or (recorders is not None and len(recorders) != len(cfgs)):
+        raise ValueError(
+            f"train_packed needs one out_dir (and recorder) per config: {len(cfgs)} configs, "
+            f"{len(out_dirs)} out_dirs, {None if recorders is None else len(recorders)} recorders"
+        )
+    check_packable(cfgs)
+    recs = list(recorders) if recorders is not None else [NullRecorder() for _ in cfgs]
+    recs = [r if r is not None else NullRecorder() for r in recs]
+    torch.set_num_threads(cfgs[0].num_threads)
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    if data.kind != "seq2seq":
+        raise ValueError(f"task {cfgs[0].task.name!r} is a {data.kind} task; only seq2seq runs are packed")
+
+    runs: list[Any] = []
+    for cfg, out in zip(cfgs, out_dirs):
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        found = ckpt.find_checkpoint(out)
+        if found is not None and not resume:
+            ckpt.remove_checkpoint(out)
+            found = None
+        if found is not None:
+            ckpt.check_identity(found, run_identity(cfg), identity_dict(cfg))
+        (out / CONFIG_FILE).write_text(json.dumps(config_to_dict(cfg), indent=1) + "\n")
+        (out / RESULT_FILE).unlink(missing_ok=True)
+        run = Seq2SeqRun(cfg, data, out)
+        if found is not None:
+            run.restore(found)
+        runs.append(run)
+
+    results: list[Any] = [None] * len(runs)
+    active = [k for k, r in enumerate(runs) if r.stop_reason is None and r.epoch < r.cfg.optim.epochs]
+    while active:
+        # replicas at the lowest epoch train together (all of them unless resumed unevenly)
+        low = min(runs[k].epoch for k in active)
+        group = [k for k in active if runs[k].epoch == low]
+        for k in group:
+            runs[k].epoch += 1
+        start = time.perf_counter()
+        try:
+            losses = packed_train_epoch([runs[k] for k in group], low + 1)
+        except ReplicaFailed as failed:
+            k = group[failed.index]
+            results[k] = failed.error
+            active.remove(k)
+            for j in group:  # the epoch is redone without the failed replica
+                runs[j].epoch -= 1
+                if j != k:
+                    _reload(runs[j])
+            continue
+        seconds = (time.perf_counter() - start) / len(group)  # each replica's share
+        for k, loss in zip(group, losses):
+            runs[k].end_epoch(loss, seconds, recs[k])
+            if runs[k].stop_reason is not None:
+                active.remove(k)
+    for k, run in enumerate(runs):
+        if results[k] is not None:
+            continue
+        result = run.finish()
+        (run.out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+        recs[k].on_end(result)
+        results[k] = result
+    return results
+
+
+def _reload(run: Any) -> None:
+    """Put a run back to its last completed epoch (its checkpoint, or its initial state)."""
+    found = ckpt.find_checkpoint(run.out_dir)
+    if found is not None:
+        run.restore(found)
+    else:
+        fresh = type(run)(run.cfg, run.data, run.out_dir)
+        run.__dict__.update(fresh.__dict__)
+
+
+__all__ = ["PACKABLE_FAMILIES", "check_packable", "train_packed"]

@@ -1,0 +1,120 @@
+"""Floor 1 of a training run: what it produces, how it fails, and the files it writes.
+
+Nothing here imports another module of :mod:`locattn.training`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from locattn.config import RunConfig, run_config_from_dict
+
+CONFIG_FILE = "config.json"
+"""The resolved config of a run (``config_to_dict``), in its output directory."""
+RESULT_FILE = "result.json"
+"""The :class:`RunResult` of a finished run."""
+BEST_MODEL_FILE = "best_model.pt"
+"""The selected model's ``state_dict``."""
+ATTENTION_JSON = "attention.json"
+"""The traced attention of one test example."""
+ATTENTION_PNG = "attention.png"
+"""Its heatmap."""
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite (the message names the epoch and batch)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """What one run produced. ``result.json`` is :meth:`to_dict`."""
+
+    run_identity: str
+    """:func:`locattn.config.run_identity` of the config."""
+    config: dict[str, Any]
+    """Resolved config (``config_to_dict``)."""
+    kind: str
+    """``seq2seq`` or ``regression``."""
+    dev_scoring: str
+    """How the dev score was computed (``teacher_forced`` or ``greedy``; regression: ``accuracy``)."""
+    history: list[dict[str, float]]
+    """One dict per epoch: ``epoch`` and the §6 epoch metrics."""
+    best_epoch: int
+    """Epoch (from 1) of the selected model."""
+    best_dev_score: float
+    """Dev score of the selected model."""
+    epochs_run: int
+    """Completed epochs."""
+    stop_reason: str
+    """``max_epochs``, ``early_stopping`` or ``reached_100`` (regression)."""
+    test: dict[str, dict[str, float]]
+    """Per test split: ``seq_acc, seq_acc_be, edit_distance, [attn_loss], n`` (regression:
+    ``accuracy, n``)."""
+    by_length: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per test split: gold output length (without ``<eos>``, as a string) -> sequence accuracy."""
+    epochs_to_100: int | None = None
+    """Regression: first epoch with 100 % accuracy on the held-out split of
+    ``optim.raffel_protocol`` (test under ``paper``, dev under ``dev``; None if never)."""
+    wall_seconds: float = 0.0
+    """Sum of the epoch times plus the final test scoring time."""
+
+    def final_metrics(self) -> dict[str, float]:
+        """The §6 final metrics: ``best_dev_score, best_epoch, epochs_run, test.<split>.<m>``."""
+        out: dict[str, float] = {
+            "best_dev_score": float(self.best_dev_score),
+            "best_epoch": float(self.best_epoch),
+            "epochs_run": float(self.epochs_run),
+        }
+        if self.epochs_to_100 is not None:
+            out["epochs_to_100"] = float(self.epochs_to_100)
+        for split, metrics in self.test.items():
+            for name, value in metrics.items():
+                out[f"test.{split}.{name}"] = float(value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (``result.json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+
+def load_result(out_dir: str | Path) -> RunResult:
+    """The :class:`RunResult` stored in ``out_dir/result.json``."""
+    path = Path(out_dir) / RESULT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the run in {out_dir} has not finished")
+    return RunResult.from_dict(json.loads(path.read_text()))
+
+
+def load_run_config(out_dir: str | Path) -> RunConfig:
+    """The resolved config saved in ``out_dir/config.json``."""
+    path = Path(out_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: {out_dir} is not a locattn run directory")
+    return run_config_from_dict(json.loads(path.read_text()))
+
+
+def is_new_best(score: float, best: float | None, tolerance: float) -> bool:
+    """Reference rule: a better score, or one within ``tolerance`` of the best, replaces it."""
+    return best is None or score > best or abs(score - best) < tolerance
+
+
+__all__ = [
+    "ATTENTION_JSON",
+    "ATTENTION_PNG",
+    "BEST_MODEL_FILE",
+    "CONFIG_FILE",
+    "NonFiniteLossError",
+    "RESULT_FILE",
+    "RunResult",
+    "is_new_best",
+    "load_result",
+    "load_run_config",
+]

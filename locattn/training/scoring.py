@@ -1,0 +1,69 @@
+"""Floor 2 of a training run: greedy scoring of every test split with every metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from locattn import metrics as M
+from locattn.config import RunConfig
+from locattn.training.data import EncodedSplit
+from locattn.training.evaluate import greedy_decode, split_caps
+from locattn.training.examples import split_examples
+
+
+def score_test_splits(
+    model: torch.nn.Module, data: Any, cfg: RunConfig, ids: dict[str, int], *,
+    on_test_split: Any = None, keep_examples: dict[str, Any] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Greedy-decode every test split; per-split metrics and accuracy by output length.
+
+    ``on_test_split(split, done, total)``, when given, is called before each split (``done``
+    splits scored of ``total``) and once more at the end with ``done == total``: the
+    ``on_test_split`` of a recorder that has one (the command line's progress bar)."""
+    test: dict[str, dict[str, float]] = {}
+    by_length: dict[str, dict[str, float]] = {}
+    device = next(model.parameters()).device
+    names = [n for n in data.test_splits if data.splits[n]]
+    for done, name in enumerate(names):
+        if on_test_split is not None:
+            on_test_split(name, done, len(names))
+        examples = data.splits[name]
+        split = EncodedSplit(examples, data.vocab, **ids, device=device)
+        want_attn = split.attn is not None
+        decoded = greedy_decode(
+            model, split, split_caps(split, data.decode_cap), cfg.optim.dev_batch_size,
+            want_attention=want_attn, attn_steps=cfg.optim.attn_loss_steps,
+        )
+        test[name], by_length[name] = split_metrics(split, decoded)
+        if keep_examples is not None:  # examples.json: first wrong / right predictions (cfg.outputs)
+            keep_examples[name] = split_examples(
+                data.splits[name], decoded.pred, decoded.ended, split.tgt_ids,
+                lambda p: [data.vocab.itos[i] for i in p],
+                n_wrong=cfg.outputs.n_wrong, n_right=cfg.outputs.n_right,
+            )
+    if on_test_split is not None:
+        on_test_split("", len(names), len(names))
+    return test, by_length
+
+
+def split_metrics(split: EncodedSplit, decoded: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """Metrics of one decoded split via :mod:`locattn.metrics`; and accuracy by gold length."""
+    eos = split.eos_id
+    pred = [p + [eos] if e else p for p, e in zip(decoded.pred, decoded.ended)]
+    gold = [g + [eos] for g in split.tgt_ids]
+    correct = M.seq_correct(pred, gold, eos_id=eos)
+    out = {
+        "seq_acc": float(correct.mean()),
+        "seq_acc_be": float(M.seq_acc_be(pred, gold, eos_id=eos)),
+        "edit_distance": float(M.edit_distance(pred, gold, eos_id=eos)),
+    }
+    if decoded.attn_loss is not None:
+        out["attn_loss"] = float(decoded.attn_loss)
+    out["n"] = float(len(split))
+    by_len = M.accuracy_by_length(correct, [len(g) for g in split.tgt_ids])
+    return out, {str(k): float(v) for k, v in sorted(by_len.items())}
+
+
+__all__ = ["score_test_splits", "split_metrics"]
