@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping
 
 from locattn.metrics import AttnLossSteps
 from locattn.models.config import ModelConfig
-from locattn.tasks.config import TaskConfig
+from locattn.tasks.config import DATA_VERSIONS, TaskConfig
 
 DevScoring = Literal["teacher_forced", "greedy"]
 SelectOn = Literal["dev_acc", "dev_loss"]
@@ -372,6 +372,7 @@ def _regressor(flat: Mapping[str, Any]) -> bool:
 #: A new identity field must be added here (``tests/test_identity.py`` fails otherwise).
 LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "task.dev_from_long1": (0, None),
+    "task.data_version": (1, None),  # derived from the task, not a field (tasks.config.DATA_VERSIONS)
     "optim.schedule_from_epoch": (1, None),
     "optim.select_on": ("dev_acc", None),
     "optim.attn_loss_steps": ("with_eos", None),
@@ -388,6 +389,7 @@ def identity_dict(cfg: RunConfig) -> dict[str, Any]:
     :data:`LEGACY_VALUES` are left out while they hold their legacy value or do not apply."""
     flat = flatten(config_to_dict(cfg))
     out = {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
+    out["task.data_version"] = DATA_VERSIONS[cfg.task.name]
     for key, (legacy, applies) in LEGACY_VALUES.items():
         if key in out and (out[key] == legacy or (applies is not None and not applies(flat))):
             del out[key]

@@ -23,7 +23,7 @@ CHANGED_DEFAULTS = {"optim.tie_tolerance": 1e-3}
 def _legacy_overrides(cfg_flat: dict) -> dict:
     over = dict(CHANGED_DEFAULTS)
     for key, (legacy, applies) in LEGACY_VALUES.items():
-        if applies is None or applies(cfg_flat):
+        if key in cfg_flat and (applies is None or applies(cfg_flat)):  # data_version: derived
             over[key] = legacy
     return over
 
@@ -68,3 +68,15 @@ def test_a_non_legacy_value_is_part_of_the_identity():
     assert identity_dict(moved)["task.dev_from_long1"] == 500
     # a field that does not apply never enters the identity (rho_init for content attention)
     assert "model.attention.rho_init" not in identity_dict(make_run_config(task="copy", variant="content", seed=0))
+
+
+def test_a_data_change_is_a_different_run():
+    from locattn.tasks import algorithmic, raffel
+    from locattn.tasks.config import DATA_VERSIONS
+
+    assert DATA_VERSIONS["dedupe"] == algorithmic.GENERATOR_VERSION
+    assert DATA_VERSIONS["raffel_add"] == DATA_VERSIONS["raffel_mul"] == raffel.GENERATOR_VERSION
+    dedupe = identity_dict(make_run_config(task="dedupe", variant="mono", seed=0))
+    assert dedupe["task.data_version"] == 3  # the reference's generator, not the old one
+    copy = identity_dict(make_run_config(task="copy", variant="mono", seed=0))
+    assert "task.data_version" not in copy  # version 1: identities made before it existed hold

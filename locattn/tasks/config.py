@@ -23,6 +23,15 @@ TASK_KEYS: tuple[str, ...] = (
     "raffel_add",
     "raffel_mul",
 )
+#: Version of each task's examples: bumped when the same TaskConfig starts to yield different
+#: data (a generator fix), so runs on the old and the new data never share a run identity
+#: (``locattn.config.identity_dict`` adds it as ``task.data_version`` from version 2 on).
+#: DeDupe: 2 lets equal neighbouring draws merge (the reference generator), 3 ends each source
+#: with ``<eos>`` as the reference does. Raffel & Ellis: 2 samples lengths in [T0, 1.1 T0].
+DATA_VERSIONS: dict[str, int] = {
+    **{name: 1 for name in TASK_KEYS}, "dedupe": 3, "raffel_add": 2, "raffel_mul": 2,
+}
+
 #: The Long Lookup Tables task keys.
 LOOKUP_TASKS: tuple[str, ...] = ("lookup", "reverse_lookup", "noisy_lookup")
 
