@@ -111,6 +111,9 @@ class TableResult:
     n_testable: int = 0
     """Paired tests with enough non-zero differences to reach p < alpha."""
     warnings: tuple[tuple[str, str, str], ...] = ()
+    solved_at: float | None = None
+    """Show per cell how many seeds reached this value (cell units, e.g. 90 for 90 % seqAcc) as
+    ``(k/n)``; None shows no count. Applies to tables whose metric is higher-is-better."""
     """Problems found in the data: (variant, column key, message)."""
     selection: str = "dev"
     """How hyperparameters were chosen per cell: ``dev`` (median dev score) or ``test`` (the

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ def collect(
     tables: Sequence[str] | None = None,
     *,
     stat: str | None = None,
+    solved_at: float | None = None,
 ) -> Built:
     """Read the study once and aggregate every requested table."""
     if stat is not None and stat not in STATS:
@@ -132,6 +134,8 @@ def collect(
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
     results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
+    if solved_at is not None:
+        results = [dataclasses.replace(r, solved_at=solved_at) for r in results]
     return Built(runset=runset, results=results, provenance=provenance(runset))
 
 
@@ -165,6 +169,7 @@ def build_reports(
     out_dir: str | Path = "reports_out",
     *,
     stat: str | None = None,
+    solved_at: float | None = None,
     compare: bool = False,
     strict: bool = False,
     figures: bool = False,
@@ -180,7 +185,7 @@ def build_reports(
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
         raise ReportsError(f"unknown format(s) {', '.join(bad)}; valid: {', '.join(FORMATS)}")
-    built = collect(source, study, tables, stat=stat)
+    built = collect(source, study, tables, stat=stat, solved_at=solved_at)
     if strict:
         gaps = [g for r in built.results for g in describe_gaps(r)]
         if gaps:

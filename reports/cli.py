@@ -33,6 +33,9 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                         f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}")
     b.add_argument("--stat", choices=STATS, default=None,
                    help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
+    b.add_argument("--solved", type=float, nargs="?", const=90.0, default=None, metavar="PCT",
+                   help="after each accuracy cell, (k/n): the seeds that reached PCT or more "
+                        "(default 90), so a fragile median is visible")
     b.add_argument("--compare", action="store_true",
                    help="add the papers' published numbers and the differences")
     b.add_argument("--strict", action="store_true",
@@ -75,7 +78,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
     try:
         paths = build_reports(
             source, args.study, tables, _split(args.format), out, stat=args.stat,
-            compare=args.compare, strict=args.strict, figures=args.figures,
+            compare=args.compare, strict=args.strict, figures=args.figures, solved_at=args.solved,
         )
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

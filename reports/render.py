@@ -107,6 +107,16 @@ def cell_value_text(table: TableDef, stat: str, cell: Cell) -> str:
     raise ValueError(f"unknown stat {stat!r}")
 
 
+def solved_text(result: TableResult, cell: Cell) -> str:
+    """`` (k/n)``: seeds of the cell at or above ``result.solved_at``; empty when not asked for,
+    for lower-is-better metrics, and for empty cells."""
+    t = result.table
+    if result.solved_at is None or cell.missing or t.direction != "max" or t.kind == "epochs_or_accuracy":
+        return ""
+    k = sum(1 for _, v in cell.seeds if v >= result.solved_at)
+    return f" ({k}/{cell.n})"
+
+
 def cell_marks(cell: Cell) -> str:
     marks = ""
     if cell.greyed:
@@ -133,6 +143,8 @@ def caption_sentences(result: TableResult, label: Labeler) -> list[str]:
         s.append("Cells show the median over seeds.")
     else:
         s.append(f"Cells show {STAT_TEXT[result.stat]}.")
+    if result.solved_at is not None and t.direction == "max" and t.kind != "epochs_or_accuracy":
+        s.append(f"(k/n): of the n finished seeds, k reached {result.solved_at:g} or more.")
     if t.note:
         s.append(t.note)
     s.append(f"Bold: best in its column ({_direction_text(t)}); equal values at the shown "
@@ -237,7 +249,7 @@ def _ours_text(result: TableResult) -> Callable[[str, str], tuple[str, bool]]:
     def f(r: str, c: str) -> tuple[str, bool]:
         cell = result.cell(r, c)
         base = cell_value_text(result.table, result.stat, cell)
-        return base + cell_marks(cell), cell.best
+        return base + cell_marks(cell) + solved_text(result, cell), cell.best
 
     return f
 
@@ -470,7 +482,8 @@ def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
                     rec = [
                         t.id, r, label(r), c.key, g.label, c.label, "+".join(c.tasks),
                         "+".join(c.splits), result.stat,
-                        cell_value_text(t, result.stat, cell) + cell_marks(cell),
+                        cell_value_text(t, result.stat, cell) + cell_marks(cell)
+                        + solved_text(result, cell),
                         _f(cell.median), _f(cell.mean), _f(cell.std), _f(cell.q25), _f(cell.q75),
                         cell.n, "" if cell.n_expected is None else cell.n_expected,
                         cell.n_running, cell.n_failed, cell.n_missing_metric,
