@@ -340,6 +340,21 @@ def _trial_dirname(trial: Any) -> str:
     return trial_dirname(trial.trial_id)
 
 
+def _trial_failure_filter(record: Any) -> bool:
+    """Tune logs a failed trial with the whole remote traceback (dozens of lines per attempt;
+    1,000+ lines when a full disk fails every trial). Keep one line: the trial and the error's
+    last line. The full text stays in the run's ``locattn.error`` tag and Tune's error file."""
+    if "Trial task failed" in str(record.msg) and record.exc_info:
+        exc = record.exc_info[1]
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        last = lines[-1] if lines else type(exc).__name__
+        record.msg = f"{record.getMessage()}: {last[:300]}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def _tune_log_filter(record: Any) -> bool:
     """Drop Tune's advice to call ``Tuner.restore``: ``study resume`` is the way back."""
     return "Tuner.restore" not in str(record.msg)
@@ -538,6 +553,7 @@ def _run_locked(
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_stale_checkpoint_filter)
     logging.getLogger("ray.tune.tune").addFilter(_tune_log_filter)
+    logging.getLogger("ray.tune.execution.tune_controller").addFilter(_trial_failure_filter)
 
     from study.record import MlflowRecorder, OpenTrialsScheduler, TrialQueue, reconcile
     from study.trainable import run_trial, trial_descriptor, trial_run_keys
@@ -594,7 +610,7 @@ def _run_locked(
             print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
                   "(from their run directories)", file=out)
         started = init_ray(address)
-        if lock is not None and started:
+        if lock is not None and started and not address:  # our private Ray: its helpers are ours
             lock.write(ray_session=ray_session_dir())
         if tune.Tuner.can_restore(str(paths.tune)):
             tuner = tune.Tuner.restore(

@@ -243,6 +243,21 @@ def test_read_only_root_is_one_line(tmp_path: Path, tmpfs) -> None:
     assert len(lines) == 1 and "Read-only file system" in lines[0] and str(root) in lines[0], res.stderr
 
 
+def test_full_disk_says_so_in_a_few_lines(tmp_path: Path, tmpfs) -> None:
+    root = tmpfs("full", "size=20m")
+    spec = write_spec(tmp_path, "full", grid={"task": ["copy"], "variant": ["onestep", "content"]},
+                      overrides={**TINY, "optim.epochs": 8})
+    res = study_cli("launch", str(spec), "--root", str(root), "--progress-seconds", "60", timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "No space left on device" in out, out[-3000:]
+    noise = [ln for ln in out.splitlines() if "mlflow.store.db.utils" not in ln]
+    assert len(noise) <= 20, out[-5000:]
+    errors = [r["tags"].get(schema.ERROR, "") for r in trial_runs(root / "full-smoke" / "mlflow.db").values()
+              if r["tags"].get(schema.STATUS) == "failed"]
+    assert all("No space left on device" in e for e in errors)
+
+
 # ------------------------------------------------------------------ checkpoints
 
 
