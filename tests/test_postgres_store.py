@@ -152,16 +152,13 @@ def test_study_logs_to_mlflow_on_postgres_and_reports_agree(tmp_path: Path) -> N
         pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (apt-get install postgresql)")
     import sqlalchemy
 
-    from test_study import SMOKE, write_spec
-
-    spec = write_spec(tmp_path, "pg", grid={"task": ["copy"], "variant": ["onestep", "content"]},
-                      seeds=2, overrides=SMOKE, tables=["rc_table2"], max_concurrent=2)
+    spec = ROOT / "ablations/rc_table2.yaml"  # its smoke profile: 2 variants x 2 seeds, seconds
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     with postgres_server() as pg, mlflow_server(pg, tmp_path / "mlflow-artifacts") as http:
         assert pg.startswith("postgresql://locattn:") and "@127.0.0.1:" in pg
         launch = subprocess.run(
-            [str(BIN / "study"), "launch", str(spec), "--root", str(tmp_path / "studies"),
-             "--tracking-uri", http, "--progress-seconds", "30"],
+            [str(BIN / "study"), "launch", str(spec), "--profile", "smoke", "--root",
+             str(tmp_path / "studies"), "--tracking-uri", http, "--progress-seconds", "30"],
             env=env, capture_output=True, text=True, timeout=400)
         assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
 
@@ -171,7 +168,7 @@ def test_study_logs_to_mlflow_on_postgres_and_reports_agree(tmp_path: Path) -> N
             n_trials = con.execute(sqlalchemy.text(
                 "SELECT count(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
                 "JOIN experiments e ON e.experiment_id = r.experiment_id "
-                "WHERE e.name = 'pg-smoke' AND t.key = 'locattn.role' AND t.value = 'trial' "
+                "WHERE e.name = 'rc_table2-smoke' AND t.key = 'locattn.role' AND t.value = 'trial' "
                 "AND r.status = 'FINISHED'")).scalar()
         engine.dispose()
         assert n_trials == 4  # 2 variants x 2 seeds
@@ -180,12 +177,13 @@ def test_study_logs_to_mlflow_on_postgres_and_reports_agree(tmp_path: Path) -> N
         for name, uri in (("sql", pg), ("rest", http)):
             out = tmp_path / name
             proc = subprocess.run(
-                [str(BIN / "reports"), "build", "--tracking-uri", uri, "--study", "pg-smoke",
+                [str(BIN / "reports"), "build", "--tracking-uri", uri, "--study", "rc_table2-smoke",
                  "--table", "rc_table2", "--format", "md,latex,csv", "--out", str(out)],
                 env=env, capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
             outs[name] = out
-    (sql, sql_src), (rest, rest_src) = _tables(outs["sql"], "pg-smoke"), _tables(outs["rest"], "pg-smoke")
+    sql, sql_src = _tables(outs["sql"], "rc_table2-smoke")
+    rest, rest_src = _tables(outs["rest"], "rc_table2-smoke")
     assert sorted(sql) == ["rc_table2.csv", "rc_table2.md", "rc_table2.tex"], sorted(sql)
     assert sql == rest  # byte-identical apart from the provenance line naming the source
     md = "\n".join(sql["rc_table2.md"])
