@@ -131,7 +131,8 @@ def trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str]]:
 
 def study_status(meta: Mapping[str, Any], study_dir: Path) -> tuple[list[CellStatus], Driver]:
     """Per-cell status of a study (``meta`` is its ``study.json``) and its driver."""
-    cells, expected = expected_cells(meta["resolved"])
+    # A study.json without the resolved spec (none written so far) still lists its runs by cell.
+    cells, expected = expected_cells(meta.get("resolved") or {})
     driver = read_driver(study_dir)
     by_cell: dict[str, dict[str, list[int]]] = {c: {} for c in cells}
     for cell, seed, status in trial_runs(meta["tracking_uri"], meta["name"]):
