@@ -148,7 +148,7 @@ def sort_value(table: TableDef, stat: str, cell: Cell) -> float | None:
     return -v if table.direction == "max" else v
 
 
-def _holm(pvalues: list[float]) -> list[float]:
+def holm_adjust(pvalues: list[float]) -> list[float]:
     """Holm step-down adjusted p-values, in the input order."""
     m = len(pvalues)
     order = sorted(range(m), key=lambda i: pvalues[i])
@@ -481,7 +481,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 tested.append((c.row, p, nz))
         if not tested:
             continue
-        adj = _holm([p for _, p, _ in tested])
+        adj = holm_adjust([p for _, p, _ in tested])
         for (row, p, nz), ph in zip(tested, adj):
             n_tests += 1
             testable = nz >= MIN_TESTABLE_PAIRS

@@ -15,6 +15,7 @@ from typing import Sequence
 import polars as pl
 
 from reports.aggregate import TableResult, aggregate
+from reports.labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import RENDERERS, Provenance
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
@@ -22,25 +23,6 @@ from reports.tables import EXHIBITS, STATS, TABLES, TableDef, get_table
 from study import schema
 
 FORMATS = tuple(RENDERERS)
-
-
-def paper_label(key: str) -> str:
-    """Row label: the paper's name for a variant key (``locattn.variants.PAPER_LABELS``)."""
-    return _labels().get(key, key)
-
-
-_LABELS: dict[str, str] | None = None
-
-
-def _labels() -> dict[str, str]:
-    global _LABELS
-    if _LABELS is None:
-        from locattn.variants import PAPER_LABELS
-
-        _LABELS = dict(PAPER_LABELS)
-    return _LABELS
-
-
 
 
 def provenance(runset: RunSet) -> Provenance:

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from reports.render import Provenance, latex_escape
-from reports.store import ReportsError, RunSet, _SQL, read_runs
+from reports.store import ReportsError, RunSet, SQLReader, read_runs
 from reports.tables import EXHIBITS
 from study import schema
 
@@ -147,7 +147,7 @@ def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
 
         client = MlflowClient(tracking_uri=tracking_uri)
         return {r: client.get_run(r).info.artifact_uri for r in run_ids}
-    db = _SQL(tracking_uri)
+    db = SQLReader(tracking_uri)
     try:
         params = {f"r{i}": r for i, r in enumerate(run_ids)}
         rows = db.query("SELECT run_uuid, artifact_uri FROM runs WHERE run_uuid IN ("

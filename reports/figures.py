@@ -23,6 +23,7 @@ import polars as pl
 
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
+from reports.labels import paper_label
 from study import schema
 
 
@@ -330,7 +331,6 @@ def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
 
 def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
     """Every figure the study's data allow: length curves per task, Raffel accuracy curves."""
-    from reports.build import paper_label
     from reports.store import read_runs, resolve_source
 
     src = str(source)

@@ -127,7 +127,7 @@ def _sqlite_path(uri: str) -> Path:
 # SQL access
 
 
-class _SQL:
+class SQLReader:
     """Minimal query runner over sqlite3 (fast path) or SQLAlchemy (other databases)."""
 
     def __init__(self, uri: str) -> None:
@@ -174,7 +174,7 @@ def _read_sql(
     uri: str, study: str, metric_keys: Sequence[str] | None, param_keys: Sequence[str],
     metric_prefixes: Sequence[str],
 ) -> RunSet:
-    db = _SQL(uri)
+    db = SQLReader(uri)
     try:
         try:
             exps = db.query(
@@ -244,7 +244,7 @@ def _read_sql(
     ).with_columns(
         pl.when(pl.col("is_nan") == 1).then(float("nan")).otherwise(pl.col("value")).alias("value")
     ).drop("is_nan")
-    return _assemble(study, _redact(uri), runs_df, tags_df, params_df, metrics_df, param_keys)
+    return assemble_runs(study, _redact(uri), runs_df, tags_df, params_df, metrics_df, param_keys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def _read_rest(
         if not token:
             break
     s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
-    return _assemble(
+    return assemble_runs(
         study, _redact(uri),
         pl.DataFrame(runs, schema={"run_id": pl.String, "mlflow_status": pl.String,
                                    "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),
@@ -319,10 +319,12 @@ def _wide(long: pl.DataFrame, keys: Iterable[str], rename: dict[str, str] | None
     return wide.rename(rename) if rename else wide
 
 
-def _assemble(
+def assemble_runs(
     study: str, source: str, runs: pl.DataFrame, tags: pl.DataFrame, params: pl.DataFrame,
     metrics: pl.DataFrame, param_keys: Sequence[str],
 ) -> RunSet:
+    """One :class:`RunSet` from long-format runs, tags, params and metrics frames (the shape
+    every reader produces: SQL, REST, or ``reports.synth``'s synthetic stores)."""
     tag_wide = _wide(tags, RUN_TAGS, TAG_COLUMNS)
     param_wide = _wide(params, param_keys, None)
     frame = (

@@ -181,7 +181,7 @@ def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[
     """An in-memory :class:`~reports.store.RunSet` with the same columns the readers produce."""
     import polars as pl
 
-    from reports.store import _assemble
+    from reports.store import assemble_runs
 
     run_rows, tag_rows, param_rows, metric_rows = [], [], [], []
     parent = uuid.UUID(int=1).hex
@@ -197,7 +197,7 @@ def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[
         param_rows += [(rid, k, v) for k, v in _params(r).items() if k in param_keys]
         metric_rows += [(rid, k, float(v)) for k, v in r.metrics.items()]
     s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
-    return _assemble(
+    return assemble_runs(
         study, "memory",
         pl.DataFrame(run_rows, schema={"run_id": pl.String, "mlflow_status": pl.String,
                                        "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),

@@ -113,7 +113,7 @@ def test_sources_are_unique_not_draws_and_running_out_is_a_clear_error() -> None
               test_size=10)
     # train and the IID test both have length 2: together they can take all 860, not 861
     ok = alg.generate(TaskConfig(name="dedupe", train_size=850, **kw))
-    assert {e.src for e in ok["train"] + ok["iid"]} == {alg._s(list(s)) + ("<eos>",)
+    assert {e.src for e in ok["train"] + ok["iid"]} == {tuple(alg.DIGITS[d] for d in s) + ("<eos>",)
                                                         for s in sources}
     with pytest.raises(ValueError, match=r"test_size/train_lengths \(task 'dedupe', split 'iid'\)"
                                          r": only 9 more distinct sources of task length 2, 10 "
