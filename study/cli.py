@@ -31,7 +31,8 @@ from study import schema
 from study.spec import SpecError
 
 
-def _parser() -> Parser:
+def parser() -> Parser:
+    """The `study` command line: launch, resume, status, report, ui."""
     p = Parser(prog="study", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
@@ -165,7 +166,7 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(_parser(), argv)
+    args = parse(parser(), argv)
     try:
         if args.cmd in ("launch", "resume") and not args.address:
             # A private local Ray enables token authentication and says so on every launch;

@@ -203,11 +203,11 @@ def test_unknown_study_names_the_closest_one(tmp_path: Path, capsys) -> None:
 
 
 def test_every_option_of_every_subcommand_has_help() -> None:
-    from study.cli import _parser
+    from study.cli import parser as study_parser
     from reports.cli import parser as reports_parser
     from locattn.cli import build_parser
 
-    for top in (_parser(), reports_parser(), build_parser()):
+    for top in (study_parser(), reports_parser(), build_parser()):
         for action in top._actions:
             for name, sub in getattr(action, "choices", None).items() if action.choices and \
                     isinstance(action.choices, dict) else []:
@@ -309,14 +309,14 @@ def test_ui_url_opens_the_study_experiment_on_its_trial_runs(tmp_path: Path) -> 
 
 def test_study_report_is_reports_build_by_name(tmp_path: Path, capsys) -> None:
     from reports.cli import parser as reports_parser
-    from study.cli import _parser
+    from study.cli import parser as study_parser
 
     def options(p, name):
         sub = next(a for a in p._actions if isinstance(a.choices, dict)).choices[name]
         return {s for a in sub._actions for s in a.option_strings}
 
     build = options(reports_parser(), "build") - {"--tracking-uri", "--study"}
-    assert build <= options(_parser(), "report")
+    assert build <= options(study_parser(), "report")
     root = tmp_path / "studies"
     d = _make_study(root)
     capsys.readouterr()
