@@ -298,7 +298,8 @@ def render_markdown(result: TableResult, provenance: Provenance, label: Labeler,
     """GitHub-flavoured Markdown: a provenance comment, caption, one table per panel, notes."""
     t = result.table
     out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", ""]
-    out.append(f"**Table {t.id}.** " + " ".join(caption_sentences(result, label)))
+    sentences = caption_sentences(result, label)
+    out.append(f"**{lead_sentence(t)}** " + " ".join(sentences[1:]))
     out.append("")
     for panel in t.panels:
         out.extend(_md_panel(result, panel, label, _ours_text(result)))
@@ -409,6 +410,13 @@ def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
     return out
 
 
+def lead_sentence(t: TableDef) -> str:
+    """A caption's first sentence, as the papers write it: what the numbers are, then whose
+    table it reproduces (no internal table id)."""
+    authors, _, exhibit = t.source.rpartition(", ")
+    return f"{t.title}, as in {exhibit} of {authors}." if authors else f"{t.title}, as in {t.source}."
+
+
 def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
                  paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
     """A LaTeX ``table`` float using booktabs (needs ``\\usepackage{booktabs,graphicx,xcolor}``)."""
@@ -418,9 +426,7 @@ def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
     # LaTeX numbers the table itself ("Table 3:"); the caption reads like the paper's: what the
     # numbers are first, then whose layout, with no internal table id.
     sentences = caption_sentences(result, label)
-    authors, _, exhibit = t.source.rpartition(", ")
-    sentences[0] = (f"{t.title}, as in {exhibit} of {authors}." if authors
-                    else f"{t.title}, as in {t.source}.")
+    sentences[0] = lead_sentence(t)
     caption = " ".join(sentences)
     if t.kind == "epochs_or_accuracy":
         caption = caption.replace("marked with °", "greyed")
