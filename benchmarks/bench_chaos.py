@@ -1,0 +1,301 @@
+"""Chaos benchmark: N random ``kill -9`` / ``study resume`` cycles of a real small study.
+
+A small real study (Copy, two variants x two seeds, tiny data, ``--epochs`` epochs each) is
+launched in a driver subprocess, which starts its own private local Ray. Each cycle waits until
+the study has trained at least one more epoch, waits a random 0-``--max-wait`` seconds more,
+then ``kill -9``s the driver alone (its Ray helpers are left behind, as after a real crash) and
+runs ``study resume``. Along the way it injects:
+
+    one store deletion     mlflow.db (and its -wal/-shm) is deleted under a running driver
+    one corrupt checkpoint the newest intact Tune checkpoint of an unfinished trial gets 32
+                           zeroed bytes in its state.pt (same size), after a kill
+
+When a study finishes before the N cycles are done, it is checked and a fresh one is started.
+At the end it prints, over every study:
+
+    lost        expected runs missing from the store, or not finished
+    duplicated  run keys with more than one run, and epoch steps or final metrics logged twice
+    gaps        epoch steps missing between 1 and the run's epochs_run
+    mismatched  runs whose epoch metrics or final metrics differ from an uninterrupted study of
+                the same spec (bit-equal expected; ``--no-reference`` skips that study)
+    retrained   epochs trained more than once (trainer checkpoints written, polled every 0.1 s,
+                minus the epochs the finished runs report)
+
+    python benchmarks/bench_chaos.py --cycles 20 [--epochs 12] [--seed 0] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from study import schema  # noqa: E402
+
+ENV = dict(os.environ, PYTHONPATH=str(REPO), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+           RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
+
+
+def write_spec(path: Path, name: str, epochs: int, train_size: int) -> None:
+    import yaml
+
+    spec = {
+        "name": name, "seeds": 2, "resources": {"cpus": 1}, "max_failures": 1, "max_concurrent": 2,
+        "grid": {"task": ["copy"], "variant": ["onestep", "content"]},
+        "overrides": {"task.train_size": train_size, "task.dev_size": 16, "task.test_size": 16,
+                      "task.test_lengths": [15], "optim.epochs": epochs},
+        "profiles": {"smoke": {}}, "default_profile": "smoke",
+    }
+    path.write_text(yaml.safe_dump(spec))
+
+
+def record(db: Path) -> dict[str, Any]:
+    """Trial runs of a store: key -> list of {cell, seed, status, steps, finals}."""
+    out: dict[str, list] = {}
+    if not db.is_file():
+        return out
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        runs: dict[str, dict] = {}
+        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
+            runs[run_id] = {"status": status, "tags": {}, "steps": {}, "finals": {}}
+        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
+            if run_id in runs:
+                runs[run_id]["tags"][k] = v
+        for run_id, k, step, v in con.execute("SELECT run_uuid, key, step, value FROM metrics"):
+            if run_id in runs:
+                bucket = "steps" if k in schema.EPOCH_METRICS else "finals"
+                runs[run_id][bucket].setdefault(k, []).append((step, v))
+    finally:
+        con.close()
+    for r in runs.values():
+        if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL:
+            out.setdefault(r["tags"][schema.RUN_KEY], []).append(r)
+    return out
+
+
+def check(db: Path, expected_runs: int, reference: dict | None) -> dict[str, int]:
+    """Lost / duplicated / gap / mismatch counts of one finished study."""
+    rec = record(db)
+    c = {"runs": 0, "lost": 0, "duplicated": 0, "gaps": 0, "mismatched": 0, "epochs_final": 0}
+    finished = 0
+    for runs in rec.values():
+        c["duplicated"] += len(runs) - 1
+        run = runs[0]
+        if run["tags"].get(schema.STATUS) != schema.STATUS_FINISHED:
+            continue
+        finished += 1
+        n = int(dict(run["finals"].get("epochs_run", [(0, 0)]))[0])
+        c["epochs_final"] += n
+        for key, points in run["steps"].items():
+            steps = [s for s, _ in points]
+            c["duplicated"] += len(steps) - len(set(steps))
+            c["gaps"] += len(set(range(1, n + 1)) - set(steps))
+        c["duplicated"] += sum(len(v) - 1 for v in run["finals"].values())
+        if reference is not None:
+            ident = (run["tags"][schema.CELL], run["tags"][schema.SEED])
+            ref = reference.get(ident)
+            mine = ({k: sorted(v) for k, v in run["steps"].items() if k != "epoch_seconds"},
+                    {k: sorted(v) for k, v in run["finals"].items()})
+            c["mismatched"] += int(ref is None or ref != mine)
+    c["runs"] = finished
+    c["lost"] = expected_runs - finished
+    return c
+
+
+def reference_metrics(db: Path) -> dict:
+    out = {}
+    for runs in record(db).values():
+        run = runs[0]
+        out[(run["tags"][schema.CELL], run["tags"][schema.SEED])] = (
+            {k: sorted(v) for k, v in run["steps"].items() if k != "epoch_seconds"},
+            {k: sorted(v) for k, v in run["finals"].items()})
+    return out
+
+
+class EpochCounter(threading.Thread):
+    """Polls every run directory's trainer checkpoint and counts distinct epoch writes."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.seen: set[tuple[str, int, int]] = set()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for meta in self.root.glob("chaos*-smoke/runs/*/checkpoint/meta.json"):
+                try:
+                    epoch = int(json.loads(meta.read_text())["epoch"])
+                    self.seen.add((str(meta.parent.parent), epoch, meta.stat().st_mtime_ns))
+                except (OSError, ValueError, KeyError):
+                    pass
+            time.sleep(0.1)
+
+    def epochs(self) -> int:
+        return len({(d, e, t) for d, e, t in self.seen})
+
+
+def trained_epochs(study: Path) -> int:
+    """Epochs trained so far by the study (newest trainer checkpoint or result per run)."""
+    total = 0
+    for run in (study / "runs").glob("*"):
+        result = run / "result.json"
+        meta = run / "checkpoint" / "meta.json"
+        try:
+            if result.is_file():
+                total += int(json.loads(result.read_text())["epochs_run"])
+            elif meta.is_file():
+                total += int(json.loads(meta.read_text())["epoch"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return total
+
+
+def newest_intact_checkpoint(study: Path) -> Path | None:
+    from study.trainable import _read_complete
+
+    best = None
+    for path in study.glob("tune/trial_*/checkpoint_*"):
+        state = _read_complete(path)
+        if state is not None and (path / "run" / "state.pt").is_file():
+            rank = (int(state.get("epoch", 0)), path.stat().st_mtime)
+            if best is None or rank > best[0]:
+                best = (rank, path)
+    return best[1] if best else None
+
+
+def run_driver(args: list[str], log: Path) -> subprocess.Popen:
+    out = log.open("ab")
+    return subprocess.Popen([sys.executable, "-m", "study.cli", *args, "--progress-seconds", "5"],
+                            env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--train-size", type=int, default=160)
+    ap.add_argument("--max-wait", type=float, default=4.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--root", type=Path, default=None)
+    ap.add_argument("--no-reference", action="store_true")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    root = (a.root or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "drivers.log"
+    print(f"root {root}; {a.cycles} cycles; epochs {a.epochs}; train {a.train_size}; seed {a.seed}", flush=True)
+    t0 = time.time()
+
+    reference = None
+    if not a.no_reference:
+        spec = root / "ref.yaml"
+        write_spec(spec, "ref", a.epochs, a.train_size)
+        res = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+                              "--progress-seconds", "30"], env=ENV, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"reference study failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+        reference = reference_metrics(root / "ref-smoke" / "mlflow.db")
+        print(f"reference study: {len(reference)} runs, {time.time() - t0:.0f} s", flush=True)
+
+    counter = EpochCounter(root)
+    counter.start()
+    delete_at = max(1, a.cycles // 3)
+    corrupt_at = max(2, (2 * a.cycles) // 3)
+    totals = {"studies": 0, "runs": 0, "lost": 0, "duplicated": 0, "gaps": 0, "mismatched": 0,
+              "epochs_final": 0}
+    study_no = 0
+    cycle = 0
+    injected = {"store_deleted": 0, "checkpoint_corrupted": 0}
+    studies: list[Path] = []
+
+    def new_study() -> tuple[Path, Path]:
+        nonlocal study_no
+        study_no += 1
+        spec = root / f"chaos{study_no}.yaml"
+        write_spec(spec, f"chaos{study_no}", a.epochs, a.train_size)
+        studies.append(root / f"chaos{study_no}-smoke")
+        return spec, root / f"chaos{study_no}-smoke"
+
+    spec, study = new_study()
+    proc = run_driver(["launch", str(spec), "--root", str(root)], log)
+    t_chaos = time.time()
+    while cycle < a.cycles:
+        before = trained_epochs(study)
+        while proc.poll() is None and trained_epochs(study) <= before:
+            time.sleep(0.1)
+        if proc.poll() is None:
+            time.sleep(rng.uniform(0, a.max_wait))
+        if proc.poll() is None and cycle == delete_at and not injected["store_deleted"]:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{study / 'mlflow.db'}{suffix}").unlink(missing_ok=True)
+            injected["store_deleted"] += 1
+            print(f"cycle {cycle}: deleted {study / 'mlflow.db'} under the running driver", flush=True)
+            time.sleep(rng.uniform(0, a.max_wait))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            cycle += 1
+            print(f"cycle {cycle}: kill -9 at {trained_epochs(study)} epochs trained", flush=True)
+            if cycle >= corrupt_at and not injected["checkpoint_corrupted"]:
+                time.sleep(2)  # the killed driver's trial actors die with it
+                ckpt = newest_intact_checkpoint(study)
+                if ckpt is not None:
+                    state = ckpt / "run" / "state.pt"
+                    blob = bytearray(state.read_bytes())
+                    blob[64:96] = bytes(32)
+                    state.write_bytes(bytes(blob))
+                    injected["checkpoint_corrupted"] += 1
+                    print(f"cycle {cycle}: corrupted {state}", flush=True)
+            proc = run_driver(["resume", str(study)], log)
+            continue
+        # The driver exited by itself: finished (or crashed after the store went away).
+        if proc.returncode == 0 and "runs finished, 0 failed, 0 not finished" in log.read_text()[-4000:]:
+            c = check(study / "mlflow.db", 4, reference)
+            for k in totals:
+                totals[k] += c.get(k, 0)
+            totals["studies"] += 1
+            print(f"study {study.name} finished after cycle {cycle}: {c}", flush=True)
+            spec, study = new_study()
+            proc = run_driver(["launch", str(spec), "--root", str(root)], log)
+        else:
+            print(f"cycle {cycle}: driver exited {proc.returncode}; resuming", flush=True)
+            proc = run_driver(["resume", str(study)], log)
+    # Let the last study finish undisturbed.
+    if proc.poll() is None:
+        proc.wait()
+    if proc.returncode != 0 or "0 not finished" not in log.read_text()[-4000:]:
+        proc = run_driver(["resume", str(study)], log)
+        proc.wait()
+    c = check(study / "mlflow.db", 4, reference)
+    for k in totals:
+        totals[k] += c.get(k, 0)
+    totals["studies"] += 1
+    counter.stop.set()
+    counter.join()
+    retrained = counter.epochs() - totals["epochs_final"]
+    print(f"last study {study.name}: {c}")
+    print(f"\ncycles {cycle} (kill -9 of the driver), injected {injected}, {totals['studies']} studies, "
+          f"{totals['runs']} finished runs, {time.time() - t_chaos:.0f} s of chaos")
+    print(f"lost {totals['lost']}  duplicated {totals['duplicated']}  gaps {totals['gaps']}  "
+          f"mismatched vs uninterrupted {totals['mismatched'] if reference is not None else 'n/a'}  "
+          f"epochs retrained {retrained} of {totals['epochs_final']} "
+          f"({100 * retrained / max(1, totals['epochs_final']):.0f} %)")
+
+
+if __name__ == "__main__":
+    main()
