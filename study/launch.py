@@ -245,23 +245,41 @@ class StudyLock:
         return kill_session_processes(str(session))
 
 
-def kill_session_processes(session_dir: str) -> list[int]:
-    """SIGKILL every process (not this one) whose command line contains ``session_dir``."""
-    killed = []
+def session_processes(session_dir: str) -> list[int]:
+    """PIDs (not this one) of the processes of one Ray session: their command line names
+    ``session_dir``, or they hold a file open under it (Ray's agents retitle themselves,
+    e.g. ``ray::DashboardAgent``, but keep their session log files open)."""
+    found = []
     needle = session_dir.encode()
+    prefix = session_dir.rstrip("/") + "/"
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            if needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+                continue
+            for fd in (entry / "fd").iterdir():
+                try:
+                    if os.readlink(fd).startswith(prefix):
+                        found.append(int(entry.name))
+                        break
+                except OSError:
+                    continue
         except OSError:
             continue
-        if needle in cmdline:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-            except OSError:
-                pass
+    return found
+
+
+def kill_session_processes(session_dir: str) -> list[int]:
+    """SIGKILL, by PID, every process of one Ray session (:func:`session_processes`)."""
+    killed = []
+    for pid in session_processes(session_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
     return killed
 
 
