@@ -127,8 +127,12 @@ def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
             raise RuntimeError(f"{exc}\n{log.read_text()[-3000:]}") from None
         yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
+        os.killpg(proc.pid, 15)  # the server and its workers: its own process group
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a loaded machine: its workers may not stop in time
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
 
 
 def _tables(out: Path, study: str) -> tuple[dict[str, list[str]], list[str]]:
