@@ -166,11 +166,11 @@ def trained_epochs(study: Path) -> int:
 
 
 def newest_intact_checkpoint(study: Path) -> Path | None:
-    from study.trainable import _read_complete
+    from study.trainable import read_complete
 
     best = None
     for path in study.glob("tune/trial_*/checkpoint_*"):
-        state = _read_complete(path)
+        state = read_complete(path)
         if state is not None and (path / "run" / "state.pt").is_file():
             rank = (int(state.get("epoch", 0)), path.stat().st_mtime)
             if best is None or rank > best[0]:

@@ -573,7 +573,8 @@ def _run_locked(
     logging.getLogger("ray.tune.tune").addFilter(_tune_log_filter)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_trial_failure_filter)
 
-    from study.record import MlflowRecorder, OpenTrialsScheduler, TrialQueue, reconcile
+    from study.record import MlflowRecorder, reconcile
+    from study.search import OpenTrialsScheduler, TrialQueue
     from study.trainable import run_trial, trial_descriptor, trial_run_keys
 
     name = meta["name"]

@@ -28,12 +28,8 @@ from study.trainable import (OBJECTIVE, TRIAL_FILE, final_metrics, is_packed, re
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
-    from ray.tune.schedulers import FIFOScheduler as _FIFOScheduler
-    from ray.tune.search import Searcher as _TuneSearcher
 except ImportError:  # pragma: no cover
     _TuneCallback = object  # type: ignore[assignment,misc]
-    _TuneSearcher = object  # type: ignore[assignment,misc]
-    _FIFOScheduler = object  # type: ignore[assignment,misc]
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
@@ -562,80 +558,6 @@ class MlflowRecorder(_TuneCallback):
         print(line, file=self._out or sys.stdout, flush=True)
 
 
-class TrialQueue(_TuneSearcher):
-    """Tune searcher of a grid study: hands out the trial descriptors in order, O(1) per trial.
-
-    (``tune.grid_search`` over N descriptors deep-copies the whole list for every trial it
-    generates: O(N) each, O(N^2) per study.) Its state, saved with Tune's experiment snapshots
-    and restored by ``Tuner.restore``, is the list and the next index.
-    """
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self.items = items
-        self.next = 0
-
-    def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
-        return True
-
-    def suggest(self, trial_id: str) -> dict | None:
-        if self.next >= len(self.items):
-            return _TuneSearcher.FINISHED
-        self.next += 1
-        return {"trial": self.items[self.next - 1]}
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        return None
-
-    def save(self, checkpoint_path: str) -> None:
-        # JSON, not a pickle: restoring a study never executes code from its tune/ folder.
-        with open(checkpoint_path, "w") as f:
-            json.dump({"items": self.items, "next": self.next}, f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as f:
-            data = json.load(f)
-        self.items, self.next = list(data["items"]), int(data["next"])
-
-
-class OpenTrialsScheduler(_FIFOScheduler):
-    """Tune's FIFO scheduling, without its scan over every trial of the study.
-
-    ``FIFOScheduler.choose_trial_to_run`` walks the whole trial list (finished trials first)
-    looking for a pending one, up to twice per controller step: ~10 scans per trial, so the
-    study's total grew with N^2 (2.4 ms per call, 72 s of a 650 s driver profile at 3,000
-    trials). This one keeps the trials Tune has added and not yet seen finish, in the order
-    they were added (a retried trial goes to the back, as in Tune), and picks the same trial
-    FIFO would: the first pending one, else the first paused one.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._open: dict[str, Any] = {}
-
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
-        self._open.pop(trial.trial_id, None)
-        self._open[trial.trial_id] = trial
-
-    def choose_trial_to_run(self, tune_controller: Any) -> Any:
-        from ray.tune.experiment import Trial
-
-        paused = None
-        for trial_id, trial in list(self._open.items()):
-            status = trial.status
-            if status in (Trial.TERMINATED, Trial.ERROR):
-                del self._open[trial_id]
-            elif status == Trial.PENDING:
-                return trial
-            elif status == Trial.PAUSED and paused is None:
-                paused = trial
-        return paused
-
-    def __getstate__(self) -> dict:
-        # Pickled with the Tuner: trials are re-added (on_trial_add) when it is restored.
-        return {**self.__dict__, "_open": {}}
-
-
 class store_lock:
     """An exclusive file lock beside a SQLite store (``<db>.lock``) while it is opened and
     created: two drivers creating one new store at once would both run its migrations."""
@@ -671,7 +593,7 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
 
     from mlflow.entities import Metric, RunTag
 
-    from study.trainable import _finished_result
+    from study.trainable import finished_result
 
     recorder._ensure()
     fixed = 0
@@ -691,7 +613,7 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
             continue
         if dict(trial_run_keys(config)).get(seed) != key:
             continue
-        result = _finished_result(out_dir, resolve_run_config(config, seed))
+        result = finished_result(out_dir, resolve_run_config(config, seed))
         if result is None:
             continue
         state = recorder._run_for(SimpleNamespace(config=config), seed, key)

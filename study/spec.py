@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from study import schema
+
 TOP_KEYS = {
     "name": "default study name (str)",
     "description": "free text (str)",
@@ -456,9 +458,9 @@ def resolve_spec(
         tables = [tables]
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         raise _err(path, "tables", f"expected a list of table ids, got {tables!r}")
-    valid_tables = _table_ids()
+    valid_tables = sorted(schema.TABLE_IDS)
     for table in tables:
-        if valid_tables is not None and table not in valid_tables:
+        if table not in valid_tables:
             raise _err(path, "tables", f"unknown table {table!r}", valid_tables)
 
     overrides = _check_mapping(path, "overrides", merged.get("overrides") or {})
@@ -552,19 +554,6 @@ def resolve_spec(
         pack_seeds=pack_seeds,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
-
-
-def _table_ids() -> list[str] | None:
-    """Report table ids (``reports.tables.TABLES``), or None when the reports extra is absent.
-
-    The table registry is the one place table ids are defined; ``reports.tables`` imports only
-    the standard library, so reading it here keeps Ray and MLflow out of the reports side.
-    """
-    try:
-        from reports.tables import EXHIBITS, TABLES
-    except ImportError:
-        return None
-    return sorted({*TABLES, *EXHIBITS})  # exhibits: reports/exhibits.py
 
 
 def _expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:

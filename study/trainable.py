@@ -203,7 +203,7 @@ def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path])
     ``sources`` maps a path inside the staging directory to a checkpoint directory.
 
     The state file lists every file of the trainer checkpoints with its size and SHA-256, so a
-    copy that a crash interrupted, or a file corrupted later, is recognised (:func:`_read_complete`).
+    copy that a crash interrupted, or a file corrupted later, is recognised (:func:`read_complete`).
     """
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -221,7 +221,7 @@ def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path])
     return staging
 
 
-def _read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
+def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
     """The trial state of a Tune checkpoint directory if it is complete and intact, else None.
 
     A file whose size or checksum differs from the state's list makes the checkpoint unusable;
@@ -259,7 +259,7 @@ def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path 
         candidates += sorted(trial_dir.glob("checkpoint_*"))
     best: tuple[tuple[int, int], Path, dict] | None = None
     for path in candidates:
-        state = _read_complete(path)
+        state = read_complete(path)
         if state is None:
             continue
         rank = _rank(state)
@@ -330,7 +330,7 @@ def _restore(out_dir: Path, source: Path | None) -> None:
         shutil.copytree(source, out_dir / ckpt.CHECKPOINT)
 
 
-def _finished_result(out_dir: Path, cfg: Any) -> Any:
+def finished_result(out_dir: Path, cfg: Any) -> Any:
     """The trainer's result if this exact run already finished (its result.json), else None.
 
     ``train`` deletes ``result.json`` when it starts and writes it last, so its presence with
@@ -398,7 +398,7 @@ def run_trial(config: dict[str, Any]) -> None:
             out_dir = run_dir(t["study_dir"], key)
             cfg = resolve_run_config(config, seed)
             staging = staging_root / f"{key}.{os.getpid()}"
-            result = _finished_result(out_dir, cfg)
+            result = finished_result(out_dir, cfg)
             skipped = result is not None
             if result is None:  # not finished yet: continue from the Tune checkpoint
                 use = ckpt_dir is not None and index == state["seed_index"]
@@ -504,7 +504,7 @@ class _PackedTrial:
                 replica = self.state["replicas"].get(key)
                 if key in self.state["done"] or replica is None or ckpt_dir is None:
                     self.state["replicas"].pop(key, None)
-                    if _finished_result(self.out_dirs[key], resolve_run_config(self.config, seed)) is None:
+                    if finished_result(self.out_dirs[key], resolve_run_config(self.config, seed)) is None:
                         _restore(self.out_dirs[key], None)
                     continue
                 _restore(self.out_dirs[key], ckpt_dir / RUN_SUBDIR / key)
@@ -568,7 +568,7 @@ def _run_packed_trial(config: dict[str, Any]) -> None:
     todo: list[tuple[int, str, Any]] = []
     for seed, key in trial.keys:
         cfg = resolve_run_config(config, seed)
-        done = _finished_result(trial.out_dirs[key], cfg)
+        done = finished_result(trial.out_dirs[key], cfg)
         if done is not None:
             trial.finish(seed, key, done, skipped=True)
         else:

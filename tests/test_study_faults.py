@@ -111,11 +111,11 @@ def parent_run(db: Path) -> dict:
 
 def checkpoints(study_dir: Path) -> list[tuple[int, Path]]:
     """(epoch, dir) of every intact Tune trial checkpoint holding a trainer checkpoint."""
-    from study.trainable import _read_complete
+    from study.trainable import read_complete
 
     out = []
     for path in sorted(study_dir.glob("tune/trial_*/checkpoint_*")):
-        state = _read_complete(path)
+        state = read_complete(path)
         if state is not None and (path / "run" / "state.pt").is_file():
             out.append((int(state["epoch"]), path))
     return sorted(out)

@@ -1,0 +1,217 @@
+"""The house rules, checked statically with the standard library (no imports of the code):
+
+- no import cycle within ``locattn/``, ``study/`` or ``reports/``, counting imports inside
+  functions (an import moved into a function to dodge a cycle still counts);
+- ``locattn/training/`` keeps its floors: a module imports only modules on lower floors;
+- no module imports another module's ``_private`` name, or reaches for one as an attribute of
+  an imported project module (tests and benchmarks included: they use the public seams too).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("locattn", "study", "reports")
+
+# locattn/training, lowest floor first (the order of locattn/training/__init__.py's docstring)
+TRAINING_FLOORS = {
+    "results": 1,
+    "data": 2, "checkpoint": 2, "recorders": 2, "evaluate": 2, "examples": 2, "scoring": 2,
+    "attention": 2,
+    "epoch": 3,
+    "seq2seq": 4, "packed": 4, "regression": 4,
+    "run": 5,
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            out[_module_name(path)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(name: str) -> list[tuple[str, list[str], int]]:
+    """(target module, imported names, line) for every import statement, wherever it is."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.append((alias.name, [], node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(name, path.name == "__init__.py", node)
+            out.append((target, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def _edges() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for name in MODULES:
+        for target, names, _ in _imports(name):
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            for n in names:  # ``from pkg import module`` imports that module
+                if f"{target}.{n}" in MODULES:
+                    graph[name].add(f"{target}.{n}")
+            if target in MODULES:
+                graph[name].add(target)
+    for name in graph:
+        graph[name].discard(name)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_package_init(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def test_no_import_cycles_counting_function_level_imports():
+    graph = _edges()
+    # A package's __init__ re-exporting its submodules is not a cycle of design: a submodule
+    # that imports a sibling ``from pkg.sibling import x`` never needs the package's names.
+    # So edges *into* a package __init__ from its own submodules are the only ones dropped.
+    for name, targets in graph.items():
+        for t in list(targets):
+            if _is_package_init(t) and name.startswith(t + "."):
+                targets.discard(t)
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (function-level imports included):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_the_checker_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_training_floors_point_down():
+    bad = []
+    for name in MODULES:
+        if not name.startswith("locattn.training."):
+            continue
+        floor = TRAINING_FLOORS[name.rsplit(".", 1)[1]]
+        for target in _edges()[name]:
+            if target.startswith("locattn.training.") and TRAINING_FLOORS[target.rsplit(".", 1)[1]] >= floor:
+                if TRAINING_FLOORS[target.rsplit(".", 1)[1]] > floor:
+                    bad.append(f"{name} (floor {floor}) imports {target} (floor "
+                               f"{TRAINING_FLOORS[target.rsplit('.', 1)[1]]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_training_module_has_a_floor():
+    names = {p.stem for p in (ROOT / "locattn" / "training").glob("*.py")} - {"__init__"}
+    assert names == set(TRAINING_FLOORS), (
+        f"locattn/training modules without a floor: {sorted(names - set(TRAINING_FLOORS))}; "
+        f"floors without a module: {sorted(set(TRAINING_FLOORS) - names)}")
+
+
+def _private_uses(path: Path, own: str | None) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    modules_bound: set[str] = set()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if own is not None and node.level:
+                target = _resolve(own, path.name == "__init__.py", node)
+            if target.split(".")[0] not in PACKAGES or target == own:
+                continue
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:
+                    modules_bound.add(alias.asname or alias.name)
+                elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{where}:{node.lineno}: from {target} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PACKAGES and alias.asname:
+                    modules_bound.add(alias.asname)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules_bound and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            out.append(f"{where}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    found = []
+    for name, path in MODULES.items():
+        found += _private_uses(path, name)
+    for folder in ("tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += _private_uses(path, None)
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from locattn.train import _Hidden\n", 1),
+    ("from locattn.training import checkpoint as ckpt\nckpt._secret()\n", 1),
+    ("from locattn.train import train\n", 0),
+])
+def test_the_private_checker_flags_what_it_should(tmp_path, source, expected):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert len(_private_uses(path, None)) == expected
