@@ -449,6 +449,7 @@ def launch(
     try:
         if paths.meta.is_file():
             meta = load_meta(paths)
+            relocate(paths, meta, out)
             if meta["resolved"] != spec.resolved:
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
@@ -492,6 +493,44 @@ def _write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
         raise StudyError(_one_line_os_error(exc, paths.dir)) from None
 
 
+def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
+    """Adopt a study folder that was moved (committed, copied to another machine, renamed).
+
+    A study's own SQLite store is saved in ``study.json`` by absolute path, and MLflow keeps the
+    absolute artifact location of its experiment and runs. When the folder now lives elsewhere
+    and holds its ``mlflow.db``, the study uses that store and its paths are rewritten to point
+    into the folder (one line says so); a store outside the folder (a server, another file) is
+    left as it is. Returns whether anything changed.
+    """
+    from study.record import sqlite_path  # study.record imports Ray Tune; keep it off `study status`
+
+    old_db = sqlite_path(meta["tracking_uri"])
+    if old_db is None or Path(old_db).name != paths.db.name or not paths.db.is_file():
+        return False
+    old_dir = Path(old_db).parent
+    if old_dir == paths.dir or (old_dir.exists() and old_dir.resolve() == paths.dir.resolve()):
+        return False
+    import sqlite3
+
+    old_art, new_art = (old_dir / "artifacts").as_uri(), paths.artifacts.as_uri()
+    con = sqlite3.connect(paths.db)
+    try:
+        with con:
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
+                        (new_art, old_art))
+            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                        "WHERE substr(artifact_uri, 1, ?) = ?",
+                        (new_art, len(old_art) + 1, len(old_art), old_art))
+    except sqlite3.Error as exc:
+        raise StudyError(f"{paths.db}: cannot adopt the moved study's store ({exc})") from None
+    finally:
+        con.close()
+    meta["tracking_uri"] = paths.default_tracking_uri()
+    _write_meta(paths, meta)
+    print(f"[study {meta['name']}] moved from {old_dir}: now recording in {paths.db}", file=out)
+    return True
+
+
 def resume(
     study: str | Path,
     *,
@@ -511,6 +550,7 @@ def resume(
     require_task_data(spec)
     lock = StudyLock(paths, out).acquire()
     try:
+        relocate(paths, meta, out)
         if user or password:
             _write_meta(paths, meta)
         return _run(spec, paths, meta, address=address, max_concurrent=None,

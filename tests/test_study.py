@@ -403,3 +403,37 @@ def test_ui_serves_the_study_on_loopback(ray_address, tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the group of the process this test started
         proc.wait(timeout=30)
+
+
+def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_path: Path) -> None:
+    """Issue 12: a study record committed (mlflow.db + study.json only) or moved to another
+    folder or machine resumes there, recording in its own store, never in the old path."""
+    import shutil
+
+    spec = write_spec(tmp_path, "mv", grid={"task": ["copy"], "variant": ["content"]},
+                      overrides={**SMOKE, "optim.epochs": 1})
+    launch(spec, root=tmp_path / "A", progress_seconds=60)
+    old = tmp_path / "A" / "mv-smoke"
+    committed = tmp_path / "C" / "mv-smoke"
+    committed.mkdir(parents=True)
+    for name in ("mlflow.db", "study.json"):  # what reports/results/record/<study>/ holds
+        shutil.copy(old / name, committed / name)
+    moved = tmp_path / "B" / "mv-smoke"
+    moved.parent.mkdir()
+    shutil.move(str(old), str(moved))
+    for study_dir in (moved, committed):
+        summary = resume(study_dir, progress_seconds=60)
+        assert summary["errors"] == 0 and summary["dir"] == str(study_dir)
+        meta = json.loads((study_dir / "study.json").read_text())
+        assert meta["tracking_uri"] == f"sqlite:///{study_dir / 'mlflow.db'}"
+        con = sqlite3.connect(study_dir / "mlflow.db")
+        try:
+            locations = [r[0] for r in con.execute("SELECT artifact_location FROM experiments "
+                                                   "WHERE name = 'mv-smoke'")]
+            uris = [r[0] for r in con.execute("SELECT artifact_uri FROM runs")]
+        finally:
+            con.close()
+        assert locations == [(study_dir / "artifacts").as_uri()]
+        assert uris and all(u.startswith((study_dir / "artifacts").as_uri()) for u in uris)
+        assert len(trial_runs(study_dir / "mlflow.db")) == 1  # nothing retrained or duplicated
+    assert not old.exists()  # nothing was written back to the old folder
