@@ -371,25 +371,27 @@ def run_trial(config: dict[str, Any]) -> None:
     ckpt_dir: Path | None = None
     checkpoint = tune.get_checkpoint()
     restored_ctx = None
+    restored: Path | None = None
     if checkpoint is not None:
         # Keep the restored checkpoint on disk while it is copied into the run directory.
         restored_ctx = checkpoint.as_directory()
         restored = Path(restored_ctx.__enter__())
-        ckpt_dir, found = _restore_point(restored, _trial_dir(t["study_dir"]))
-        if found is not None:
-            state = {k: v for k, v in found.items() if k != "files"}
-            if state["seed_index"] >= len(keys):
-                # Every seed had finished: report the last seed's final result again (the
-                # killed driver may not have recorded it; the driver's writes are idempotent).
-                state.update(seed_index=len(keys) - 1, epoch=0, history=[])
-                ckpt_dir = None
-        else:  # nothing usable: start over (finished seeds are still skipped)
-            checkpoint = None
+    # Also when Tune restores nothing: its last experiment snapshot can predate the trial's
+    # first checkpoint (a killed driver), while the trial directory holds newer ones.
+    ckpt_dir, found = _restore_point(restored, _trial_dir(t["study_dir"]))
+    if found is not None:
+        state = {k: v for k, v in found.items() if k != "files"}
+        if state["seed_index"] >= len(keys):
+            # Every seed had finished: report the last seed's final result again (the
+            # killed driver may not have recorded it; the driver's writes are idempotent).
+            state.update(seed_index=len(keys) - 1, epoch=0, history=[])
+            ckpt_dir = None
+    # else: nothing usable, start over (finished seeds are still skipped)
     base = {
         "node_id": ray.get_runtime_context().get_node_id(),
-        "resumed_from": int(state["epoch"]) if checkpoint is not None else 0,
+        "resumed_from": int(state["epoch"]) if found is not None else 0,
         "start_time": time.time(),
-        "replay": checkpoint is not None,
+        "replay": found is not None,
     }
     staging_root = Path(t["study_dir"]) / "staging"
     try:
@@ -494,12 +496,13 @@ class _PackedTrial:
         checkpoint = tune.get_checkpoint()
         ctx = checkpoint.as_directory() if checkpoint is not None else None
         try:
-            if ctx is not None:
-                ckpt_dir, found = _restore_point(Path(ctx.__enter__()), _trial_dir(self.t["study_dir"]))
-                if found is not None and found.get("packed"):
-                    self.state = {k: v for k, v in found.items() if k != "files"}
-                else:
-                    ckpt_dir = None
+            # Scanned also when Tune restores nothing (its snapshot can predate the first checkpoint).
+            restored = Path(ctx.__enter__()) if ctx is not None else None
+            ckpt_dir, found = _restore_point(restored, _trial_dir(self.t["study_dir"]))
+            if found is not None and found.get("packed"):
+                self.state = {k: v for k, v in found.items() if k != "files"}
+            else:
+                ckpt_dir = None
             for seed, key in self.keys:
                 replica = self.state["replicas"].get(key)
                 if key in self.state["done"] or replica is None or ckpt_dir is None:

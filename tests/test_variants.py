@@ -151,8 +151,8 @@ def test_apply_size_cfq_and_unknown():
         2, 128, 256, 512, 0.4)
     assert cfg.attention == get_variant("mix_onestep").attention
     assert apply_size(cfg, "base") == get_variant("mix_onestep")
-    assert set(SIZE_PRESETS) == {"base", "cfq"}
-    with pytest.raises(ValueError, match="valid: \\['base', 'cfq'\\]"):
+    assert set(SIZE_PRESETS) == {"base", "cfq", "cfq_paper_text"}
+    with pytest.raises(ValueError, match=r"valid: \['base', 'cfq', 'cfq_paper_text'\]"):
         apply_size(cfg, "huge")
 
 
