@@ -230,6 +230,7 @@ def test_read_only_root_is_one_line(tmp_path: Path, tmpfs) -> None:
     assert len(lines) == 1 and "Read-only file system" in lines[0] and str(root) in lines[0], res.stderr
 
 
+@pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 def test_full_disk_says_so_in_a_few_lines(tmp_path: Path, tmpfs) -> None:
     root = tmpfs("full", "size=20m")
     spec = write_spec(tmp_path, "full", grid={"task": ["copy"], "variant": ["onestep", "content"]},
@@ -295,6 +296,7 @@ def test_corrupt_and_crafted_checkpoints_never_fail_or_run_code(tmp_path: Path) 
 # ------------------------------------------------------------------ Ray and the store
 
 
+@pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
     neighbour = subprocess.Popen(
         [sys.executable, "-c", "import ray, sys, time; ray.init(address='local', include_dashboard=False);"
@@ -314,6 +316,7 @@ def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
         kill_tree(neighbour.pid)
 
 
+@pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 def test_concurrent_creation_of_a_new_store(tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
     go = tmp_path / "go"
@@ -359,6 +362,7 @@ def _max_step(db: Path, key: str) -> int:
     return max(run["steps"].get("train_loss", [0])) if run else 0
 
 
+@pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path: Path) -> None:
     """Two drivers, kill -9 (whole tree, then the driver alone), a corrupt newest checkpoint, a
     deleted store and a changed tracking URI, on one real study of 2 trials x 24 epochs."""
@@ -450,6 +454,7 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
     assert len(trial_runs(other)) == 2
 
 
+@pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "intr", grid={"task": ["copy"], "variant": ["onestep", "content", "mono"]},
                       overrides={**TINY, "optim.epochs": 3})
