@@ -91,6 +91,23 @@ def synth_runs(n_runs: int, epochs: int, seed: int = 0) -> list[SynthRun]:
     return runs
 
 
+
+def time_reports_build(cmd: list[str], env: dict[str, str], repeat: int, what: str) -> list[float]:
+    """Run a ``reports build`` command ``repeat`` times as a fresh process; print and return the
+    wall times (a failure stops the benchmark with its stderr)."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+        times.append(time.perf_counter() - t)
+        if proc.returncode != 0:
+            raise SystemExit(f"{what} failed:\n{proc.stderr}")
+    n_files = len(proc.stdout.split())
+    print(f"{what} (CLI, fresh process, {len(TABLES)} tables x 3 formats = {n_files} files): "
+          f"best {min(times):.2f} s, all {', '.join(f'{x:.2f}' for x in times)}")
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10_000)
@@ -114,16 +131,7 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "reports.cli", "build", str(study_dir), "--format",
            "md,latex,csv", "--out", str(study_dir / "out")]
-    times = []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-        times.append(time.perf_counter() - t)
-        if proc.returncode != 0:
-            raise SystemExit(f"reports build failed:\n{proc.stderr}")
-    n_files = len(proc.stdout.split())
-    print(f"reports build (CLI, fresh process, {len(TABLES)} tables x 3 formats = {n_files} files): "
-          f"best {min(times):.2f} s, all {', '.join(f'{x:.2f}' for x in times)}")
+    time_reports_build(cmd, env, args.repeat, "reports build")
 
     probe = ("import time; t = time.perf_counter(); import locattn.variants, sys; "
              "print(f'{time.perf_counter() - t:.2f} {\"torch\" in sys.modules}')")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bench_reports import synth_runs  # noqa: E402
+from bench_reports import synth_runs, time_reports_build  # noqa: E402
 from reports.synth import write_bulk_sql  # noqa: E402
 from reports.tables import TABLES  # noqa: E402
 from test_postgres_store import postgres_server  # noqa: E402
@@ -101,31 +100,14 @@ def main() -> None:
         assert n_pg == n
         cmd = [sys.executable, "-m", "reports.cli", "build", "--tracking-uri", pg, "--study", "bench",
                "--format", "md,latex,csv", "--out", str(work / "pg")]
-        times = []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-            times.append(time.perf_counter() - t)
-            if proc.returncode != 0:
-                raise SystemExit(f"reports build failed:\n{proc.stderr}")
-        n_files = len(proc.stdout.split())
-        print(f"reports build --tracking-uri postgresql://... (CLI, fresh process, {len(TABLES)} "
-              f"tables x 3 formats = {n_files} files): best {min(times):.2f} s, "
-              f"all {', '.join(f'{x:.2f}' for x in times)}")
+        time_reports_build(cmd, env, args.repeat, "reports build --tracking-uri postgresql://...")
 
     # The same build from the SQLite twin, timed the same way: the two numbers compare under the
     # same machine load.
-    sq_times = []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        sq = subprocess.run([sys.executable, "-m", "reports.cli", "build", str(study_dir), "--format",
-                             "md,latex,csv", "--out", str(work / "sqlite")],
-                            env=env, capture_output=True, text=True, cwd=ROOT)
-        sq_times.append(time.perf_counter() - t)
-        if sq.returncode != 0:
-            raise SystemExit(f"reports build (SQLite) failed:\n{sq.stderr}")
-    print(f"reports build <study dir> (SQLite twin, same runs): best {min(sq_times):.2f} s, "
-          f"all {', '.join(f'{x:.2f}' for x in sq_times)}; load average {os.getloadavg()[0]:.1f}")
+    sq_cmd = [sys.executable, "-m", "reports.cli", "build", str(study_dir), "--format",
+              "md,latex,csv", "--out", str(work / "sqlite")]
+    time_reports_build(sq_cmd, env, args.repeat, "reports build <study dir> (SQLite twin, same runs)")
+    print(f"load average {os.getloadavg()[0]:.1f}")
     same = _without_source(work / "pg", "bench") == _without_source(work / "sqlite", "bench")
     print(f"tables from Postgres == tables from the SQLite twin (provenance source aside): {same}")
     if not same:

@@ -290,17 +290,7 @@ def _read_rest(
         token = page.token
         if not token:
             break
-    s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
-    return assemble_runs(
-        study, _redact(uri),
-        pl.DataFrame(runs, schema={"run_id": pl.String, "mlflow_status": pl.String,
-                                   "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),
-        pl.DataFrame(tags, schema=s3, orient="row"),
-        pl.DataFrame(params, schema=s3, orient="row"),
-        pl.DataFrame(metrics, schema={"run_id": pl.String, "key": pl.String,
-                                      "value": pl.Float64}, orient="row"),
-        param_keys,
-    )
+    return runs_from_rows(study, _redact(uri), runs, tags, params, metrics, param_keys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,6 +307,25 @@ def _wide(long: pl.DataFrame, keys: Iterable[str], rename: dict[str, str] | None
             wide = wide.with_columns(pl.lit(None, dtype=pl.String).alias(k))
     wide = wide.select(["run_id", *keys])
     return wide.rename(rename) if rename else wide
+
+
+def runs_from_rows(
+    study: str, source: str, runs: list[tuple], tags: list[tuple], params: list[tuple],
+    metrics: list[tuple], param_keys: Sequence[str],
+) -> RunSet:
+    """:func:`assemble_runs` from plain rows: runs ``(run_id, mlflow_status, start_time,
+    end_time)``, tags and params ``(run_id, key, value)``, metrics ``(run_id, key, float)``."""
+    s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
+    return assemble_runs(
+        study, source,
+        pl.DataFrame(runs, schema={"run_id": pl.String, "mlflow_status": pl.String,
+                                   "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),
+        pl.DataFrame(tags, schema=s3, orient="row"),
+        pl.DataFrame(params, schema=s3, orient="row"),
+        pl.DataFrame(metrics, schema={"run_id": pl.String, "key": pl.String,
+                                      "value": pl.Float64}, orient="row"),
+        param_keys,
+    )
 
 
 def assemble_runs(

@@ -179,9 +179,7 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
 def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[str] = (),
                       param_keys: Sequence[str] = (), t0_ms: int = 1_700_000_000_000):
     """An in-memory :class:`~reports.store.RunSet` with the same columns the readers produce."""
-    import polars as pl
-
-    from reports.store import assemble_runs
+    from reports.store import runs_from_rows  # polars: only when an in-memory store is built
 
     run_rows, tag_rows, param_rows, metric_rows = [], [], [], []
     parent = uuid.UUID(int=1).hex
@@ -196,14 +194,4 @@ def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[
         tag_rows += [(rid, k, v) for k, v in _tags(study, r).items()]
         param_rows += [(rid, k, v) for k, v in _params(r).items() if k in param_keys]
         metric_rows += [(rid, k, float(v)) for k, v in r.metrics.items()]
-    s3 = {"run_id": pl.String, "key": pl.String, "value": pl.String}
-    return assemble_runs(
-        study, "memory",
-        pl.DataFrame(run_rows, schema={"run_id": pl.String, "mlflow_status": pl.String,
-                                       "start_time": pl.Int64, "end_time": pl.Int64}, orient="row"),
-        pl.DataFrame(tag_rows, schema=s3, orient="row"),
-        pl.DataFrame(param_rows, schema=s3, orient="row"),
-        pl.DataFrame(metric_rows, schema={"run_id": pl.String, "key": pl.String,
-                                          "value": pl.Float64}, orient="row"),
-        param_keys,
-    )
+    return runs_from_rows(study, "memory", run_rows, tag_rows, param_rows, metric_rows, param_keys)

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 from study import schema
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings)
+from study.status import pid_alive
 
 
 class StudyError(SpecError):
@@ -151,16 +152,6 @@ def _take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
 # ---------------------------------------------------------------------------- the study lock
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class StudyLock:
     """One driver per study: an exclusive ``flock`` on ``study.lock``, holding the driver's PID,
     host and Ray session.
@@ -198,7 +189,7 @@ class StudyLock:
         pid, host = self.previous.get("pid"), self.previous.get("host")
         if pid and pid != os.getpid():
             here = host == socket.gethostname()
-            state = "no longer running" if here and not _pid_alive(int(pid)) else "lock released"
+            state = "no longer running" if here and not pid_alive(int(pid)) else "lock released"
             print(f"[study {self.paths.dir.name}] taking over the stale lock of driver PID {pid} on "
                   f"host {host} ({state})", file=self.out)
         self.write()
@@ -240,7 +231,7 @@ class StudyLock:
         session = self.previous.get("ray_session")
         pid = self.previous.get("pid")
         if (not session or not pid or self.previous.get("host") != socket.gethostname()
-                or _pid_alive(int(pid)) or not str(session).startswith("/")):
+                or pid_alive(int(pid)) or not str(session).startswith("/")):
             return []
         return kill_session_processes(str(session))
 
@@ -559,20 +550,10 @@ def resume(
         lock.release()
 
 
-def _run(
-    spec: StudySpec,
-    paths: StudyPaths,
-    meta: dict[str, Any],
-    *,
-    address: str | None,
-    max_concurrent: int | None,
-    progress_seconds: float,
-    out: TextIO,
-    lock: StudyLock | None = None,
-) -> dict[str, Any]:
+def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """:func:`_run_locked`, with a full disk or a read-only store said in one line."""
     try:
-        return _run_locked(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                           progress_seconds=progress_seconds, out=out, lock=lock)
+        return _run_locked(spec, paths, meta, **kw)
     except OSError as exc:
         raise StudyError(_one_line_os_error(exc, paths.dir)) from None
     except Exception as exc:  # noqa: BLE001 - the store's own errors: one line when disk/permission

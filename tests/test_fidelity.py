@@ -262,7 +262,7 @@ def test_teacher_forced_exact_match_is_the_greedy_exact_match(tmp_path):
     feeds back exactly the gold prefix and emits the same tokens, <eos> included (and back)."""
     from locattn.models import build_model as build
     from locattn.training.data import EncodedSplit
-    from locattn.training.evaluate import greedy_decode, split_caps
+    from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced_matches
 
     cfg = make_run_config(task="copy", variant="onestep", seed=0, overrides={
         "task.train_size": 400, "task.dev_size": 200, "task.test_size": 16, "task.test_lengths": [6],
@@ -276,12 +276,7 @@ def test_teacher_forced_exact_match_is_the_greedy_exact_match(tmp_path):
     model.load_state_dict(torch.load(tmp_path / "run" / "best_model.pt", weights_only=True))
     model.eval()
     split = EncodedSplit(data.splits["dev"], v, **ids)
-    tf: list[bool] = []
-    with torch.no_grad():
-        for start in range(0, len(split), 64):
-            b = split.batch(list(range(start, min(start + 64, len(split)))))
-            logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
-            tf += ((logits.argmax(-1) == b.tgt_out) | (b.tgt_out == v.pad_id)).all(1).tolist()
+    tf = teacher_forced_matches(model, split, 64)
     dec = greedy_decode(model, split, split_caps(split, data.decode_cap), 64)
     greedy = [e and p == g for p, e, g in zip(dec.pred, dec.ended, split.tgt_ids)]
     assert 0.1 < sum(tf) / len(tf) < 0.95  # a half-trained model: the check is not vacuous

@@ -26,6 +26,7 @@ pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
 
 from study import schema  # noqa: E402
+from study_helpers import wait_for  # noqa: E402
 from study.launch import init_ray, launch, resume, status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,19 +143,6 @@ def test_nan_trial_is_recorded_failed_while_others_finish(ray_address, tmp_path:
     assert rows[0]["done"] == 1 and rows[0]["failed"] == 1
 
 
-def _wait_for(pred, timeout: float, what: str, proc=None):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        value = pred()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"driver exited ({proc.returncode}) before {what}; last progress "
-                                 f"{getattr(pred, 'last', None)}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _progress(db: Path) -> tuple[int, int]:
     """(finished trial runs, max epoch step of an unfinished run)."""
     if not db.is_file():
@@ -182,7 +170,7 @@ def _launch_then_kill(spec: Path, root: Path, ray_address: str, log: Path, ready
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
-        _wait_for(ready, 240, what, proc)
+        wait_for(ready, 240, what, proc)
     except AssertionError as e:
         raise AssertionError(f"{e}\n--- driver output ---\n{log.read_text()[-3000:]}") from None
     finally:
@@ -214,7 +202,7 @@ def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
     result_files = {p: p.stat().st_mtime for p in (root / "kill-smoke" / "runs").glob("*/result.json")}
     assert finished_before and len(finished_before) < 4
     # Ray frees the dead driver's trial actors.
-    _wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
+    wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
 
     summary = resume(root / "kill-smoke", progress_seconds=60)
     assert summary["errors"] == 0
@@ -262,7 +250,7 @@ def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_pat
 
     _launch_then_kill(packed, root, ray_address, tmp_path / "driver.log", mid_training,
                       f"three checkpoints at epochs 3..{epochs - 4}")
-    _wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
+    wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
     summary = resume(study_dir, progress_seconds=60)
     assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for the three seeds
 
@@ -392,7 +380,7 @@ def test_ui_serves_the_study_on_loopback(ray_address, tmp_path: Path) -> None:
             except OSError:
                 return None
 
-        runs = _wait_for(search, 90, "the MLflow server", proc)
+        runs = wait_for(search, 90, "the MLflow server", proc)
         roles = sorted(next(t["value"] for t in r["data"]["tags"] if t["key"] == schema.ROLE)
                        for r in runs)
         assert roles == ["study", "trial"]

@@ -25,7 +25,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-from study import schema  # noqa: E402
+from study import schema
+from study_helpers import wait_for  # noqa: E402
 from study.launch import StudyError, launch, session_processes  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 
@@ -54,19 +55,6 @@ def start_driver(*args: str, log: Path, env: dict | None = None) -> subprocess.P
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "study.cli", *args], env=env or ENV,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_for(pred, timeout: float, what: str, proc=None, log: Path | None = None):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        value = pred()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"driver exited ({proc.returncode}) before {what}:\n"
-                                 + (log.read_text()[-3000:] if log else ""))
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}:\n" + (log.read_text()[-3000:] if log else ""))
 
 
 def trial_runs(db: Path) -> dict[str, dict]:

@@ -37,6 +37,21 @@ def teacher_forced(model: torch.nn.Module, split: EncodedSplit, batch_size: int)
     return float(nll) / n_tokens, int(correct) / len(split)
 
 
+@torch.no_grad()
+def teacher_forced_matches(model: torch.nn.Module, split: EncodedSplit, batch_size: int) -> list[bool]:
+    """Per example, in split order: whether every teacher-forced argmax (``<eos>`` included) is
+    the gold token, i.e. the example :func:`teacher_forced` counts as correct."""
+    model.eval()
+    out = [False] * len(split)
+    for index in split.sorted_batches(batch_size):
+        b = split.batch(index)
+        logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
+        hit = ((logits.argmax(-1) == b.tgt_out) | (b.tgt_out == split.pad_id)).all(1)  # (B,)
+        for i, h in zip(index, hit.tolist()):
+            out[int(i)] = bool(h)
+    return out
+
+
 @dataclass
 class Decoded:
     """Greedy outputs of a whole split, in split order."""

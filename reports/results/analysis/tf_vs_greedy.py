@@ -21,7 +21,7 @@ from locattn.models import build_model
 from locattn.tasks import load_task
 from locattn.train import train
 from locattn.training.data import EncodedSplit
-from locattn.training.evaluate import greedy_decode, split_caps
+from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced_matches
 
 
 def main() -> None:
@@ -43,12 +43,7 @@ def main() -> None:
         model.load_state_dict(torch.load(run_dir / "best_model.pt", weights_only=True))
         model.eval()
         split = EncodedSplit(data.splits["dev"], vocab, **ids)
-        tf: list[bool] = []
-        with torch.no_grad():
-            for start in range(0, len(split), 100):
-                b = split.batch(list(range(start, min(start + 100, len(split)))))
-                logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
-                tf += ((logits.argmax(-1) == b.tgt_out) | (b.tgt_out == vocab.pad_id)).all(1).tolist()
+        tf = teacher_forced_matches(model, split, 100)
         decoded = greedy_decode(model, split, split_caps(split, data.decode_cap), 256)
         greedy = [e and p == g for p, e, g in zip(decoded.pred, decoded.ended, split.tgt_ids)]
         by_len: dict[int, list[bool]] = {}
