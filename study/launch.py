@@ -681,6 +681,10 @@ def _run_locked(
                     return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                             "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                             **recorder.run_counts(spec.n_runs()), "interrupted": False}
+                if skipped:
+                    print(f"[study {name}] {skipped} of {skipped + len(trials)} trials already "
+                          f"finished in the record; running the other {len(trials)}", file=out)
+                    recorder.cfg["total_trials"] = len(trials)
                 tune_config = tune.TuneConfig(
                     search_alg=TrialQueue(trials),
                     num_samples=len(trials),
