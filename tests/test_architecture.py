@@ -45,6 +45,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+# tests and benchmarks import each other's helpers as top-level modules (test_study, bench_reports)
+LOCAL_MODULES = tuple(sorted({p.stem for d in ("tests", "benchmarks") for p in (ROOT / d).glob("*.py")}))
 
 
 def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
@@ -177,7 +179,7 @@ def _private_uses(path: Path, own: str | None) -> list[str]:
             target = node.module or ""
             if own is not None and node.level:
                 target = _resolve(own, path.name == "__init__.py", node)
-            if target.split(".")[0] not in PACKAGES or target == own:
+            if target.split(".")[0] not in PACKAGES + LOCAL_MODULES or target == own:
                 continue
             for alias in node.names:
                 if f"{target}.{alias.name}" in MODULES:
@@ -210,6 +212,7 @@ def test_no_private_name_crosses_a_module_boundary():
     ("from locattn.train import _Hidden\n", 1),
     ("from locattn.training import checkpoint as ckpt\nckpt._secret()\n", 1),
     ("from locattn.train import train\n", 0),
+    ("from test_study import _wait_for\n", 1),
 ])
 def test_the_private_checker_flags_what_it_should(tmp_path, source, expected):
     path = tmp_path / "probe.py"

@@ -19,7 +19,8 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
 from study import schema  # noqa: E402
-from test_study import SMOKE, _wait_for, trial_runs, write_spec  # noqa: E402
+from study_helpers import wait_for  # noqa: E402
+from test_study import SMOKE, trial_runs, write_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCHS = 20  # long enough that the trial is still running when its node is removed
@@ -66,7 +67,7 @@ def test_lost_worker_node_trial_resumes_from_checkpoint_elsewhere(tmp_path: Path
             node = runs[0]["tags"].get(schema.NODE_ID)
             return (max(steps), node) if max(steps) >= 3 and node else None
 
-        epoch, node_id = _wait_for(running_at_epoch, 300, "the trial at epoch >= 3", proc)
+        epoch, node_id = wait_for(running_at_epoch, 300, "the trial at epoch >= 3", proc)
         victim = [w for w in workers if w.node_id == node_id]
         assert len(victim) == 1, "the trial runs on one of the two workers"
         cluster.remove_node(victim[0], allow_graceful=False)  # lose the node mid-trial
