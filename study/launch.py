@@ -484,6 +484,17 @@ def _write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
         raise StudyError(_one_line_os_error(exc, paths.dir)) from None
 
 
+def legacy_tune_state(tune_dir: Path) -> bool:
+    """Whether ``tune_dir`` holds a searcher state that is not JSON: written by a version that
+    pickled it (before issue 13), which this version never unpickles."""
+    for path in tune_dir.glob("searcher-state-*"):
+        try:
+            json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            return True
+    return False
+
+
 def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
     """Adopt a study folder that was moved (committed, copied to another machine, renamed).
 
@@ -652,6 +663,12 @@ def _run_locked(
         started = init_ray(address)
         if lock is not None and started and not address:  # our private Ray: its helpers are ours
             lock.write(ray_session=ray_session_dir())
+        if legacy_tune_state(paths.tune):
+            aside = paths.tune.with_name(f"tune.legacy-{int(time.time())}")
+            paths.tune.rename(aside)
+            print(f"[study {name}] {paths.tune} holds a pickled searcher state from an older "
+                  f"version (never loaded: unpickling can run code); set aside as {aside.name}, "
+                  "the remaining trials are planned from the record", file=out)
         if tune.Tuner.can_restore(str(paths.tune)):
             tuner = tune.Tuner.restore(
                 str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from study import schema
 from study.naming import run_name
+from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
 from study.trainable import (OBJECTIVE, TRIAL_FILE, final_metrics, is_packed, resolve_run_config,
                              run_dir, trial_run_keys)
@@ -30,6 +31,9 @@ try:  # the callback must subclass Tune's Callback; study is only used with Ray 
     from ray.tune import Callback as _TuneCallback
 except ImportError:  # pragma: no cover
     _TuneCallback = object  # type: ignore[assignment,misc]
+
+# TrialQueue and OpenTrialsScheduler live in study.search; studies started before they moved
+# have them pickled under study.record in tune/, and Tuner.restore looks them up here.
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
