@@ -31,7 +31,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -42,8 +41,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from study import schema  # noqa: E402
+from study_helpers import trial_run_rows  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(REPO), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
            RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
@@ -63,27 +64,15 @@ def write_spec(path: Path, name: str, epochs: int, train_size: int) -> None:
 
 
 def record(db: Path) -> dict[str, Any]:
-    """Trial runs of a store: key -> list of {cell, seed, status, steps, finals}."""
+    """Trial runs of a store: key -> list of {status, tags, steps, finals}."""
     out: dict[str, list] = {}
     if not db.is_file():
         return out
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        runs: dict[str, dict] = {}
-        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
-            runs[run_id] = {"status": status, "tags": {}, "steps": {}, "finals": {}}
-        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
-            if run_id in runs:
-                runs[run_id]["tags"][k] = v
-        for run_id, k, step, v in con.execute("SELECT run_uuid, key, step, value FROM metrics"):
-            if run_id in runs:
-                bucket = "steps" if k in schema.EPOCH_METRICS else "finals"
-                runs[run_id][bucket].setdefault(k, []).append((step, v))
-    finally:
-        con.close()
-    for r in runs.values():
-        if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL:
-            out.setdefault(r["tags"][schema.RUN_KEY], []).append(r)
+    for r in trial_run_rows(db):
+        runs = {"status": r["status"], "tags": r["tags"], "steps": {}, "finals": {}}
+        for k, points in r["metrics"].items():
+            runs["steps" if k in schema.EPOCH_METRICS else "finals"][k] = points
+        out.setdefault(r["tags"][schema.RUN_KEY], []).append(runs)
     return out
 
 

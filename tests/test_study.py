@@ -26,7 +26,7 @@ pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
 
 from study import schema  # noqa: E402
-from study_helpers import wait_for  # noqa: E402
+from study_helpers import trial_run_rows, wait_for  # noqa: E402
 from study.launch import init_ray, launch, resume, status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,23 +55,8 @@ def write_spec(tmp_path: Path, name: str, **body) -> Path:
 
 
 def trial_runs(db: Path) -> dict[str, dict]:
-    """run_id -> {tags, status, metrics: {key: [(step, value)]}} of the trial runs."""
-    con = sqlite3.connect(db)
-    try:
-        runs: dict[str, dict] = {}
-        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
-            runs[run_id] = {"status": status, "tags": {}, "metrics": {}}
-        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
-            if run_id in runs:
-                runs[run_id]["tags"][k] = v
-        for run_id, k, step, v in con.execute(
-            "SELECT run_uuid, key, step, value FROM metrics ORDER BY step, timestamp"
-        ):
-            if run_id in runs:
-                runs[run_id]["metrics"].setdefault(k, []).append((step, v))
-    finally:
-        con.close()
-    return {r: d for r, d in runs.items() if d["tags"].get(schema.ROLE) == schema.ROLE_TRIAL}
+    """run_id -> {run_id, tags, status, metrics: {key: [(step, value)]}} of the trial runs."""
+    return {r["run_id"]: r for r in trial_run_rows(db)}
 
 
 def test_smoke_study_records_runs(ray_address, tmp_path: Path, capsys) -> None:

@@ -26,7 +26,7 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
 from study import schema
-from study_helpers import wait_for  # noqa: E402
+from study_helpers import trial_run_rows, wait_for  # noqa: E402
 from study.launch import StudyError, launch, session_processes  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 
@@ -58,29 +58,18 @@ def start_driver(*args: str, log: Path, env: dict | None = None) -> subprocess.P
 
 
 def trial_runs(db: Path) -> dict[str, dict]:
-    """run key -> {status, tags, steps: {metric: [steps]}, final: {metric: value}} of trial runs."""
-    con = sqlite3.connect(db)
-    try:
-        runs: dict[str, dict] = {}
-        for run_id, status in con.execute("SELECT run_uuid, status FROM runs WHERE lifecycle_stage='active'"):
-            runs[run_id] = {"status": status, "tags": {}, "steps": {}, "final": {}}
-        for run_id, k, v in con.execute("SELECT run_uuid, key, value FROM tags"):
-            if run_id in runs:
-                runs[run_id]["tags"][k] = v
-        for run_id, k, step, v in con.execute("SELECT run_uuid, key, step, value FROM metrics ORDER BY step"):
-            if run_id in runs:
-                if k in schema.EPOCH_METRICS:
-                    runs[run_id]["steps"].setdefault(k, []).append(step)
-                else:
-                    runs[run_id]["final"].setdefault(k, []).append(v)
-    finally:
-        con.close()
+    """run key -> {status, tags, steps: {metric: [steps]}, final: {metric: [values]}} of trial runs."""
     out: dict[str, dict] = {}
-    for r in runs.values():
-        if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL:
-            key = r["tags"][schema.RUN_KEY]
-            assert key not in out, f"two runs for key {key}"
-            out[key] = r
+    for r in trial_run_rows(db):
+        key = r["tags"][schema.RUN_KEY]
+        assert key not in out, f"two runs for key {key}"
+        split = {"steps": {}, "final": {}}
+        for k, points in r["metrics"].items():
+            if k in schema.EPOCH_METRICS:
+                split["steps"][k] = [step for step, _ in points]
+            else:
+                split["final"][k] = [v for _, v in points]
+        out[key] = {"status": r["status"], "tags": r["tags"], **split}
     return out
 
 
