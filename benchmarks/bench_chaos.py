@@ -155,15 +155,15 @@ def trained_epochs(study: Path) -> int:
 
 
 def newest_intact_checkpoint(study: Path) -> Path | None:
-    from study.trainable import read_complete
+    """The trainer checkpoint directory of the newest intact Tune trial checkpoint, if any."""
+    from study.trainable import staged_runs
 
     best = None
     for path in study.glob("tune/trial_*/checkpoint_*"):
-        state = read_complete(path)
-        if state is not None and (path / "run" / "state.pt").is_file():
-            rank = (int(state.get("epoch", 0)), path.stat().st_mtime)
+        for epoch, run in staged_runs(path).values():
+            rank = (epoch, path.stat().st_mtime)
             if best is None or rank > best[0]:
-                best = (rank, path)
+                best = (rank, run)
     return best[1] if best else None
 
 
@@ -244,7 +244,7 @@ def main() -> None:
                 time.sleep(2)  # the killed driver's trial actors die with it
                 ckpt = newest_intact_checkpoint(study)
                 if ckpt is not None:
-                    state = ckpt / "run" / "state.pt"
+                    state = ckpt / "state.pt"
                     blob = bytearray(state.read_bytes())
                     blob[64:96] = bytes(32)
                     state.write_bytes(bytes(blob))

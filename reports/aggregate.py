@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,26 +265,38 @@ def table_protocol(runset: RunSet, table: TableDef) -> str | None:
     return found.pop()
 
 
+def _ranked_choices(finished: pl.DataFrame, runset: RunSet, group: list[str],
+                    ranking: Sequence[tuple[str, bool, float | None]]) -> pl.DataFrame:
+    """Per (group, hparams) the median over seeds of each ranking metric, sorted so that each
+    group's first row is its chosen hyperparameters.
+
+    ``ranking`` lists (metric key, higher is better, value of a run missing it) in order of
+    precedence; a missing value of None leaves the run out of that median, and a group whose
+    median is NaN or null ranks last. Ties left after every metric go to the smallest hparams
+    JSON, so the choice never depends on row order.
+    """
+    names = [f"rank{i}" for i in range(len(ranking))]
+    table = finished
+    for name, (key, _, missing) in zip(names, ranking):
+        values = runset.metrics.filter(pl.col("key") == key).select("run_id", pl.col("value").alias(name))
+        table = table.join(values, on="run_id", how="left")
+        if missing is not None:
+            table = table.with_columns(pl.col(name).fill_null(missing))
+    return (
+        table.group_by([*group, "hparams"])
+        .agg([pl.col(n).median() for n in names])
+        .with_columns([pl.col(n).fill_nan(None) for n in names])
+        .sort([*group, *names, "hparams"],
+              descending=[*([False] * len(group)), *(hi for _, hi, _ in ranking), False], nulls_last=True)
+    )
+
+
 def _test_result_choice(finished: pl.DataFrame, runset: RunSet, table: TableDef,
                         group: list[str]) -> pl.DataFrame:
     """Raffel & Ellis under their protocol: hparams groups ranked by the test result (smallest
     median epochs to 100 %, never reached = inf; then highest median test accuracy)."""
     acc_key = f"test.{table.columns[0].splits[0]}.accuracy"
-    ep = runset.metrics.filter(pl.col("key") == "epochs_to_100").select(
-        "run_id", pl.col("value").alias("ep"))
-    acc = runset.metrics.filter(pl.col("key") == acc_key).select(
-        "run_id", pl.col("value").alias("acc"))
-    return (
-        finished.join(ep, on="run_id", how="left")
-        .join(acc, on="run_id", how="left")
-        .with_columns(pl.col("ep").fill_null(math.inf))
-        .group_by([*group, "hparams"])
-        .agg(pl.col("ep").median().alias("ep_median"),
-             pl.col("acc").median().alias("acc_median"))
-        .with_columns(pl.col("acc_median").fill_nan(None))
-        .sort([*group, "ep_median", "acc_median", "hparams"],
-              descending=[*([False] * len(group)), False, True, False], nulls_last=True)
-    )
+    return _ranked_choices(finished, runset, group, [("epochs_to_100", False, math.inf), (acc_key, True, None)])
 
 
 def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
@@ -300,22 +313,8 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     if table_protocol(runset, table) == TEST_SELECTED_PROTOCOL:
         choice = _test_result_choice(finished, runset, table, group)
     else:
-        dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select(
-            "run_id", pl.col("value").alias("dev")
-        )
-        best_epoch = runset.metrics.filter(pl.col("key") == BEST_EPOCH_KEY).select(
-            "run_id", pl.col("value").alias("best_epoch")
-        )
-        choice = (
-            finished.join(dev, on="run_id", how="left")
-            .join(best_epoch, on="run_id", how="left")
-            .group_by([*group, "hparams"])
-            .agg(pl.col("dev").median().alias("dev_median"),
-                 pl.col("best_epoch").median().alias("epoch_median"))
-            .with_columns(pl.col("dev_median").fill_nan(None))
-            .sort([*group, "dev_median", "epoch_median", "hparams"],
-                  descending=[*([False] * len(group)), True, False, False], nulls_last=True)
-        )
+        # best median dev score, then the earliest median best epoch
+        choice = _ranked_choices(finished, runset, group, [(DEV_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
     n_choices = runs.group_by(group).agg(pl.col("hparams").n_unique().alias("n_choices"))
     chosen = choice.group_by(group, maintain_order=True).first().select([*group, "hparams"])
 

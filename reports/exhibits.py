@@ -190,12 +190,8 @@ def read_artifact_json(tracking_uri: str, artifact_uri: str, name: str) -> Any |
 
 @dataclass(frozen=True)
 class ExampleItem:
-    """One shown example."""
+    """One shown example (its task, variant and split are its block's, its seed its run's)."""
 
-    variant: str
-    task: str
-    split: str
-    seed: int
     src: tuple[str, ...]
     gold: tuple[str, ...]
     pred: tuple[str, ...]
@@ -235,8 +231,8 @@ def examples_blocks(defn: ExhibitDef, runset: RunSet, tracking_uri: str) -> list
                                    f"(it has {', '.join(sorted(data))})"))
             continue
         items = tuple(
-            ExampleItem(b.variant, b.task, b.split, run.seed, tuple(e["src"]), tuple(e["gold"]),
-                        tuple(e["pred"]), bool(e["ended"]), e["first_error"])
+            ExampleItem(tuple(e["src"]), tuple(e["gold"]), tuple(e["pred"]), bool(e["ended"]),
+                        e["first_error"])
             for e in split["wrong"][: b.n]
         )
         problem = "" if items else "no wrong prediction on this split"
@@ -298,7 +294,7 @@ def render_examples_markdown(defn: ExhibitDef, blocks: Sequence[BlockResult], pr
                                         _md_escape(rest)) if p)
             text = (f"Input: {_md_escape(' '.join(it.src))}<br>Oracle: {_md_escape(' '.join(it.gold))}"
                     f"<br>Prediction: {pred or '(empty)'}")
-            out.append(f"| {_md_escape(label(it.variant))} | {_md_escape(it.task)} | {text} |")
+            out.append(f"| {_md_escape(label(r.block.variant))} | {_md_escape(r.block.task)} | {text} |")
     return "\n".join(out) + "\n"
 
 
@@ -329,7 +325,7 @@ def render_examples_latex(defn: ExhibitDef, blocks: Sequence[BlockResult], prov:
             cell = (r"Input: " + latex_escape(" ".join(it.src)) + r" \newline "
                     + r"Oracle: " + latex_escape(" ".join(it.gold)) + r" \newline "
                     + r"Prediction: " + (" ".join(parts) or "(empty)"))
-            out.append(f"{latex_escape(label(it.variant))} & {latex_escape(it.task)} & {cell} \\\\")
+            out.append(f"{latex_escape(label(r.block.variant))} & {latex_escape(r.block.task)} & {cell} \\\\")
         out.append(r"\midrule" if r is not blocks[-1] else r"\bottomrule")
     if not blocks or out[-1] not in (r"\bottomrule",):
         out.append(r"\bottomrule")
@@ -341,8 +337,8 @@ def render_examples_latex(defn: ExhibitDef, blocks: Sequence[BlockResult], prov:
 def render_examples_csv(defn: ExhibitDef, blocks: Sequence[BlockResult], prov: Provenance,
                         label: Labeler) -> str:
     """One CSV line per shown example (tokens space-separated; first_error 0-based, empty if right)."""
-    rows = [(defn.id, it.variant, label(it.variant), it.task, it.split, it.seed, " ".join(it.src),
-             " ".join(it.gold), " ".join(it.pred), it.ended,
+    rows = [(defn.id, r.block.variant, label(r.block.variant), r.block.task, r.block.split, r.run.seed,
+             " ".join(it.src), " ".join(it.gold), " ".join(it.pred), it.ended,
              "" if it.first_error is None else it.first_error)
             for r in blocks for it in r.items]
     df = pl.DataFrame(rows, schema=["exhibit", "variant", "variant_label", "task", "split", "seed",

@@ -1,11 +1,17 @@
-"""The Ray Tune function trainable: one trial trains one or more seeds with ``locattn.train``.
+"""The Ray Tune function trainable: one trial trains one or more seeds with ``locattn``.
 
 A trial config carries a ``trial`` descriptor (see :func:`trial_descriptor`) and, for Optuna
-studies, a ``search`` mapping of sampled values. Per epoch the trainer saves its checkpoint
-atomically and calls the recorder, which reports the epoch metrics to Tune with a Tune
-checkpoint holding the trainer checkpoint plus this trial's progress (which seed, which epoch,
-the finished seeds' scores). On restore that checkpoint is copied back into the seed's
-``out_dir/checkpoint`` and training continues from it.
+studies, a ``search`` mapping of sampled values. Solo and packed trials share one skeleton,
+:class:`Trial`: a solo trial trains its seeds one after another with the configured train
+function, a packed trial trains them together (``locattn.packed.train_packed``); either way
+each seed keeps its own run directory, trainer checkpoint, result and MLflow run.
+
+Per epoch the trainer saves its checkpoint atomically and calls the seed's
+:class:`TrialRecorder`, which reports the epoch metrics to Tune with a Tune checkpoint of the
+whole trial: the trial state (per unfinished seed its last epoch and epoch history; the
+finished seeds and their scores) and each unfinished seed's trainer checkpoint under
+``run/<run key>/``. On restore those checkpoints are copied back into the seeds' ``out_dir/
+checkpoint`` and training continues from them.
 
 Results carry ``kind`` = ``epoch`` | ``seed_final``; the last ``seed_final`` of a trial carries
 ``objective``: the median over *all* seeds of the search metric, each at its full budget.
@@ -150,53 +156,6 @@ def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     return out
 
 
-class _TuneRecorder:
-    """locattn Recorder that forwards each epoch to Tune with a checkpoint."""
-
-    def __init__(self, *, seed: int, key: str, staging: Path, state: dict, base: dict) -> None:
-        self.seed = seed
-        self.key = key
-        self.staging = staging
-        self.state = state
-        self.base = base
-
-    def on_epoch(self, epoch: int, metrics: Mapping[str, float], checkpoint_dir: Path) -> None:
-        from ray import tune
-
-        values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.state["epoch"] = int(epoch)
-        self.state.setdefault("history", []).append({"epoch": int(epoch), **values})
-        ckpt = _stage_checkpoint(self.staging, self.state, Path(checkpoint_dir))
-        result = {
-            **self.base,
-            "kind": "epoch",
-            "seed": self.seed,
-            "run_key": self.key,
-            "epoch": int(epoch),
-            **values,
-        }
-        _add_replay(result, self.base, self.state)
-        tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
-        shutil.rmtree(ckpt, ignore_errors=True)
-
-    def on_end(self, result: Any) -> None:  # final metrics are reported by the trial loop
-        pass
-
-
-def _add_replay(result: dict, base: dict, state: Mapping[str, Any]) -> None:
-    """The first report after a restore carries the epoch history of the restored seed.
-
-    The driver logs every epoch it has not logged yet from it, so epochs whose metrics a killed
-    driver had buffered but not written are never missing from the record.
-    """
-    if base.pop("replay", False):
-        result["history"] = list(state.get("history", []))
-
-
-def _stage_checkpoint(staging: Path, state: Mapping[str, Any], run_ckpt: Path | None) -> Path:
-    """A directory with the trial state and (hard links to) the trainer checkpoint."""
-    return _stage(staging, state, {RUN_SUBDIR: run_ckpt} if run_ckpt is not None else {})
-
 
 def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path]) -> Path:
     """A directory with the trial state and (hard links to) trainer checkpoints:
@@ -245,13 +204,13 @@ def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
     return state
 
 
-def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path | None, dict | None]:
+def newest_checkpoint(restored: Path | None, trial_dir: Path | None) -> tuple[Path | None, dict | None]:
     """The most advanced complete checkpoint among the restored one and the trial's own.
 
     Tune restores the checkpoint named in its last experiment snapshot, which after a killed
     driver can be older than the trial's newest one, or stripped of its model files by
     :func:`_strip_finished`. Every checkpoint on disk was reported by this trial and training
-    is deterministic, so the complete one with the most progress (seed index, epoch) is the
+    is deterministic, so the complete one with the most progress (seeds finished, epochs) is the
     best place to continue; the first report after it replays its epoch history to the driver.
     """
     candidates = [restored] if restored is not None else []
@@ -269,12 +228,15 @@ def _restore_point(restored: Path | None, trial_dir: Path | None) -> tuple[Path 
 
 
 def _rank(state: Mapping[str, Any]) -> tuple[int, int]:
-    """Progress of a trial state: (seeds finished, epochs) for packed trials, else (seed index,
-    epoch of that seed)."""
-    if state.get("packed"):
-        epochs = sum(int(r.get("epoch", 0)) for r in (state.get("replicas") or {}).values())
-        return len(state.get("done") or []), epochs
-    return int(state.get("seed_index", 0)), int(state.get("epoch", 0))
+    """Progress of a trial state: (seeds finished, epochs of the unfinished ones).
+
+    (A state saved before solo and packed trials shared :class:`Trial` counts its seed index
+    and that seed's epoch: the same progress.)
+    """
+    if "seed_index" in state:
+        return int(state.get("seed_index", 0)), int(state.get("epoch", 0))
+    epochs = sum(int(r.get("epoch", 0)) for r in (state.get("replicas") or {}).values())
+    return len(state.get("done") or []), epochs
 
 
 def _strip_finished(trial_dir: Path | None) -> None:
@@ -350,107 +312,14 @@ def finished_result(out_dir: Path, cfg: Any) -> Any:
     return result if getattr(result, "run_identity", None) == run_identity(cfg) else None
 
 
-def run_trial(config: dict[str, Any]) -> None:
-    """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint."""
-    import ray
-    from ray import tune
-
-    t = config["trial"]
-    threads = max(1, int(t["cpus"]))
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
-    if is_packed(config):
-        return _run_packed_trial(config)
-    train = load_train_fn(t["train_fn"])
-    keys = trial_run_keys(config)
-    state: dict[str, Any] = {"seed_index": 0, "epoch": 0, "scores": {}}
-    ckpt_dir: Path | None = None
-    checkpoint = tune.get_checkpoint()
-    restored_ctx = None
-    restored: Path | None = None
-    if checkpoint is not None:
-        # Keep the restored checkpoint on disk while it is copied into the run directory.
-        restored_ctx = checkpoint.as_directory()
-        restored = Path(restored_ctx.__enter__())
-    # Also when Tune restores nothing: its last experiment snapshot can predate the trial's
-    # first checkpoint (a killed driver), while the trial directory holds newer ones.
-    ckpt_dir, found = _restore_point(restored, _trial_dir(t["study_dir"]))
-    if found is not None:
-        state = {k: v for k, v in found.items() if k != "files"}
-        if state["seed_index"] >= len(keys):
-            # Every seed had finished: report the last seed's final result again (the
-            # killed driver may not have recorded it; the driver's writes are idempotent).
-            state.update(seed_index=len(keys) - 1, epoch=0, history=[])
-            ckpt_dir = None
-    # else: nothing usable, start over (finished seeds are still skipped)
-    base = {
-        "node_id": ray.get_runtime_context().get_node_id(),
-        "resumed_from": int(state["epoch"]) if found is not None else 0,
-        "start_time": time.time(),
-        "replay": found is not None,
-    }
-    staging_root = Path(t["study_dir"]) / "staging"
-    try:
-        for index in range(state["seed_index"], len(keys)):
-            seed, key = keys[index]
-            out_dir = run_dir(t["study_dir"], key)
-            cfg = resolve_run_config(config, seed)
-            staging = staging_root / f"{key}.{os.getpid()}"
-            result = finished_result(out_dir, cfg)
-            skipped = result is not None
-            if result is None:  # not finished yet: continue from the Tune checkpoint
-                use = ckpt_dir is not None and index == state["seed_index"]
-                _restore(out_dir, ckpt_dir / RUN_SUBDIR if use else None)
-                if index != state["seed_index"] or ckpt_dir is None:
-                    state["epoch"] = 0
-                    state["history"] = []
-            if restored_ctx is not None:
-                restored_ctx.__exit__(None, None, None)
-                restored_ctx = None
-            if result is None:
-                write_trial_file(out_dir, config, seed)
-                recorder = _TuneRecorder(seed=seed, key=key, staging=staging, state=state, base=base)
-                result = train(cfg, out_dir, recorder=recorder, resume=True)
-            final = final_metrics(out_dir, result)
-            score = final.get(t["metric"])
-            state["scores"][str(seed)] = score
-            report = {**base, "kind": "seed_final", "seed": seed, "run_key": key, **final}
-            _add_replay(report, base, state)
-            if skipped and getattr(result, "history", None):
-                # Finished in an earlier attempt: the driver may have lost buffered epochs of it.
-                report["history"] = [dict(h) for h in result.history]
-            state["seed_index"] = index + 1
-            state["epoch"] = 0
-            state["history"] = []
-            if index + 1 == len(keys):
-                scores = [state["scores"].get(str(s)) for s, _ in keys]
-                if all(isinstance(v, (int, float)) for v in scores):
-                    report[OBJECTIVE] = float(statistics.median(scores))
-                report["seeds_done"] = len(keys)
-            ckpt = _stage_checkpoint(staging, state, None)
-            tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
-            shutil.rmtree(ckpt, ignore_errors=True)
-            if index + 1 == len(keys):
-                _strip_finished(_trial_dir(t["study_dir"]))
-            base["resumed_from"] = 0
-    finally:
-        if restored_ctx is not None:
-            restored_ctx.__exit__(None, None, None)
+# ------------------------------------------------------------------------ the trial skeleton
 
 
-# ---------------------------------------------------------------------------- packed trials
+class TrialRecorder:
+    """locattn recorder of one seed of a :class:`Trial`: reports each epoch to Tune under the
+    seed's run key, with a Tune checkpoint of the whole trial (:meth:`Trial.report`)."""
 
-
-class _PackedTuneRecorder:
-    """Recorder of one replica of a packed trial: reports its epochs to Tune under its own run
-    key, with a Tune checkpoint holding the trial state and every unfinished replica's trainer
-    checkpoint (``run/<key>/``)."""
-
-    def __init__(self, *, seed: int, key: str, trial: "_PackedTrial") -> None:
+    def __init__(self, *, seed: int, key: str, trial: "Trial") -> None:
         self.seed = seed
         self.key = key
         self.trial = trial
@@ -461,18 +330,23 @@ class _PackedTuneRecorder:
         replica["epoch"] = int(epoch)
         replica["history"].append({"epoch": int(epoch), **values})
         result = {"kind": "epoch", "seed": self.seed, "run_key": self.key, "epoch": int(epoch), **values}
-        self.trial.report(self.key, result)
+        self.trial.report(self.key, result, checkpoint_dir=Path(checkpoint_dir))
 
     def on_end(self, result: Any) -> None:  # final metrics are reported by the trial
         pass
 
 
-class _PackedTrial:
-    """State and reporting of a trial whose seeds train together (``locattn.packed``).
+class Trial:
+    """Progress, restore and reports of one Tune trial, solo or packed.
 
-    The trial state holds per replica its last reported epoch and epoch history, the finished
-    run keys and their scores. Reports follow the trainer: replica k's checkpoint is saved before
-    its recorder is called, so every staged replica checkpoint is at the epoch the state says.
+    ``state`` holds ``replicas`` (per unfinished seed that has reported an epoch: its last
+    epoch and its epoch history), ``done`` (the finished run keys) and ``scores`` (search
+    metric per finished seed). The trainer saves a seed's checkpoint before it calls the seed's
+    recorder, so every staged trainer checkpoint is at the epoch the state says.
+
+    Use: :meth:`restore`, then :meth:`pending` (re-reports the seeds that already finished and
+    returns the others), train those with a :class:`TrialRecorder` each and :meth:`finish`
+    every one, then :meth:`close`.
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
@@ -482,43 +356,70 @@ class _PackedTrial:
         self.t = config["trial"]
         self.keys = trial_run_keys(config)
         self.out_dirs = {key: run_dir(self.t["study_dir"], key) for _, key in self.keys}
-        self.state: dict[str, Any] = {"packed": True, "replicas": {}, "done": [], "scores": {}}
+        self.state: dict[str, Any] = {"replicas": {}, "done": [], "scores": {}}
         self.resumed: dict[str, int] = {}
         self.replay: set[str] = set()
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
 
     def restore(self) -> None:
-        """Put every unfinished replica's trainer checkpoint back from the Tune checkpoint."""
+        """Put every unfinished seed's trainer checkpoint back from the most advanced complete
+        Tune checkpoint (the restored one or the trial directory's own, see
+        :func:`newest_checkpoint`); a seed without one starts fresh."""
         from ray import tune
 
-        ckpt_dir: Path | None = None
         checkpoint = tune.get_checkpoint()
         ctx = checkpoint.as_directory() if checkpoint is not None else None
         try:
-            # Scanned also when Tune restores nothing (its snapshot can predate the first checkpoint).
+            # Scanned also when Tune restores nothing: its last experiment snapshot can predate
+            # the trial's first checkpoint (a killed driver), while the trial directory holds newer ones.
             restored = Path(ctx.__enter__()) if ctx is not None else None
-            ckpt_dir, found = _restore_point(restored, _trial_dir(self.t["study_dir"]))
-            if found is not None and found.get("packed"):
-                self.state = {k: v for k, v in found.items() if k != "files"}
-            else:
-                ckpt_dir = None
+            ckpt_dir, found = newest_checkpoint(restored, _trial_dir(self.t["study_dir"]))
+            sources: dict[str, Path] = {}
+            if ckpt_dir is not None and found is not None:
+                self.state, sources = upgrade_state(found, ckpt_dir, self.keys)
             for seed, key in self.keys:
                 replica = self.state["replicas"].get(key)
-                if key in self.state["done"] or replica is None or ckpt_dir is None:
+                source = sources.get(key)
+                if key in self.state["done"] or replica is None or source is None or not source.is_dir():
                     self.state["replicas"].pop(key, None)
                     if finished_result(self.out_dirs[key], resolve_run_config(self.config, seed)) is None:
                         _restore(self.out_dirs[key], None)
                     continue
-                _restore(self.out_dirs[key], ckpt_dir / RUN_SUBDIR / key)
+                _restore(self.out_dirs[key], source)
                 self.resumed[key] = int(replica["epoch"])
                 self.replay.add(key)
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
 
-    def report(self, key: str, result: dict[str, Any]) -> None:
-        """Report one replica's result to Tune with a checkpoint of the whole trial."""
+    def pending(self) -> list[tuple[int, str, Any]]:
+        """(seed, run key, RunConfig) of every seed still to train, in training order, each with
+        its trial file written. Seeds that already finished (their ``result.json`` with this
+        run identity) are reported again instead: the driver's writes are idempotent, and a
+        killed driver may not have recorded them."""
+        todo = []
+        for seed, key in self.keys:
+            cfg = resolve_run_config(self.config, seed)
+            done = finished_result(self.out_dirs[key], cfg)
+            if done is not None:
+                self.finish(seed, key, done, skipped=True)
+            else:
+                write_trial_file(self.out_dirs[key], self.config, seed)
+                todo.append((seed, key, cfg))
+        return todo
+
+    def recorder(self, seed: int, key: str) -> TrialRecorder:
+        return TrialRecorder(seed=seed, key=key, trial=self)
+
+    def report(self, key: str, result: dict[str, Any], *, checkpoint_dir: Path | None = None) -> None:
+        """Report one seed's result to Tune with a checkpoint of the whole trial.
+
+        ``checkpoint_dir`` is the reporting seed's trainer checkpoint as the trainer just saved
+        it; the other unfinished seeds' checkpoints are looked up (and verified) in their run
+        directories. The first report of a restored seed carries its restored epoch history,
+        so the driver logs every epoch a killed driver had buffered but not written.
+        """
         from ray import tune
 
         from locattn.training import checkpoint as ckpt
@@ -530,24 +431,28 @@ class _PackedTrial:
             result.setdefault("history", [dict(h) for h in history])
         sources: dict[str, Path] = {}
         for _, k in self.keys:
-            found = None if k in self.state["done"] else ckpt.find_checkpoint(self.out_dirs[k])
-            if found is not None and k in self.state["replicas"]:
+            if k in self.state["done"] or k not in self.state["replicas"]:
+                continue
+            found = checkpoint_dir if k == key and checkpoint_dir is not None else ckpt.find_checkpoint(self.out_dirs[k])
+            if found is not None:
                 sources[f"{RUN_SUBDIR}/{k}"] = found
         staged = _stage(self.staging, self.state, sources)
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(staged)))
         shutil.rmtree(staged, ignore_errors=True)
 
     def finish(self, seed: int, key: str, result: Any, *, skipped: bool) -> None:
-        """Report a replica's final metrics (and, on the trial's last seed, the objective)."""
+        """Report a seed's final metrics (and, on the trial's last seed, the objective)."""
         final = final_metrics(self.out_dirs[key], result)
         self.state["scores"][str(seed)] = final.get(self.t["metric"])
         if key not in self.state["done"]:
             self.state["done"].append(key)
-        self.state["replicas"].pop(key, None)
-        report = {"kind": "seed_final", "seed": seed, "run_key": key, **final}
+        history = self.state["replicas"].pop(key, {}).get("history", [])
+        report: dict[str, Any] = {"kind": "seed_final", "seed": seed, "run_key": key, **final}
         if skipped and getattr(result, "history", None):
             # Finished in an earlier attempt: the driver may have lost buffered epochs of it.
             report["history"] = [dict(h) for h in result.history]
+        elif key in self.replay:  # restored at its last epoch: nothing else replays its history
+            report["history"] = [dict(h) for h in history]
         if len(self.state["done"]) == len(self.keys):
             scores = [self.state["scores"].get(str(s)) for s, _ in self.keys]
             if all(isinstance(v, (int, float)) for v in scores):
@@ -555,38 +460,88 @@ class _PackedTrial:
             report["seeds_done"] = len(self.keys)
         self.report(key, report)
 
+    def close(self) -> None:
+        """Every seed finished: drop the model files from the trial's Tune checkpoints."""
+        _strip_finished(_trial_dir(self.t["study_dir"]))
 
-def _run_packed_trial(config: dict[str, Any]) -> None:
-    """Train every seed of the trial together with ``locattn.packed.train_packed``.
 
-    Each seed keeps its own run directory, trainer checkpoint, result and MLflow run (the driver
-    sees the same ``epoch`` / ``seed_final`` results as from sequential seeds, interleaved). A
-    seed whose training fails (e.g. a non-finite loss) does not stop the others: they finish and
-    are recorded, then the trial raises that seed's error so Tune retries or records it.
+def upgrade_state(found: Mapping[str, Any], ckpt_dir: Path, keys: list[tuple[int, str]]
+                   ) -> tuple[dict[str, Any], dict[str, Path]]:
+    """A restored trial state in today's layout, and where in ``ckpt_dir`` each of its
+    replicas' trainer checkpoints lies.
+
+    Solo trials saved before solo and packed trials shared :class:`Trial` kept their progress
+    as (``seed_index``, ``epoch``, ``history``) with the one trainer checkpoint at ``run/``;
+    that is read as the same progress, so their studies resume where they stopped.
     """
-    from locattn.packed import train_packed
+    state = {k: v for k, v in found.items() if k not in ("files", "packed")}
+    if "seed_index" not in state:
+        state.setdefault("replicas", {})
+        state.setdefault("done", [])
+        state.setdefault("scores", {})
+        return state, {key: ckpt_dir / RUN_SUBDIR / key for key in state["replicas"]}
+    ordered = [key for _, key in keys]
+    index = min(int(state["seed_index"]), len(ordered))
+    upgraded: dict[str, Any] = {"replicas": {}, "done": ordered[:index],
+                                "scores": dict(state.get("scores") or {})}
+    sources: dict[str, Path] = {}
+    if index < len(ordered) and int(state.get("epoch", 0)) > 0:
+        key = ordered[index]
+        upgraded["replicas"][key] = {"epoch": int(state["epoch"]),
+                                     "history": list(state.get("history") or [])}
+        sources[key] = ckpt_dir / RUN_SUBDIR
+    return upgraded, sources
 
-    trial = _PackedTrial(config)
+
+def staged_runs(ckpt_dir: Path) -> dict[str, tuple[int, Path]]:
+    """Run key -> (epoch, trainer checkpoint directory) of every seed whose model files a
+    complete Tune checkpoint of a trial holds (empty when it is incomplete or holds none)."""
+    state = read_complete(ckpt_dir)
+    if state is None:
+        return {}
+    if "seed_index" in state:  # the layout before solo and packed trials shared one skeleton
+        path = ckpt_dir / RUN_SUBDIR
+        return {"": (int(state.get("epoch", 0)), path)} if (path / "state.pt").is_file() else {}
+    out = {}
+    for key, replica in (state.get("replicas") or {}).items():
+        path = ckpt_dir / RUN_SUBDIR / key
+        if (path / "state.pt").is_file():
+            out[key] = (int(replica.get("epoch", 0)), path)
+    return out
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint.
+
+    A packed trial (:func:`is_packed`) trains its unfinished seeds together. A seed whose
+    training fails there (e.g. a non-finite loss) does not stop the others: they finish and
+    are recorded, then the trial raises that seed's error so Tune retries or records it. A solo
+    trial trains them one after another; a failing seed ends the trial at once.
+    """
+    t = config["trial"]
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, int(t["cpus"])))
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    trial = Trial(config)
     trial.restore()
-    todo: list[tuple[int, str, Any]] = []
-    for seed, key in trial.keys:
-        cfg = resolve_run_config(config, seed)
-        done = finished_result(trial.out_dirs[key], cfg)
-        if done is not None:
-            trial.finish(seed, key, done, skipped=True)
-        else:
-            write_trial_file(trial.out_dirs[key], config, seed)
-            todo.append((seed, key, cfg))
-    errors: list[BaseException] = []
-    if todo:
-        recorders = [_PackedTuneRecorder(seed=seed, key=key, trial=trial) for seed, key, _ in todo]
+    todo = trial.pending()
+    if is_packed(config) and todo:
+        from locattn.packed import train_packed
+
         results = train_packed([cfg for _, _, cfg in todo], [trial.out_dirs[k] for _, k, _ in todo],
-                               recorders, resume=True)
+                               [trial.recorder(seed, key) for seed, key, _ in todo], resume=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
         for (seed, key, _), result in zip(todo, results):
-            if isinstance(result, BaseException):
-                errors.append(result)
-            else:
+            if not isinstance(result, BaseException):
                 trial.finish(seed, key, result, skipped=False)
-    if errors:
-        raise errors[0]
-    _strip_finished(_trial_dir(trial.t["study_dir"]))
+        if errors:
+            raise errors[0]
+    elif todo:
+        train = load_train_fn(t["train_fn"])
+        for seed, key, cfg in todo:
+            result = train(cfg, trial.out_dirs[key], recorder=trial.recorder(seed, key), resume=True)
+            trial.finish(seed, key, result, skipped=False)
+    trial.close()

@@ -87,14 +87,13 @@ def parent_run(db: Path) -> dict:
 
 
 def checkpoints(study_dir: Path) -> list[tuple[int, Path]]:
-    """(epoch, dir) of every intact Tune trial checkpoint holding a trainer checkpoint."""
-    from study.trainable import read_complete
+    """(epoch, trainer checkpoint dir) of every trainer checkpoint held by an intact Tune trial
+    checkpoint."""
+    from study.trainable import staged_runs
 
     out = []
     for path in sorted(study_dir.glob("tune/trial_*/checkpoint_*")):
-        state = read_complete(path)
-        if state is not None and (path / "run" / "state.pt").is_file():
-            out.append((int(state["epoch"]), path))
+        out += staged_runs(path).values()
     return sorted(out)
 
 
@@ -383,7 +382,7 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
     left = session_processes(session)
     good = checkpoints(study)
     (epoch_bad, bad), (epoch_ok, _) = good[-1], good[-2]
-    state = bad / "run" / "state.pt"
+    state = bad / "state.pt"
     blob = bytearray(state.read_bytes())
     blob[64:96] = bytes(32)
     state.write_bytes(bytes(blob))  # same size, different bytes

@@ -1,0 +1,88 @@
+"""The Tune checkpoints of a trial: which one a restore continues from, and how a checkpoint
+saved before solo and packed trials shared one skeleton (``study.trainable.Trial``) is read.
+
+Hand-built checkpoint directories in the layouts the trainable writes; the kill/resume tests in
+test_study, test_study_faults and test_packed cover the trainable writing and reading them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from locattn.training.checkpoint import file_sha256
+from study.trainable import RUN_SUBDIR, STATE_FILE, newest_checkpoint, staged_runs, upgrade_state
+
+KEYS = [(0, "k0"), (1, "k1"), (2, "k2")]
+
+
+def write_checkpoint(path: Path, state: dict, models: dict[str, bytes]) -> Path:
+    """A Tune checkpoint directory: ``models`` maps a path under run/ to a state.pt's bytes."""
+    files = {}
+    for rel, blob in models.items():
+        target = path / RUN_SUBDIR / rel / "state.pt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob)
+        files[str(target.relative_to(path))] = [len(blob), file_sha256(target)]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / STATE_FILE).write_text(json.dumps({**state, "files": files}))
+    return path
+
+
+def legacy_solo(path: Path, seed_index: int, epoch: int) -> Path:
+    history = [{"epoch": e, "dev_score": e / 10} for e in range(1, epoch + 1)]
+    state = {"seed_index": seed_index, "epoch": epoch, "scores": {"0": 0.5}, "history": history}
+    return write_checkpoint(path, state, {"": b"model" * 10} if epoch else {})
+
+
+def test_a_legacy_solo_checkpoint_resumes_its_seed_at_its_epoch(tmp_path: Path) -> None:
+    ckpt = legacy_solo(tmp_path / "checkpoint_000004", seed_index=1, epoch=4)
+    found = json.loads((ckpt / STATE_FILE).read_text())
+    state, sources = upgrade_state(found, ckpt, KEYS)
+    assert state["done"] == ["k0"]
+    assert state["scores"] == {"0": 0.5}
+    assert set(state["replicas"]) == {"k1"}
+    assert state["replicas"]["k1"]["epoch"] == 4
+    assert [h["epoch"] for h in state["replicas"]["k1"]["history"]] == [1, 2, 3, 4]
+    assert sources == {"k1": ckpt / RUN_SUBDIR}
+    assert (sources["k1"] / "state.pt").is_file()
+    assert staged_runs(ckpt) == {"": (4, ckpt / RUN_SUBDIR)}
+
+
+def test_a_legacy_solo_checkpoint_between_seeds_or_after_the_last(tmp_path: Path) -> None:
+    between = legacy_solo(tmp_path / "a", seed_index=2, epoch=0)
+    state, sources = upgrade_state(json.loads((between / STATE_FILE).read_text()), between, KEYS)
+    assert state["done"] == ["k0", "k1"] and state["replicas"] == {} and sources == {}
+    after = legacy_solo(tmp_path / "b", seed_index=3, epoch=0)
+    state, sources = upgrade_state(json.loads((after / STATE_FILE).read_text()), after, KEYS)
+    assert state["done"] == ["k0", "k1", "k2"] and state["replicas"] == {} and sources == {}
+
+
+def test_todays_layout_keeps_one_trainer_checkpoint_per_unfinished_seed(tmp_path: Path) -> None:
+    replicas = {"k1": {"epoch": 3, "history": []}, "k2": {"epoch": 2, "history": []}}
+    ckpt = write_checkpoint(tmp_path / "c", {"replicas": replicas, "done": ["k0"], "scores": {"0": 1.0}},
+                            {"k1": b"one" * 9, "k2": b"two" * 9})
+    state, sources = upgrade_state(json.loads((ckpt / STATE_FILE).read_text()), ckpt, KEYS)
+    assert state["replicas"] == replicas and state["done"] == ["k0"]
+    assert sources == {"k1": ckpt / RUN_SUBDIR / "k1", "k2": ckpt / RUN_SUBDIR / "k2"}
+    assert staged_runs(ckpt) == {"k1": (3, ckpt / RUN_SUBDIR / "k1"), "k2": (2, ckpt / RUN_SUBDIR / "k2")}
+
+
+def test_the_restore_continues_from_the_most_advanced_intact_checkpoint(tmp_path: Path) -> None:
+    trial = tmp_path / "trial_x"
+    legacy_solo(trial / "checkpoint_000001", seed_index=1, epoch=2)  # less progress: never chosen
+    new = write_checkpoint(trial / "checkpoint_000002",
+                           {"replicas": {"k1": {"epoch": 5, "history": []}}, "done": ["k0"], "scores": {}},
+                           {"k1": b"x" * 40})
+    restored = legacy_solo(tmp_path / "restored", seed_index=1, epoch=3)
+    path, state = newest_checkpoint(restored, trial)
+    assert path == new and state["replicas"]["k1"]["epoch"] == 5
+    # A corrupted file (same size, other bytes) makes the newest unusable: the next one wins.
+    blob = new / RUN_SUBDIR / "k1" / "state.pt"
+    blob.write_bytes(b"y" * 40)
+    assert staged_runs(new) == {}
+    path, state = newest_checkpoint(restored, trial)
+    assert path == restored and state["epoch"] == 3
+    # More seeds finished beats more epochs of an unfinished one.
+    done = legacy_solo(trial / "checkpoint_000003", seed_index=2, epoch=0)
+    assert newest_checkpoint(restored, trial)[0] == done
