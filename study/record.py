@@ -398,7 +398,8 @@ class MlflowRecorder(_TuneCallback):
         seed = int(result["seed"])
         state = self._run_for(trial, seed, key)
         self.trial_current[trial.trial_id] = key
-        if result.get("resumed_from", 0) != state.resumed_from:
+        # (A finished run's tags are final: a restored trial reports its finished seeds again.)
+        if state.status != schema.STATUS_FINISHED and result.get("resumed_from", 0) != state.resumed_from:
             state.resumed_from = int(result.get("resumed_from", 0))
             self._set_tags(state.run_id, {schema.RESUMED_FROM: state.resumed_from,
                                           schema.NODE_ID: result.get("node_id", "")})

@@ -443,6 +443,8 @@ class Trial:
     def finish(self, seed: int, key: str, result: Any, *, skipped: bool) -> None:
         """Report a seed's final metrics (and, on the trial's last seed, the objective)."""
         final = final_metrics(self.out_dirs[key], result)
+        if skipped:  # this attempt trained none of its epochs: it resumed from the last one
+            self.resumed.setdefault(key, int(final.get("epochs_run", 0)))
         self.state["scores"][str(seed)] = final.get(self.t["metric"])
         if key not in self.state["done"]:
             self.state["done"].append(key)
