@@ -794,4 +794,8 @@ def require_task_data(spec: StudySpec) -> None:
     """Raise :class:`SpecError` naming the spec file if :func:`check_task_data` finds problems."""
     problems = check_task_data(spec)
     if problems:
-        raise SpecError(f"{spec.path}: task data: " + "; ".join(problems))
+        hint = ""
+        if any("data_dir" in p for p in problems):
+            hint = (f" (set task.data_dir under `overrides:` in {spec.path} to the absolute path of "
+                    "the directory holding those files)")
+        raise SpecError(f"{spec.path}: task data: " + "; ".join(problems) + hint)

@@ -292,6 +292,7 @@ def test_cfq_fails_clearly_without_data_and_runs_with_it(shared: dict, tmp_path:
     with pytest.raises(SpecError, match=re.escape(CFQ_MESSAGE)) as info:
         _launch(shared, CFQ_SPEC)
     assert str(CFQ_SPEC) in str(info.value) and "task=cfq,variant=mix_onestep" in str(info.value)
+    assert f"set task.data_dir under `overrides:` in {CFQ_SPEC}" in str(info.value)
     assert not (shared["root"] / "rc_table3_cfq-smoke").exists()
     if shared["db"].exists():  # no experiment (so no run) was created for it
         con = sqlite3.connect(shared["db"])
