@@ -381,6 +381,9 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "model.attention.location_norm": ("softmax", _location),
     "model.attention.rho_init": ("per_row", _location),
     "model.attention.mono_gate_on": ("relu", lambda flat: flat["model.attention.step"] == "mono"),
+    "model.attention.controller_init": (
+        "torch", lambda flat: flat["model.attention.controller"] == "gru"
+    ),
 })
 
 

@@ -69,7 +69,8 @@ _TABLE += [
      {_A + "family": "positional", _A + "positions": "absolute"}),
     ("dubois_transformer_xl", "TransformerXL", "dubois_transformer",
      {_A + "positions": "relative_shared_bias"}),
-    ("dubois_location", "Location", "locattn", {**_DUBOIS, _A + "controller": "gru"}),
+    ("dubois_location", "Location", "locattn",
+     {**_DUBOIS, _A + "controller": "gru", _A + "controller_init": "dubois", _A + "location_norm": "l1"}),
     ("dubois_mix", "Mix", "dubois_location", {_A + "mode": "mix", _A + "mix_temperature": 1.0}),
     # --- Raffel & Ellis regressors
     ("ffattn", "Feed-forward attention", None,

@@ -39,9 +39,10 @@ PaFrom = Literal["attention", "location"]
 Reference = Literal["previous", "gated", "initial"]
 StepActivation = Literal["sigmoid", "softstair", "raw", "mono", "relu"]
 Controller = Literal["linear", "gru"]
+ControllerInit = Literal["torch", "dubois"]
 RegressorInit = Literal["paper", "torch"]
 MonoGateOn = Literal["relu", "sigmoid"]
-LocationNorm = Literal["sum", "softmax"]
+LocationNorm = Literal["sum", "softmax", "l1"]
 RhoInit = Literal["grouped", "per_row"]
 
 SEQ2SEQ_FAMILIES = ("content", "positional", "location")
@@ -120,7 +121,9 @@ class AttentionConfig:
     lambda = g / (sum(g) + L·1e-20), so where every g underflows (mu far outside the sequence,
     small sigma) lambda, the context and the next pa are all zero and no gradient flows.
     ``softmax``: a softmax of the log-density, the same number where the sum is normal, but
-    attending the nearest boundary where the reference attends nothing."""
+    attending the nearest boundary where the reference attends nothing. ``l1`` (Dubois's code,
+    ``F.normalize(p=1)``): lambda = g / max(sum(g), 1e-12), the same number where the sum exceeds
+    1e-12, a scaled-down lambda (summing to sum(g)/1e-12 < 1) below it."""
     rho_init: RhoInit = "grouped"
     """Initial bound of the bias-free sigma/rho head weights, U(-b, b). ``grouped`` (the reference):
     the sigma row is one Xavier-uniform (1, d, 1) tensor, b = sqrt(6/(d+1)), and the k rho rows one
@@ -130,6 +133,11 @@ class AttentionConfig:
     ``gru`` Dubois's weighter omega_t = GRU(relu(W_resize q_t)), its state passed between steps."""
     controller_size: int = 64
     """Width of Dubois's weighter GRU and its resize layer (controller ``gru``)."""
+    controller_init: ControllerInit = "torch"
+    """Initialisation of the resize layer and weighter GRU (controller ``gru``). ``torch``: PyTorch
+    defaults. ``dubois`` (Dubois's code, ``seq2seq/util/initialization.py::weights_init``): resize
+    weight Xavier-uniform; per gate block, GRU input weights Xavier-uniform and recurrent weights
+    orthogonal; the reset-gate biases (input and recurrent) -1; the other biases PyTorch's."""
     sigma_min: float = 0.27
     """min_sigma in sigma_t = (relu(w_sigma·l_t) + min_sigma) / L."""
 
@@ -156,6 +164,7 @@ class AttentionConfig:
             "rho_init": ("location",),
             "controller": ("location",),
             "controller_size": ("location",),
+            "controller_init": ("location",),
             "sigma_min": ("location",),
         }
         defaults = AttentionConfig.__dataclass_fields__
@@ -189,6 +198,11 @@ class AttentionConfig:
             raise ValueError(
                 "attention.step_temperature applies only to attention.step in ['sigmoid', 'mono'] "
                 f"(got step={self.step!r})"
+            )
+        if self.controller != "gru" and self.controller_init != defaults["controller_init"].default:
+            raise ValueError(
+                f"attention.controller_init applies only to attention.controller='gru' "
+                f"(got controller={self.controller!r})"
             )
         if self.controller != "gru" and self.controller_size != defaults["controller_size"].default:
             raise ValueError(

@@ -38,6 +38,7 @@ def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim:
             content_score=cfg.content_score,
             controller=cfg.controller,
             controller_size=cfg.controller_size,
+            controller_init=cfg.controller_init,
             sigma_min=cfg.sigma_min,
         )
     raise ValueError(

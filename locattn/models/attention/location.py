@@ -20,6 +20,7 @@ Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
   attention width). Where every g underflows, lambda is all zero: no context, pa_t = 0, no
   gradient. ``location_norm="softmax"`` takes a softmax of the masked log-density instead: the
   same number where the sum is normal, the nearest boundary where the reference attends nothing.
+  ``location_norm="l1"`` (Dubois's code): lambda = g / max(sum_j g_tj, 1e-12).
 * Head initialisation (``rho_init``): the bias-free sigma row is U(-b, b), b = sqrt(6/(d+1)); the k
   rho rows share b = sqrt(6/(k(d+1))) (``grouped``: the reference draws them as one Xavier-uniform
   (1, d, k) tensor) or each get sqrt(6/(d+1)) (``per_row``).
@@ -46,6 +47,7 @@ from locattn.models.attention.content import ContentScorer
 from locattn.models.config import (
     ContentScore,
     Controller,
+    ControllerInit,
     LocationNorm,
     Mode,
     MonoGateOn,
@@ -59,6 +61,26 @@ from locattn.models.functional import gru_update, leaky_clamp, linear, per_row, 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
 NORM_EPS = 1e-20
 """Added per position to the density sum by the reference's normalisation (``location_norm="sum"``)."""
+L1_EPS = 1e-12
+"""Lower bound of the density sum under ``location_norm="l1"`` (Dubois's ``F.normalize(p=1)``)."""
+
+
+def dubois_init_weighter(resize: nn.Linear, weighter: nn.GRUCell) -> None:
+    """Dubois's initialisation of the resize layer and weighter GRU (``controller_init="dubois"``).
+
+    Resize weight Xavier-uniform (bias left at PyTorch's default); for each gate block (reset,
+    update, new) of the GRU, input weights Xavier-uniform and recurrent weights orthogonal; the
+    reset-gate biases of both the input and the recurrent part set to -1 (Dubois's code:
+    ``seq2seq/util/initialization.py::linear_init``, ``init_basernn``, ``init_gru``).
+    """
+    with torch.no_grad():
+        nn.init.xavier_uniform_(resize.weight)
+        h = weighter.hidden_size
+        for i in range(0, 3 * h, h):
+            nn.init.xavier_uniform_(weighter.weight_ih[i:i + h])
+            nn.init.orthogonal_(weighter.weight_hh[i:i + h])
+        weighter.bias_ih[:h].fill_(-1.0)
+        weighter.bias_hh[:h].fill_(-1.0)
 
 
 def head_bounds(d: int, n_rho: int, rho_init: RhoInit) -> tuple[float, float]:
@@ -100,6 +122,7 @@ class LocationAttender(Attender):
         controller: Controller,
         controller_size: int,
         sigma_min: float,
+        controller_init: ControllerInit = "torch",
     ) -> None:
         super().__init__()
         self.sigma_min = sigma_min
@@ -122,6 +145,8 @@ class LocationAttender(Attender):
             self.heads.weight[1:].uniform_(-rho_bound, rho_bound)
         if self.controller is not None:
             nn.init.xavier_uniform_(self.controller.weight)  # reference: Xavier weight, default bias
+        elif controller_init == "dubois":
+            dubois_init_weighter(self.resize, self.weighter)
         self.mono_gate = (
             nn.Parameter(torch.tensor(float(mono_gate_init))) if step == "mono" else None
         )
@@ -132,7 +157,9 @@ class LocationAttender(Attender):
             "mono": self._step_mono_relu if mono_gate_on == "relu" else self._step_mono_sigmoid,
             "relu": torch.relu,
         }[step]
-        self._normalise = self._norm_sum if location_norm == "sum" else self._norm_softmax
+        self._normalise = {
+            "sum": self._norm_sum, "softmax": self._norm_softmax, "l1": self._norm_l1,
+        }[location_norm]
         self._mu = {
             "previous": self._mu_previous,
             "gated": self._mu_gated,
@@ -171,6 +198,11 @@ class LocationAttender(Attender):
     def _norm_sum(log_density: Tensor, memory: SourceMemory) -> Tensor:
         g = torch.exp(log_density) * memory.mask  # (B, L); 0 on padding and where it underflows
         return g / (g.sum(-1, keepdim=True) + NORM_EPS * g.shape[-1])
+
+    @staticmethod
+    def _norm_l1(log_density: Tensor, memory: SourceMemory) -> Tensor:
+        g = torch.exp(log_density) * memory.mask  # (B, L)
+        return g / g.sum(-1, keepdim=True).clamp_min(L1_EPS)
 
     @staticmethod
     def _norm_softmax(log_density: Tensor, memory: SourceMemory) -> Tensor:
