@@ -1,20 +1,21 @@
-"""Shared helpers for the benchmark scripts: machine description, timers, peak memory."""
+"""Shared helpers for the benchmark scripts: machine description, timers, peak memory, ``--quick``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import resource
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
-
-import torch
+from typing import Any, Iterator
 
 
 def machine_line() -> str:
     """nproc, CPU model, torch version, threads and the load average now (the machine is shared)."""
+    import torch  # here, not at the top: the study and report benchmarks import this module too
+
     model = platform.processor() or "?"
     try:
         with open("/proc/cpuinfo") as fh:
@@ -59,3 +60,27 @@ def timed() -> Iterator[Timing]:
 def best(timings: list[Timing]) -> Timing:
     """The repeat with the least CPU time (min of repeats; noise only ever adds time)."""
     return min(timings, key=lambda t: t.cpu)
+
+
+def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any], argv: list[str] | None = None,
+               what: str = "") -> argparse.Namespace:
+    """``parser.parse_args(argv)`` plus ``--quick``: a tiny configuration that runs the same code
+    path end to end in seconds (the ``bench`` test tier, tests/test_benchmarks_quick.py).
+
+    ``--quick`` replaces the *defaults* of the arguments named in ``quick`` (dest -> value); a
+    flag given on the command line still wins. ``what`` says what the tiny configuration is.
+    """
+    shown = ", ".join(f"--{k.replace('_', '-')} "
+                      f"{' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                      for k, v in quick.items())
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a tiny run of the same code path{': ' + what if what else ''} "
+                             f"(defaults {shown}; flags given still win)")
+    args = parser.parse_args(argv)
+    unknown = set(quick) - set(vars(args))
+    if unknown:
+        raise ValueError(f"--quick defaults for unknown arguments: {sorted(unknown)}")
+    if args.quick:
+        parser.set_defaults(**quick)
+        args = parser.parse_args(argv)
+    return args

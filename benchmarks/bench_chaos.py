@@ -21,7 +21,11 @@ At the end it prints, over every study:
     retrained   epochs trained more than once (trainer checkpoints written, polled every 0.1 s,
                 minus the epochs the finished runs report)
 
-    python benchmarks/bench_chaos.py --cycles 20 [--epochs 12] [--seed 0] [--root DIR]
+It exits 1 when anything was lost, duplicated, missing or mismatched. ``--quick``: 2 cycles
+(still one store deletion and one corrupt checkpoint) of studies of 2 epochs on 32 examples,
+waiting at most 1 s before a kill.
+
+    python benchmarks/bench_chaos.py --cycles 20 [--epochs 12] [--seed 0] [--root DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from benchmarks._common import parse_args  # noqa: E402
 from study import schema  # noqa: E402
 from study_helpers import trial_run_rows  # noqa: E402
 
@@ -173,7 +178,7 @@ def run_driver(args: list[str], log: Path) -> subprocess.Popen:
                             env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=12)
@@ -182,7 +187,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=None)
     ap.add_argument("--no-reference", action="store_true")
-    a = ap.parse_args()
+    a = parse_args(ap, {"cycles": 2, "epochs": 2, "train_size": 32, "max_wait": 1.0}, argv)
     rng = random.Random(a.seed)
     root = (a.root or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -284,7 +289,12 @@ def main() -> None:
           f"mismatched vs uninterrupted {totals['mismatched'] if reference is not None else 'n/a'}  "
           f"epochs retrained {retrained} of {totals['epochs_final']} "
           f"({100 * retrained / max(1, totals['epochs_final']):.0f} %)")
+    bad = {k: totals[k] for k in ("lost", "duplicated", "gaps", "mismatched") if totals[k]}
+    if bad or not totals["runs"]:
+        print(f"FAILED: {bad or 'no finished run'}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,7 +11,7 @@ Copy test split (7 x 2,000 examples, lengths up to 100) with the OneStep model a
 
 The reference code needs about 14-18 s per Copy epoch and 80 s per ReCopy epoch on these
 machines (REFERENCE §3); the target here is <= 3 s per Copy epoch on one thread.
-``--quick`` uses 1/10 of the sizes (smoke mode).
+``--quick`` uses 1/10 of the sizes (smoke mode) and one repeat.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
+from benchmarks._common import best, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun, score_test_splits  # noqa: E402
@@ -37,10 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="epochs timed per case (min reported)")
-    parser.add_argument("--quick", action="store_true", help="1/10 of the split sizes")
     parser.add_argument("--no-eval", action="store_true", help="skip greedy scoring of Copy tests")
     parser.add_argument("--cases", default=CASES, help=f"comma-separated task/variant (default {CASES})")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, {"repeats": 1}, argv, what="1/10 of the split sizes")
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
     scale = 10 if args.quick else 1

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_eval.py [--variant onestep] [--train-epochs 1] [--repeats 2]
                                     [--checkpoint path/to/best_model.pt] [--threads 1]
+                                    [--train-size N] [--dev-size N] [--test-size N] [--quick]
 
 Scores every Copy test split with the trainer's own scoring (``score_test_splits``: batched by
 source length, task cap per example, never the gold length, attnLoss with the gold attention)
@@ -10,7 +11,8 @@ machine. The model is trained for ``--train-epochs`` Copy epochs first, or loade
 ``--checkpoint``. A trained model emits the whole target, then <eos>. An untrained one (0
 epochs) mostly emits <eos> at once (len100: 1.2 tokens on average), but about 1 % of its
 sequences run to their cap, so every batch still decodes all of its steps. Target: <= 5 s per
-model.
+model. The split sizes are Copy's own unless given; ``--quick`` trains one epoch on 200 examples
+and scores test splits of 50, once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
+from benchmarks._common import best, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun, split_metrics  # noqa: E402
@@ -39,11 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
+    parser.add_argument("--train-size", type=int, default=None, help="default: Copy's own")
+    parser.add_argument("--dev-size", type=int, default=None, help="default: Copy's own")
+    parser.add_argument("--test-size", type=int, default=None, help="per test split; default: Copy's own")
+    args = parse_args(parser, {"train_size": 200, "dev_size": 50, "test_size": 50, "train_epochs": 1,
+                               "repeats": 1}, argv)
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
-    cfg = make_run_config(task="copy", variant=args.variant, seed=0,
-                          overrides={"num_threads": args.threads})
+    overrides: dict = {"num_threads": args.threads}
+    for key in ("train_size", "dev_size", "test_size"):
+        if getattr(args, key) is not None:
+            overrides[f"task.{key}"] = getattr(args, key)
+    cfg = make_run_config(task="copy", variant=args.variant, seed=0, overrides=overrides)
     data = load_task(cfg.task, cache_dir=cfg.cache_dir)
     with tempfile.TemporaryDirectory() as tmp:
         run = Seq2SeqRun(cfg, data, Path(tmp))

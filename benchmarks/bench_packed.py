@@ -1,13 +1,14 @@
 """Seed-epochs per core-second: K solo runs vs the same K runs packed into one process.
 
     python benchmarks/bench_packed.py [--k 5] [--cases copy/onestep] [--train-size 10000]
-                                      [--repeats 1] [--threads 1]
+                                      [--repeats 1] [--threads 1] [--quick]
 
 For each case: K solo training epochs (``Seq2SeqRun.train_epoch``, seeds 0..K-1) and one
 packed epoch of the same K runs (``locattn.packed``); training pass only (dev scoring and
 test scoring run per replica with the solo code in both cases). Prints CPU and wall seconds,
 seed-epochs per core-second for both, the ratio (target >= 3 at K = 5), the largest
-difference of the per-replica mean training losses (they are the same runs), and peak RSS.
+difference of the per-replica mean training losses (they are the same runs: it exits 1 when one
+is above 1e-6), and peak RSS. ``--quick``: K = 2 on 200 training examples.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._common import best, machine_line, peak_rss_mb, timed  # noqa: E402
+from benchmarks._common import best, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.packed import packed_train_epoch  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
@@ -35,10 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, {"k": 2, "train_size": 200}, argv)
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
     print(f"K={args.k} train_size={args.train_size} (training pass only; min of {args.repeats})")
+    worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
             task, variant = case.split("/")
@@ -70,10 +72,14 @@ def main(argv: list[str] | None = None) -> int:
             rate_s = args.k / (s.cpu * args.threads)
             rate_p = args.k / (p.cpu * args.threads)
             diff = max(abs(a - b) for a, b in zip(solo_losses, pack_losses))
+            worst = max(worst, diff)
             print(f"{case}: {args.k} solo epochs cpu {s.cpu:.2f} s (wall {s.wall:.2f}) -> "
                   f"{rate_s:.3f} seed-epochs/core-s | packed cpu {p.cpu:.2f} s (wall {p.wall:.2f}) -> "
                   f"{rate_p:.3f} seed-epochs/core-s | speed-up x{rate_p / rate_s:.2f} | "
                   f"max |loss solo - packed| {diff:.2e} | maxrss {peak_rss_mb():.0f} MB", flush=True)
+    if worst > 1e-6:
+        print(f"FAILED: packed and solo training losses differ by {worst:.2e} (> 1e-6)", file=sys.stderr)
+        return 1
     return 0
 
 

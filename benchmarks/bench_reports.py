@@ -3,9 +3,12 @@
 Creates the SQLite schema with MLflow itself, bulk-inserts runs with SQL (reports.synth), then
 times (1) the `reports build` command (a fresh process: imports included) for every table in
 md, latex and csv, (2) build_reports() in-process, and (3) MLflow's own MlflowClient.search_runs
-reading the same runs page by page, for comparison. Prints the numbers.
+reading the same runs page by page, for comparison. Prints the numbers, and exits 1 when a
+build does not write every table in every format or MLflow does not read back every run.
+``--quick``: 300 runs of 2 epochs, one repeat.
 
     python benchmarks/bench_reports.py [--runs 10000] [--epochs 10] [--dir /tmp/bench_reports]
+                                       [--repeat 3] [--quick]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import parse_args  # noqa: E402
 from reports.synth import SynthRun, write_bulk_sql  # noqa: E402
 from reports.tables import TABLES  # noqa: E402
 
@@ -105,16 +109,18 @@ def time_reports_build(cmd: list[str], env: dict[str, str], repeat: int, what: s
     n_files = len(proc.stdout.split())
     print(f"{what} (CLI, fresh process, {len(TABLES)} tables x 3 formats = {n_files} files): "
           f"best {min(times):.2f} s, all {', '.join(f'{x:.2f}' for x in times)}")
+    if n_files != 3 * len(TABLES):
+        raise SystemExit(f"{what} wrote {n_files} files, not {3 * len(TABLES)}:\n{proc.stdout}")
     return times
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--epochs", type=int, default=10, help="per-epoch history rows per metric")
     ap.add_argument("--dir", default="/tmp/bench_reports")
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    args = parse_args(ap, {"runs": 300, "epochs": 2, "repeat": 1}, argv)
 
     study_dir = Path(args.dir) / "studies" / "bench"
     shutil.rmtree(study_dir, ignore_errors=True)
@@ -166,6 +172,8 @@ def main() -> None:
     t_mlflow = time.perf_counter() - t
     print(f"MLflow MlflowClient.search_runs, all {got} runs in pages of 1000: {t_mlflow:.2f} s "
           "(reading only, no aggregation)")
+    if got != n:
+        raise SystemExit(f"MLflow read back {got} runs of the {n} written")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ run 2 at a time on a 2-CPU machine (1 CPU per trial). Measured:
 
 Everything that is not inside the training loop counts as overhead, including the trial
 process start, imports and dataset generation. ``--scale`` shrinks the number of trials and
-the epochs per trial for a quick run (e.g. ``--scale 0.25``: 10 trials of ~8 s).
+the epochs per trial for a shorter run (e.g. ``--scale 0.25``: 10 trials of ~8 s); ``--quick``
+runs 2 trials of one epoch on 200 examples (dev and test splits of 50), a smoke test of the
+same path. It exits 1 unless every trial finished without error.
 
-    python benchmarks/bench_study_overhead.py [--scale 1.0] [--root /tmp/bench_study]
+    python benchmarks/bench_study_overhead.py [--scale 1.0] [--root /tmp/bench_study] [--quick]
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import parse_args  # noqa: E402
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scale", type=float, default=1.0, help="fraction of trials and epochs")
     p.add_argument("--trials", type=int, default=40)
     p.add_argument("--epochs", type=int, default=10, help="epochs per trial at scale 1 (~3 s each)")
     p.add_argument("--train-size", type=int, default=2000)
+    p.add_argument("--dev-size", type=int, default=500)
+    p.add_argument("--test-size", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--root", default=None, help="studies root (default: a temporary directory)")
-    args = p.parse_args()
+    args = parse_args(p, {"trials": 2, "epochs": 1, "train_size": 200, "dev_size": 50,
+                          "test_size": 50}, argv)
 
     import yaml
 
@@ -48,8 +55,8 @@ def main() -> None:
         "name": "bench",
         "grid": {"task": ["copy"], "variant": ["onestep"]},
         "seeds": trials,
-        "overrides": {"task.train_size": args.train_size, "task.dev_size": 500,
-                      "task.test_size": 200, "task.test_lengths": [15],
+        "overrides": {"task.train_size": args.train_size, "task.dev_size": args.dev_size,
+                      "task.test_size": args.test_size, "task.test_lengths": [15],
                       "optim.epochs": epochs, "optim.patience": epochs},
         "resources": {"cpus": 1},
         "max_concurrent": args.concurrency,
@@ -82,7 +89,12 @@ def main() -> None:
         "overhead_fraction_fit_only": round((summary["fit_seconds"] - ideal) / summary["fit_seconds"], 4),
     }
     print(json.dumps(out, indent=1))
+    if summary["errors"] or len(results) != trials:
+        print(f"FAILED: {len(results)} of {trials} trials finished, {summary['errors']} errors",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,9 +6,11 @@ trials). Both run one trial at a time on one CPU (``max_concurrent: 1``, ``cpus:
 launch's wall time is the core-seconds the training used (plus the driver's small share).
 Prints wall seconds, seed-epochs per core-second, the speed-up, and whether every seed's
 recorded metrics are identical in the two studies (they should be: packing is exact). Peak
-memory of one training process, solo or packed, is what ``bench_packed.py`` prints.
+memory of one training process, solo or packed, is what ``bench_packed.py`` prints. It exits 1
+when a study has errors or the two records differ. ``--quick``: 2 seeds x 1 epoch on 200
+examples (dev 50).
 
-    python benchmarks/bench_study_packed.py [--k 5] [--epochs 3] [--train-size 3200]
+    python benchmarks/bench_study_packed.py [--k 5] [--epochs 3] [--train-size 3200] [--quick]
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback
+
+from benchmarks._common import parse_args  # noqa: E402
 
 
 def write_spec(root: Path, name: str, args: argparse.Namespace, pack: bool) -> Path:
@@ -64,7 +68,7 @@ def histories(db: Path) -> dict[str, dict[str, list]]:
         con.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--k", type=int, default=5, help="seeds of the cell")
     p.add_argument("--epochs", type=int, default=3)
@@ -73,7 +77,7 @@ def main() -> None:
     p.add_argument("--task", default="copy")
     p.add_argument("--variant", default="onestep")
     p.add_argument("--root", default=None, help="work directory (default: a temporary one)")
-    args = p.parse_args()
+    args = parse_args(p, {"k": 2, "epochs": 1, "train_size": 200, "dev_size": 50}, argv)
 
     from study.launch import init_ray, launch
 
@@ -96,7 +100,8 @@ def main() -> None:
         rows[name] = {"label": label, "wall": wall, "trials": summary["trials"],
                       "rate": seed_epochs / wall,
                       "db": root / "studies" / f"{name}-bench" / "mlflow.db"}
-    identical = histories(rows["solo"]["db"]) == histories(rows["packed"]["db"])
+    solo_h, packed_h = histories(rows["solo"]["db"]), histories(rows["packed"]["db"])
+    identical = solo_h == packed_h
     print()
     print("| study | trials | wall s (= core-s) | seed-epochs / core-s |")
     print("|---|---|---|---|")
@@ -106,7 +111,12 @@ def main() -> None:
     print(f"speed-up x{rows['packed']['rate'] / rows['solo']['rate']:.2f}; every seed's recorded "
           f"metrics identical in both studies: {identical}")
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "db"} for k, v in rows.items()}))
+    if not identical or len(solo_h) != args.k:
+        print(f"FAILED: the packed study's record differs from the solo one, or not every seed "
+              f"is recorded ({len(solo_h)} of {args.k})", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,7 +19,9 @@ Per N it measures, in a fresh driver process (joining a Ray started here, 2 CPUs
     python benchmarks/bench_study_scale.py --n 250 500 1000 2000 [--no-resume] [--root DIR]
 
 At most 2 trials run at once (1 CPU each); the trials themselves are idle almost all the
-time, so the cost measured is the driver's (about one core).
+time, so the cost measured is the driver's (about one core). It exits 1 when a study has errors
+or its record is not exactly N finished runs of 3 epochs each (after the resume too).
+``--quick``: N = 10.
 """
 
 from __future__ import annotations
@@ -338,7 +340,23 @@ def machine() -> str:
     return f"nproc={os.cpu_count()} cpu={model!r} loadavg(1,5,15)={la[0]:.2f},{la[1]:.2f},{la[2]:.2f}"
 
 
-def main() -> None:
+def record_failures(row: dict[str, Any]) -> list[str]:
+    """What is wrong with a measured row's studies: errors, or a record that is not exactly N
+    finished runs with FAKE_EPOCHS epoch points each and no duplicate."""
+    n, bad = row["n"], []
+    want = {"runs": n, "finished": n, "duplicates": 0, "train_loss_points": n * FAKE_EPOCHS}
+    for label, errors, rec in (("full", row["errors"], row["record"]),
+                               ("resumed", row.get("resume_errors"), row.get("resume_record"))):
+        if rec is None:  # --no-resume
+            continue
+        if errors:
+            bad.append(f"{label} study of {n}: {errors} errors")
+        if rec != want:
+            bad.append(f"{label} study of {n}: record {rec}, expected {want}")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=[5000], help="trial counts to measure")
     p.add_argument("--root", default=None, help="work directory (default: a temporary one)")
@@ -352,13 +370,15 @@ def main() -> None:
     p.add_argument("--address", help=argparse.SUPPRESS)
     p.add_argument("--out-json", help=argparse.SUPPRESS)
     p.add_argument("--profile-out", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    sys.path.insert(0, str(REPO))
+    from benchmarks._common import parse_args
+
+    args = parse_args(p, {"n": [10]}, argv)
     if args.child:
         child(args)
-        return
+        return 0
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    sys.path.insert(0, str(REPO))
     import ray
 
     from study.launch import init_ray
@@ -370,6 +390,7 @@ def main() -> None:
     init_ray()
     address = ray.get_runtime_context().gcs_address
     assert address.startswith("127.0.0.1:"), address
+    failures: list[str] = []
     try:
         for n in args.n:
             for name in (f"full{n}", f"kill{n}"):
@@ -377,12 +398,16 @@ def main() -> None:
             row = measure(n, root, address, do_resume=not args.no_resume, profile=args.profile)
             row["machine"] = machine()
             print(json.dumps(row), flush=True)
+            failures += record_failures(row)
             if args.json:
                 with open(args.json, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
     finally:
         ray.shutdown()
+    for line in failures:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Every benchmark in benchmarks/ runs end to end with ``--quick`` (the ``bench`` tier).
+
+Each script runs as a fresh process, as a user would run it, with its work directory (where it
+takes one) under the test's tmp_path. ``--quick`` only shrinks the sizes; the script's own checks
+still apply (it exits non-zero when one fails), and each test also looks for a line of numbers
+that shows it measured something. The runs are deselected by default; ``.ci/run`` runs them:
+
+    python -m pytest -m bench tests/test_benchmarks_quick.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_postgres_store import postgres_bin
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 480  # seconds; a quick run takes 5-140 s on a loaded 2-core machine
+
+F = r"\d+\.\d+"  # a measured number
+
+# script, work-directory flag (or None), modules it needs, lines its output must contain
+CASES = [
+    ("bench_epoch.py", None, (), [
+        rf"^copy/onestep\s+1000\s+200\s+{F} / {F}\s+{F} / {F}\s+{F} / {F}\s+{F}",
+        rf"^recopy/mono\s+1000\s+200\s+{F} / {F}",
+        rf"^lookup/mix_locattn\s+\d+\s+\d+\s+{F} / {F}",
+        rf"^greedy scoring of all Copy test splits \(7 splits, 1400 examples, with attnLoss\): "
+        rf"wall {F} s, cpu {F} s",
+    ]),
+    ("bench_eval.py", None, (), [
+        rf"^  len100\s+n=50\s+cpu\s+{F} s\s+wall\s+{F} s",
+        rf"^total: cpu {F} s, wall {F} s, maxrss \d+ MB",
+    ]),
+    ("bench_packed.py", None, (), [
+        rf"^copy/onestep: 2 solo epochs cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| packed "
+        rf"cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| speed-up x{F} \| "
+        r"max \|loss solo - packed\| [0-9.e+-]+ \|",
+    ]),
+    ("bench_reports.py", "--dir", ("mlflow", "polars"), [
+        r"^store: 301 runs \(incl\. parent\)",
+        rf"^reports build \(CLI, fresh process, (\d+) tables x 3 formats = \d+ files\): best {F} s",
+        rf"^in-process: read\+aggregate \(first call, imports included\) {F} s; full build_reports {F} s",
+        rf"^MLflow MlflowClient\.search_runs, all 301 runs in pages of 1000: {F} s",
+    ]),
+    ("bench_reports_postgres.py", "--dir", ("mlflow", "polars", "psycopg"), [
+        rf"^PostgreSQL store: 301 runs copied in {F} s \(127\.0\.0\.1:\d+/mlflow\)",
+        rf"^reports build --tracking-uri postgresql://\.\.\. \(CLI, fresh process, .*\): best {F} s",
+        rf"^reports build <study dir> \(SQLite twin, same runs\) \(CLI, .*\): best {F} s",
+        r"^tables from Postgres == tables from the SQLite twin \(provenance source aside\): True$",
+    ]),
+    ("bench_study_overhead.py", "--root", ("mlflow", "ray"), [
+        r'^ "finished": 2,$',
+        r'^ "errors": 0,$',
+        rf'^ "mean_train_seconds_per_trial": {F},$',
+        rf'^ "wall_seconds": {F},$',
+        r'^ "overhead_fraction": -?[0-9.]+,$',
+    ]),
+    ("bench_study_packed.py", "--root", ("mlflow", "ray"), [
+        rf"^\| one trial per seed \| 2 \| {F} \| {F} \|$",
+        rf"^\| packed, one trial \| 1 \| {F} \| {F} \|$",
+        rf"^speed-up x{F}; every seed's recorded metrics identical in both studies: True$",
+    ]),
+    ("bench_study_scale.py", "--root", ("mlflow", "ray"), [
+        rf'^\{{"n": 10, "wall_s": {F}, "fit_s": {F}, "per_trial_ms": {F}',
+        r'"record": \{"runs": 10, "finished": 10, "duplicates": 0, "train_loss_points": 30\}',
+        rf'"finished_at_kill": \d+, "resume_wall_s": {F}',
+        r'"resume_record": \{"runs": 10, "finished": 10, "duplicates": 0, "train_loss_points": 30\}',
+    ]),
+    ("bench_chaos.py", "--root", ("mlflow", "ray"), [
+        r"^reference study: 4 runs, \d+ s$",
+        r"^cycles 2 \(kill -9 of the driver\), injected \{.*\}, \d+ studies, [1-9]\d* finished runs",
+        r"^lost 0  duplicated 0  gaps 0  mismatched vs uninterrupted 0  "
+        r"epochs retrained \d+ of [1-9]\d* \(\d+ %\)$",
+    ]),
+]
+
+
+def run_quick(script: str, extra: list[str]) -> tuple[int, str, str]:
+    """``python benchmarks/<script> --quick <extra>`` in its own process group (killed whole on
+    timeout); returns (returncode, stdout, stderr)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+               RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{script} --quick ran past {TIMEOUT} s\n{out[-3000:]}\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("script, dir_flag, needs, expected",
+                         [pytest.param(*c, id=c[0].removesuffix(".py")) for c in CASES])
+def test_benchmark_runs_quick(tmp_path: Path, script: str, dir_flag: str | None,
+                              needs: tuple[str, ...], expected: list[str]) -> None:
+    for module in needs:
+        pytest.importorskip(module)
+    if script == "bench_reports_postgres.py" and not (postgres_bin("initdb") and postgres_bin("pg_ctl")):
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (apt-get install postgresql)")
+    rc, out, err = run_quick(script, [dir_flag, str(tmp_path / "work")] if dir_flag else [])
+    assert rc == 0, f"{script} --quick exited {rc}\n{out[-4000:]}\n{err[-4000:]}"
+    missing = [p for p in expected if not re.search(p, out, re.MULTILINE)]
+    assert not missing, f"{script} --quick printed no line matching {missing}:\n{out[-4000:]}"
+
+
+def test_every_benchmark_has_a_quick_case() -> None:
+    """In the default suite: a new benchmark gets a case (and so a ``--quick``)."""
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert scripts == sorted(c[0] for c in CASES)
