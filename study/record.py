@@ -510,17 +510,8 @@ class MlflowRecorder(_TuneCallback):
         self._flush(force=True)
         from mlflow.entities import Metric
 
-        # Trials whose every seed is finished (or failed) in the record: Tune marks a trial
-        # stopped by Ctrl-C TERMINATED too, so its states overcount.
-        done = failed = 0
-        for trial in trials:
-            states = [self.runs[k].status if k in self.runs else None
-                      for _, k in trial_run_keys(trial.config)]
-            if all(s == schema.STATUS_FINISHED for s in states):
-                done += 1
-            elif trial.status == "ERROR" and all(s in (schema.STATUS_FINISHED, schema.STATUS_FAILED)
-                                                 for s in states):
-                failed += 1
+        c = self._trial_counts(trials)
+        done, failed = c["done"], c["failed"]
         counts = self.run_counts(int(self.cfg["parent_tags"].get(schema.N_RUNS, 0) or 0))
         ts = int(time.time() * 1000)
         self.client.log_batch(self.parent_id, metrics=[
@@ -539,12 +530,33 @@ class MlflowRecorder(_TuneCallback):
             self._flush()
             self._progress_line(trials)
 
+    def _trial_counts(self, trials: list) -> dict[str, int]:
+        """Trials done, running, failed and pending, judged by the record where Tune's state
+        overcounts: Tune marks a trial stopped by Ctrl-C TERMINATED too, so a trial is done only
+        when every seed of it is finished in the record, and failed only when Tune gave up on it
+        and no seed of it is left unrecorded. A stopped, unfinished trial is pending: the next
+        ``study resume`` runs it."""
+        c = {"done": 0, "running": 0, "failed": 0, "pending": 0}
+        for trial in trials:
+            states = [self.runs[k].status if k in self.runs else None
+                      for _, k in trial_run_keys(trial.config)]
+            if trial.status == "RUNNING":
+                c["running"] += 1
+            elif all(s == schema.STATUS_FINISHED for s in states):
+                c["done"] += 1
+            elif trial.status == "ERROR" and all(
+                    s in (schema.STATUS_FINISHED, schema.STATUS_FAILED) for s in states):
+                c["failed"] += 1
+            else:
+                c["pending"] += 1
+        return c
+
     def _progress_line(self, trials: list, force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last_progress < self.cfg["progress_seconds"]:
             return
         self.last_progress = now
-        c = _counts(trials)
+        c = self._trial_counts(trials)
         total = max(self.cfg["total_trials"], len(trials))
         units = c["done"] + c["failed"] + sum(
             self.trial_progress.get(t.trial_id, 0.0) for t in trials if t.status == "RUNNING"
@@ -669,20 +681,6 @@ def _progress(trial: Any, seed: int, epoch: int, cfg: Mapping[str, Any]) -> floa
         return min(1.0, epoch / per)
     index = seeds.index(seed) if seed in seeds else 0
     return min(1.0, (index + min(epoch, per) / per) / len(seeds))
-
-
-def _counts(trials: list) -> dict[str, int]:
-    c = {"done": 0, "running": 0, "failed": 0, "pending": 0}
-    for t in trials:
-        if t.status == "TERMINATED":
-            c["done"] += 1
-        elif t.status == "RUNNING":
-            c["running"] += 1
-        elif t.status == "ERROR":
-            c["failed"] += 1
-        else:
-            c["pending"] += 1
-    return c
 
 
 def _error_text(trial: Any) -> str:

@@ -452,6 +452,10 @@ def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path) -> None:
     finished = sum(r["tags"].get(schema.STATUS) == "finished" for r in trial_runs(db).values())
     assert finished < 3
     assert f"{finished} of 3 runs finished" in text and f"study resume {root / 'intr-smoke'}" in text
+    # The last progress line counts what the record holds: Tune marks the trials Ctrl-C stopped
+    # TERMINATED, and those were once counted done (64/96 where 61 runs had finished).
+    progress = [ln for ln in text.splitlines() if ln.startswith("[study intr-smoke]") and " done, " in ln]
+    assert progress and progress[-1].startswith(f"[study intr-smoke] {finished}/3 done, 0 running"), progress[-3:]
     assert "Tuner.restore" not in text
     parent = parent_run(db)
     assert parent["status"] == "KILLED" and parent["tags"][schema.STATUS] == schema.STATUS_INTERRUPTED
