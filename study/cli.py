@@ -49,7 +49,8 @@ def parser() -> Parser:
     lp.add_argument("--max-concurrent", type=int,
                     help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
     lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
-                    help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable)")
+                    help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable); "
+                         "relaunching with a wider --only grows the study, keeping its finished runs")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)

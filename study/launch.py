@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from study import schema
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
-                        resolve_spec, size_warnings)
+                        resolve_spec, size_warnings, widens)
 from study.status import pid_alive
 
 
@@ -441,11 +441,15 @@ def launch(
         if paths.meta.is_file():
             meta = load_meta(paths)
             relocate(paths, meta, out)
-            if meta["resolved"] != spec.resolved:
+            if widens(meta["resolved"], spec.resolved):
+                _widen(paths, meta, spec, only or {}, out)
+            elif meta["resolved"] != spec.resolved:
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-                    f"profile ({meta['spec_path']}, profile {meta['profile']}); resume it with "
-                    f"`study resume {paths.dir}` or launch under another --name"
+                    f"profile ({meta['spec_path']}, profile {meta['profile']}, --only "
+                    f"{_only_text(meta.get('only'))}); resume it with `study resume {paths.dir}`, "
+                    "widen it with the same spec and profile and a wider --only, or launch under "
+                    "another --name"
                 )
             if tracking_uri and tracking_uri != meta["tracking_uri"]:
                 print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
@@ -472,6 +476,33 @@ def launch(
                     progress_seconds=progress_seconds, out=out, lock=lock)
     finally:
         lock.release()
+
+
+def _only_text(only: dict[str, list] | None) -> str:
+    return " ".join(f"{k}={','.join(map(str, v))}" for k, v in (only or {}).items()) or "(none)"
+
+
+def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, only: dict[str, list],
+           out: TextIO) -> None:
+    """Grow a study to a wider ``--only`` of its own spec and profile. Finished runs stay in the
+    record and are not rerun. Tune's state knows only the old trials, so it is set aside (kept,
+    never deleted) and the trials are planned from the record; a run that was part-way through
+    starts again from its first epoch."""
+    before = spec_from_meta(meta).n_trials()
+    print(f"[study {meta['name']}] widening --only {_only_text(meta.get('only'))} -> "
+          f"{_only_text(only)}: {before} -> {spec.n_trials()} trials; finished runs are kept, "
+          "unfinished ones start again", file=out)
+    if paths.tune.exists():
+        aside = paths.tune.with_name(f"tune.before-widening-{int(time.time())}")
+        try:
+            paths.tune.rename(aside)
+        except OSError as exc:
+            raise StudyError(_one_line_os_error(exc, paths.dir)) from None
+        print(f"[study {meta['name']}] Tune's state of the narrower study set aside as {aside.name}",
+              file=out)
+    meta["only"] = only
+    meta["resolved"] = spec.resolved
+    _write_meta(paths, meta)
 
 
 def _write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:

@@ -407,6 +407,26 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
     return only
 
 
+def widens(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether resolved spec ``new`` is ``old`` with more grid values and nothing else changed:
+    the same spec and profile launched with a wider (or no) ``--only``. Every trial of ``old``
+    is then a trial of ``new``, so a study can grow without rerunning what it finished. Search
+    specs never widen (their samplers' histories belong to the old cells)."""
+    if old == new or new.get("search") is not None:
+        return False
+    rest = {"grid", "only"}
+    if {k: v for k, v in old.items() if k not in rest} != {k: v for k, v in new.items() if k not in rest}:
+        return False
+    old_grid, new_grid = old.get("grid") or {}, new.get("grid") or {}
+    if set(old_grid) != set(new_grid):
+        return False
+
+    def texts(values: Any) -> set[str]:
+        return {json.dumps(v, sort_keys=True) for v in values}
+
+    return all(texts(old_grid[axis]) <= texts(new_grid[axis]) for axis in old_grid)
+
+
 def _restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> dict:
     """Keep only the listed values of grid axes (``--only``); each must be one of the axis's."""
     grid = dict(grid)

@@ -426,3 +426,41 @@ def test_a_pickled_searcher_state_from_an_older_version_is_never_loaded(tmp_path
     (tune_dir / "searcher-state-2025-12-31_00-00-00.pkl").write_bytes(pickle.dumps({"items": []}))
     assert legacy_tune_state(tune_dir)
     assert not legacy_tune_state(tmp_path / "missing")
+
+
+def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, tmp_path: Path,
+                                                                  capsys) -> None:
+    """`study launch` with the same spec and profile and a wider --only grows the study: its
+    finished runs are neither rerun nor duplicated (rc_table4 once had to be relaunched whole)."""
+    from study.spec import SpecError
+
+    spec = write_spec(tmp_path, "wide", grid={"task": ["copy"], "variant": ["content", "onestep"]},
+                      overrides={**SMOKE, "optim.epochs": 1})
+    root = tmp_path / "s"
+    study_dir = root / "wide-smoke"
+    launch(spec, root=root, only={"variant": ["content"]}, progress_seconds=60)
+    first = trial_runs(study_dir / "mlflow.db")
+    assert [r["tags"][schema.CELL] for r in first.values()] == ["task=copy,variant=content"]
+    results = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
+    assert len(results) == 1
+
+    with pytest.raises(SpecError, match=r"--only variant=content\).*widen it"):
+        launch(spec, root=root, only={"variant": ["onestep"]})  # not a superset: refused
+    capsys.readouterr()
+    summary = launch(spec, root=root, progress_seconds=60)
+    out = capsys.readouterr().out
+    assert "widening --only variant=content -> (none): 1 -> 2 trials" in out
+    assert "1 of 2 trials already finished in the record; running the other 1" in out
+    assert summary["errors"] == 0 and summary["trials"] == 1
+    runs = trial_runs(study_dir / "mlflow.db")
+    assert set(first) < set(runs) and len(runs) == 2  # the first run kept, one new run
+    assert all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
+    assert {p: p.stat().st_mtime for p in results} == results  # not retrained
+    assert json.loads((study_dir / "study.json").read_text())["only"] == {}
+    assert list(study_dir.glob("tune.before-widening-*"))  # Tune's old state kept, not deleted
+    assert [(r["done"], r["missing"]) for r in status(study_dir)] == [(1, 0), (1, 0)]
+    results = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
+    again = resume(study_dir, progress_seconds=60)  # the wide study is the study now
+    assert again["errors"] == 0 and again["runs_finished"] == 2
+    assert len(trial_runs(study_dir / "mlflow.db")) == 2
+    assert {p: p.stat().st_mtime for p in results} == results and len(results) == 2

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from study.cli import main
-from study.spec import SpecError, load_spec, run_key
+from study.spec import SpecError, load_spec, run_key, widens
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "ablations").glob("*.yaml"))
@@ -148,6 +148,25 @@ def test_only_restricts_a_grid_axis(tmp_path: Path, capsys: pytest.CaptureFixtur
         load_spec(path, "smoke", only={"seed": ["1"]})
     assert main(["launch", str(path), "--profile", "smoke", "--dry-run", "--only", "task"]) == 2
     assert "expected AXIS=V1,V2" in capsys.readouterr().err
+
+
+def test_widens_only_when_the_grid_grows_and_nothing_else_changes(tmp_path: Path) -> None:
+    body = {**BASE, "grid": {"task": ["copy", "reverse_copy", "lookup"], "variant": ["onestep", "mono"]}}
+    path = write(tmp_path, body)
+    narrow = load_spec(path, "smoke", only={"task": ["copy"]}).resolved
+    wider = load_spec(path, "smoke", only={"task": ["lookup", "copy"]}).resolved
+    full = load_spec(path, "smoke").resolved
+    assert widens(narrow, wider) and widens(narrow, full) and widens(wider, full)
+    assert not widens(full, narrow) and not widens(wider, narrow)  # narrowing is another study
+    assert not widens(narrow, narrow)
+    other_axis = load_spec(path, "smoke", only={"task": ["lookup"]}).resolved
+    assert not widens(narrow, other_axis)  # not a superset: copy would leave the study
+    changed = write(tmp_path, {**body, "seeds": 3})
+    assert not widens(narrow, load_spec(changed, "smoke").resolved)  # more seeds: a new study
+    searched = write(tmp_path, {**body, "search": {"num_samples": 2, "space": {
+        "optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}}})
+    assert not widens(load_spec(searched, "smoke", only={"task": ["copy"]}).resolved,
+                      load_spec(searched, "smoke").resolved)
 
 
 def test_pack_seeds_expands_one_trial_per_point(tmp_path: Path) -> None:
