@@ -810,37 +810,44 @@ def _run_locked(
 
 
 class _Interrupt:
-    """Ctrl-C (SIGINT) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1
-    handler saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
-    ``event`` is set, so the study reports itself interrupted (exit status 130)."""
+    """Ctrl-C (SIGINT) or SIGTERM (a plain ``kill``, a scheduler or service manager stopping
+    the driver) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1 handler
+    saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
+    ``event`` is set, so the study reports itself interrupted (exit status 130). Without this,
+    SIGTERM met the handler ``ray.init`` installs, which exits at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, name: str, out: TextIO) -> None:
         self.name = name
         self.out = out
         self.event = threading.Event()
-        self.previous: Any = None
+        self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.event.is_set():
             raise KeyboardInterrupt
         self.event.set()
-        print(f"[study {self.name}] interrupted: stopping the trials and saving state "
+        print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}): stopping the trials and saving state "
               "(Ctrl-C again to stop at once)", file=self.out, flush=True)
         tune_handler = signal.getsignal(signal.SIGUSR1)
         if callable(tune_handler):
             tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
-            signal.signal(signal.SIGINT, self._handle)  # (Tune's handler reinstalled the previous)
+            for sig in self.SIGNALS:  # (Tune's handler reinstalled the previous SIGINT one)
+                signal.signal(sig, self._handle)
         else:
             raise KeyboardInterrupt
 
     def __enter__(self) -> "_Interrupt":
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, handler in self.previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        self.previous = {}
 
 
 def _existing(tracking_uri: str, name: str) -> dict:

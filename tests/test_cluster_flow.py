@@ -216,7 +216,7 @@ def test_job_submit_launch_stop_resume_on_two_nodes(cluster, tmp_path: Path) -> 
     ray_job(address, "stop", job)  # waits until the job is stopped
     assert job_status(address, job) == "STOPPED"
     logs = ray_job(address, "logs", job)
-    assert "interrupted: stopping the trials and saving state" in logs, logs[-3000:]
+    assert "interrupted (SIGINT): stopping the trials and saving state" in logs, logs[-3000:]
     before = trial_runs(db)
     recorded = {r["tags"][schema.RUN_KEY]: max(s for s, _ in r["metrics"].get("train_loss", [(0, 0)]))
                 for r in before.values()}

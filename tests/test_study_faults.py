@@ -431,7 +431,10 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
 
 
 @pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
-def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, or a plain `kill` (SIGTERM, which ray.init's own handler turned into an instant
+    exit): the trials stop gracefully, the record says interrupted, and resume finishes it."""
     spec = write_spec(tmp_path, "intr", grid={"task": ["copy"], "variant": ["onestep", "content", "mono"]},
                       overrides={**TINY, "optim.epochs": 3})
     root = tmp_path / "s"
@@ -446,9 +449,10 @@ def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path) -> None:
             return False
 
     wait_for(one_done, 300, "a finished run", d, log)
-    os.kill(d.pid, signal.SIGINT)
+    os.kill(d.pid, signum)
     assert d.wait(timeout=180) == 130, log.read_text()[-3000:]
     text = log.read_text()
+    assert f"interrupted ({signal.Signals(signum).name}): stopping the trials" in text
     finished = sum(r["tags"].get(schema.STATUS) == "finished" for r in trial_runs(db).values())
     assert finished < 3
     assert f"{finished} of 3 runs finished" in text and f"study resume {root / 'intr-smoke'}" in text
