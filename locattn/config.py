@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal, Mapping
 
-from locattn.metrics import AttnLossSteps
+from locattn.metrics import AttnLossDecode, AttnLossSteps
 from locattn.models.config import ModelConfig
 from locattn.tasks.config import DATA_VERSIONS, TaskConfig
 
@@ -68,6 +68,11 @@ class OptimConfig:
     attn_loss_steps: AttnLossSteps = "with_eos"
     """Gold steps that test attnLoss pools: ``with_eos`` includes the ``<eos>`` step (Dubois et
     al.'s metric code); ``before_eos`` leaves it out (their paper's wording)."""
+    attn_loss_decode: AttnLossDecode = "emitted"
+    """Which decode test attnLoss reads: ``emitted`` scores the steps the greedy test decode
+    emitted (it stops at its own ``<eos>``); ``gold_length`` decodes again, free-running for
+    exactly the gold length, and scores every gold step (Dubois et al.'s evaluation; the Dubois
+    specs set it). A model that stops early scores far lower under ``emitted``."""
     updates_per_epoch: int = 0
     """Regression tasks (Raffel & Ellis): updates per epoch (their 'epoch' is 1,000 updates).
     0 means one pass over the training split."""
@@ -93,7 +98,8 @@ class OptimConfig:
             raise ValueError(
                 f"optim.dev_scoring={self.dev_scoring!r}; valid: {list(typing.get_args(DevScoring))}"
             )
-        for name, choices in (("select_on", SelectOn), ("attn_loss_steps", AttnLossSteps)):
+        for name, choices in (("select_on", SelectOn), ("attn_loss_steps", AttnLossSteps),
+                              ("attn_loss_decode", AttnLossDecode)):
             if getattr(self, name) not in typing.get_args(choices):
                 raise ValueError(f"optim.{name}={getattr(self, name)!r}; "
                                  f"valid: {list(typing.get_args(choices))}")
@@ -376,6 +382,7 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "optim.schedule_from_epoch": (1, None),
     "optim.select_on": ("dev_acc", None),
     "optim.attn_loss_steps": ("with_eos", None),
+    "optim.attn_loss_decode": ("emitted", None),
     "optim.raffel_protocol": ("dev", _regressor),
     "model.regressor_init": ("torch", _regressor),
     "model.attention.location_norm": ("softmax", _location),

@@ -18,6 +18,7 @@ from rapidfuzz.distance import Levenshtein as _rf_levenshtein
 
 __all__ = [
     "accuracy_by_length",
+    "AttnLossDecode",
     "AttnLossSteps",
     "attn_loss",
     "attn_loss_terms",
@@ -127,6 +128,13 @@ def seq_acc_be(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) -> 
 #: one for ``<eos>``); ``before_eos`` drops each row's last gold step, the ``<eos>`` one (the
 #: paper's wording, "before <eos>").
 AttnLossSteps = Literal["with_eos", "before_eos"]
+
+#: Which decode attnLoss reads: ``emitted``, the test decode itself (greedy until its own
+#: ``<eos>``, so a model that stops early is scored on fewer steps); ``gold_length``, a second
+#: free-running greedy decode that runs exactly the gold target's length (its ``<eos>`` step
+#: included) whatever it predicts, as Dubois et al.'s evaluation does, so every gold step is
+#: scored.
+AttnLossDecode = Literal["emitted", "gold_length"]
 
 
 def attn_loss_terms(weights: Any, gold: Any, *, source_offset: int = 0,

@@ -99,6 +99,46 @@ def test_greedy_decode_pools_the_configured_steps() -> None:
     assert a != b
 
 
+def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early() -> None:
+    """A model that emits <eos> at once: the emitted decode scores one step per row, the
+    gold-length decode (Dubois's evaluation) every gold step, from a decode that ignores <eos>."""
+    from locattn.config import make_run_config
+    from locattn.models import build_model
+    from locattn.tasks.base import Example, Vocab
+    from locattn.training.data import EncodedSplit
+    from locattn.training.evaluate import greedy_decode
+
+    torch.manual_seed(1)
+    vocab = Vocab(["000", "001", "011", "110", "t1", "t2", "."])
+    examples = [Example(src=("000", "t1", "t2", "."), tgt=("000", "011", "110"), attn=(0, 1, 2, 3)),
+                Example(src=("001", "t2", "."), tgt=("001", "110"), attn=(0, 1, 2))]
+    cfg = make_run_config(task="lookup", variant="dubois_mix", overrides={
+        "model.embedding_size": 8, "model.hidden_size": 16, "model.value_size": 16,
+        "optim.attn_loss_decode": "gold_length"})
+    assert cfg.optim.attn_loss_decode == "gold_length"
+    ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+    model = build_model(cfg.model, len(vocab), **ids).eval()
+    with torch.no_grad():
+        model.out_bias[vocab.eos_id] = 1e4  # <eos> wins every step
+    split = EncodedSplit(examples, vocab, **ids)
+    caps = np.array([6, 6])
+    stopped = model.greedy(split.src, split.src_len, torch.as_tensor(caps), trace=True)
+    assert stopped.lengths.tolist() == [1, 1]
+    gold_steps = torch.tensor([4, 3])
+    full = model.greedy(split.src, split.src_len, gold_steps, trace=True, stop_at_eos=False)
+    assert full.lengths.tolist() == [4, 3]
+    assert (full.tokens[0] == vocab.eos_id).all()  # it kept going after its own <eos>
+    offset = int(getattr(model, "source_offset", 0))
+    emitted = greedy_decode(model, split, caps, 8, want_attention=True, attn_decode="emitted")
+    gold = greedy_decode(model, split, caps, 8, want_attention=True, attn_decode="gold_length")
+    assert emitted.attn_loss == pytest.approx(M.attn_loss(
+        stopped.trace.weights, split.attn, source_offset=offset, lengths=stopped.lengths), rel=1e-9)
+    assert gold.attn_loss == pytest.approx(M.attn_loss(
+        full.trace.weights, split.attn, source_offset=offset), rel=1e-9)
+    assert gold.attn_loss != pytest.approx(emitted.attn_loss)  # 7 steps scored, not 2
+    assert gold.pred == emitted.pred and gold.ended == emitted.ended  # accuracy reads one decode
+
+
 def test_config_refuses_unknown_choices() -> None:
     from locattn.config import OptimConfig
 
@@ -106,3 +146,5 @@ def test_config_refuses_unknown_choices() -> None:
         OptimConfig(attn_loss_steps="all")
     with pytest.raises(ValueError, match=r"optim.select_on='loss'; valid: \['dev_acc', 'dev_loss'\]"):
         OptimConfig(select_on="loss")
+    with pytest.raises(ValueError, match=r"optim.attn_loss_decode='all'; valid: \['emitted', 'gold_length'\]"):
+        OptimConfig(attn_loss_decode="all")

@@ -294,9 +294,12 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def greedy(
-        self, src: Tensor, src_len: Tensor, max_len: Tensor | int, *, trace: bool = False
+        self, src: Tensor, src_len: Tensor, max_len: Tensor | int, *, trace: bool = False,
+        stop_at_eos: bool = True,
     ) -> GreedyOutput:
-        """Greedy decoding until <eos> or ``max_len`` (int, or (B,) long per sequence)."""
+        """Greedy decoding until <eos> or ``max_len`` (int, or (B,) long per sequence). With
+        ``stop_at_eos=False`` each sequence runs exactly its ``max_len`` steps, fed its own
+        predictions, ``<eos>`` included (Dubois et al.'s gold-length evaluation)."""
         state = self.start(src, src_len)
         B = src.shape[0]
         cap = torch.as_tensor(max_len, dtype=torch.long, device=src.device).expand(B)  # (B,)
@@ -316,7 +319,9 @@ class Seq2Seq(nn.Module):
             lengths = lengths + (~finished).long()
             tokens.append(tok)
             steps.append(attn)
-            finished = finished | (tok == self.eos_id) | (cap <= t + 1)
+            finished = finished | (cap <= t + 1)
+            if stop_at_eos:
+                finished = finished | (tok == self.eos_id)
             prev = tok
             if bool(finished.all()):
                 break

@@ -70,6 +70,7 @@ def greedy_decode(
     *,
     want_attention: bool = False,
     attn_steps: str = "with_eos",
+    attn_decode: str = "emitted",
 ) -> Decoded:
     """Decode every example greedily, batched by similar source length.
 
@@ -77,8 +78,10 @@ def greedy_decode(
     ``want_attention`` and gold attention in ``split``, also the attention loss
     (:func:`locattn.metrics.attn_loss`) pooled over every emitted step that has a gold index:
     with ``attn_steps="with_eos"`` (default, Dubois's metric code) the ``<eos>`` step included,
-    with ``"before_eos"`` without it. Steps after a predicted ``<eos>`` are never emitted, so
-    never scored (Dubois's decoder runs for the gold length and scores them).
+    with ``"before_eos"`` without it. With ``attn_decode="emitted"`` (default) the loss reads
+    this decode, so steps after a predicted ``<eos>`` are never scored; with ``"gold_length"``
+    a second decode per batch runs free for exactly each gold length and every gold step is
+    scored (Dubois's evaluation).
     """
     from locattn.metrics import attn_loss_terms
 
@@ -93,7 +96,8 @@ def greedy_decode(
     for index in split.sorted_batches(batch_size):
         b = split.batch(index)
         cap = torch.as_tensor(caps[index], dtype=torch.long, device=split.device)
-        out = model.greedy(b.src, b.src_len, cap, trace=want_attention)
+        gold_length = want_attention and attn_decode == "gold_length"
+        out = model.greedy(b.src, b.src_len, cap, trace=want_attention and not gold_length)
         tokens = out.tokens.tolist()
         lengths = out.lengths.tolist()
         for row, i in enumerate(index.tolist()):
@@ -103,10 +107,16 @@ def greedy_decode(
                 seq = seq[:-1]
             pred[i] = seq
         if want_attention:
-            weights = out.trace.weights.cpu()  # (B, T', L)
             gold = split.attn[b.index].cpu()  # (B, T)
+            if gold_length:  # every gold step, whatever the model predicts
+                steps = (gold >= 0).sum(1).clamp_min(1).to(split.device)  # (B,)
+                weights = model.greedy(b.src, b.src_len, steps, trace=True,
+                                       stop_at_eos=False).trace.weights.cpu()  # (B, T, L)
+                lengths = None
+            else:
+                weights, lengths = out.trace.weights.cpu(), out.lengths.cpu()  # (B, T', L), (B,)
             total, scored = attn_loss_terms(weights, gold, source_offset=offset,
-                                            lengths=out.lengths.cpu(), steps=attn_steps)
+                                            lengths=lengths, steps=attn_steps)
             sq_err += total
             n_steps += scored
     pooled = sq_err / n_steps if want_attention and n_steps else None

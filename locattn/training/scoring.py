@@ -35,6 +35,7 @@ def score_test_splits(
         decoded = greedy_decode(
             model, split, split_caps(split, data.decode_cap), cfg.optim.dev_batch_size,
             want_attention=want_attn, attn_steps=cfg.optim.attn_loss_steps,
+            attn_decode=cfg.optim.attn_loss_decode,
         )
         test[name], by_length[name] = split_metrics(split, decoded)
         if keep_examples is not None:  # examples.json: first wrong / right predictions (cfg.outputs)
