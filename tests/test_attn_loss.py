@@ -66,26 +66,32 @@ def test_unknown_steps_choice_is_refused() -> None:
         M.attn_loss(w, gold, steps="before")
 
 
-def test_greedy_decode_pools_the_configured_steps() -> None:
-    """greedy_decode's pooled attnLoss equals the hand pooling of the model's own traces, with
-    and without the <eos> step; the choice reaches it from ``optim.attn_loss_steps``."""
+def _tiny_lookup(variant: str, seed: int, **overrides):
+    """(config, untrained eval-mode model, vocab, encoded split) of two Lookup rows with gold
+    attention, for the greedy_decode tests."""
     from locattn.config import make_run_config
     from locattn.models import build_model
     from locattn.tasks.base import Example, Vocab
     from locattn.training.data import EncodedSplit
-    from locattn.training.evaluate import greedy_decode
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     vocab = Vocab(["000", "001", "011", "110", "t1", "t2", "."])
     examples = [Example(src=("000", "t1", "t2", "."), tgt=("000", "011", "110"), attn=(0, 1, 2, 3)),
                 Example(src=("001", "t2", "."), tgt=("001", "110"), attn=(0, 1, 2))]
-    cfg = make_run_config(task="lookup", variant="dubois_location", overrides={
-        "model.embedding_size": 8, "model.hidden_size": 16, "model.value_size": 16,
-        "optim.attn_loss_steps": "before_eos"})
-    assert cfg.optim.attn_loss_steps == "before_eos"
+    cfg = make_run_config(task="lookup", variant=variant, overrides={
+        "model.embedding_size": 8, "model.hidden_size": 16, "model.value_size": 16, **overrides})
     ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
     model = build_model(cfg.model, len(vocab), **ids).eval()
-    split = EncodedSplit(examples, vocab, **ids)
+    return cfg, model, vocab, EncodedSplit(examples, vocab, **ids)
+
+
+def test_greedy_decode_pools_the_configured_steps() -> None:
+    """greedy_decode's pooled attnLoss equals the hand pooling of the model's own traces, with
+    and without the <eos> step; the choice reaches it from ``optim.attn_loss_steps``."""
+    from locattn.training.evaluate import greedy_decode
+
+    cfg, model, vocab, split = _tiny_lookup("dubois_location", 0, **{"optim.attn_loss_steps": "before_eos"})
+    assert cfg.optim.attn_loss_steps == "before_eos"
     caps = np.array([6, 6])
     out = model.greedy(split.src, split.src_len, torch.as_tensor(caps), trace=True)
     offset = int(getattr(model, "source_offset", 0))
@@ -102,25 +108,12 @@ def test_greedy_decode_pools_the_configured_steps() -> None:
 def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early() -> None:
     """A model that emits <eos> at once: the emitted decode scores one step per row, the
     gold-length decode (Dubois's evaluation) every gold step, from a decode that ignores <eos>."""
-    from locattn.config import make_run_config
-    from locattn.models import build_model
-    from locattn.tasks.base import Example, Vocab
-    from locattn.training.data import EncodedSplit
     from locattn.training.evaluate import greedy_decode
 
-    torch.manual_seed(1)
-    vocab = Vocab(["000", "001", "011", "110", "t1", "t2", "."])
-    examples = [Example(src=("000", "t1", "t2", "."), tgt=("000", "011", "110"), attn=(0, 1, 2, 3)),
-                Example(src=("001", "t2", "."), tgt=("001", "110"), attn=(0, 1, 2))]
-    cfg = make_run_config(task="lookup", variant="dubois_mix", overrides={
-        "model.embedding_size": 8, "model.hidden_size": 16, "model.value_size": 16,
-        "optim.attn_loss_decode": "gold_length"})
+    cfg, model, vocab, split = _tiny_lookup("dubois_mix", 1, **{"optim.attn_loss_decode": "gold_length"})
     assert cfg.optim.attn_loss_decode == "gold_length"
-    ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
-    model = build_model(cfg.model, len(vocab), **ids).eval()
     with torch.no_grad():
         model.out_bias[vocab.eos_id] = 1e4  # <eos> wins every step
-    split = EncodedSplit(examples, vocab, **ids)
     caps = np.array([6, 6])
     stopped = model.greedy(split.src, split.src_len, torch.as_tensor(caps), trace=True)
     assert stopped.lengths.tolist() == [1, 1]
@@ -137,6 +130,16 @@ def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early()
         full.trace.weights, split.attn, source_offset=offset), rel=1e-9)
     assert gold.attn_loss != pytest.approx(emitted.attn_loss)  # 7 steps scored, not 2
     assert gold.pred == emitted.pred and gold.ended == emitted.ended  # accuracy reads one decode
+    # the run's test scoring takes the choice from the config
+    from types import SimpleNamespace
+
+    from locattn.training.scoring import score_test_splits
+
+    data = SimpleNamespace(test_splits=["t"], splits={"t": split.examples}, vocab=vocab,
+                           decode_cap=lambda n: 6)
+    ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+    test, _ = score_test_splits(model, data, cfg, ids)
+    assert test["t"]["attn_loss"] == pytest.approx(gold.attn_loss, rel=1e-9)
 
 
 def test_config_refuses_unknown_choices() -> None:
