@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -299,6 +299,30 @@ def _test_result_choice(finished: pl.DataFrame, runset: RunSet, table: TableDef,
     return _ranked_choices(finished, runset, group, [("epochs_to_100", False, math.inf), (acc_key, True, None)])
 
 
+def in_paper_epochs(runset: RunSet, table: TableDef) -> RunSet:
+    """``runset`` with ``epochs_to_100`` in the paper's epochs of ``table.epoch_updates``
+    updates: a run whose epochs have u updates and that reached 100 % after e of them shows
+    ceil(e * u / epoch_updates), the first of the paper's epoch ends at which it would have been
+    seen at 100 %. Unchanged when the table has no ``epoch_param`` or every run's epoch is the
+    paper's."""
+    if not table.epoch_param or table.epoch_param not in runset.runs.columns:
+        return runset
+    updates = runset.runs.select(
+        "run_id",
+        pl.col(table.epoch_param).cast(pl.Float64, strict=False).fill_null(0.0).alias("_u"),
+    ).with_columns(
+        pl.when(pl.col("_u") > 0).then(pl.col("_u")).otherwise(float(table.epoch_updates)).alias("_u")
+    )
+    metrics = runset.metrics.join(updates, on="run_id", how="left").with_columns(
+        pl.when(pl.col("key") == "epochs_to_100")
+        .then((pl.col("value") * pl.col("_u").fill_null(float(table.epoch_updates))
+               / table.epoch_updates - 1e-9).ceil())
+        .otherwise(pl.col("value"))
+        .alias("value")
+    ).drop("_u")
+    return replace(runset, metrics=metrics)
+
+
 def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     """Select hyperparameters and collect per-seed metric values per (task, variant, params)."""
     pcols = _param_cols(table)
@@ -399,7 +423,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
     selection = "test" if protocol == TEST_SELECTED_PROTOCOL else "dev"
     if protocol is not None:
         table = _replace_table(table, title=dict(table.protocol_titles)[protocol])
-    units = _units(runset, table)
+    units = _units(in_paper_epochs(runset, table), table)
     cells: dict[tuple[str, str], Cell] = {}
     warnings: list[tuple[str, str, str]] = []
     for col in table.columns:
@@ -494,14 +518,10 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
 
 
 def _replace_table(table: TableDef, **kw) -> TableDef:
-    from dataclasses import replace
-
     return replace(table, **kw)
 
 
 def _replace(cell: Cell, **kw) -> Cell:
-    from dataclasses import replace
-
     return replace(cell, **kw)
 
 

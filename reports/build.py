@@ -52,6 +52,8 @@ def _params_needed(tables: Sequence[TableDef]) -> list[str]:
                 keys[k] = None
         if t.protocol_param:  # Raffel & Ellis: the protocol decides how lrs are chosen
             keys[t.protocol_param] = None
+        if t.epoch_param:  # Raffel & Ellis: epochs are counted in the paper's 1,000 updates
+            keys[t.epoch_param] = None
     return list(keys)
 
 

@@ -337,7 +337,8 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
     uri, name = (resolve_source(tracking_uri=src, study=study) if "://" in src
                  else resolve_source(src, study=study))
     rs = read_runs(uri, name, metric_keys=["best_dev_score", "epochs_to_100"],
-                   metric_prefixes=["test."], param_keys=["task.t0", "optim.raffel_protocol"])
+                   metric_prefixes=["test."], param_keys=["task.t0", "optim.raffel_protocol",
+                                                            "optim.updates_per_epoch"])
     out = Path(out_dir) / "figures"
     written: list[Path] = []
     tasks = sorted(set(rs.runs["task"].drop_nulls().to_list()))

@@ -255,6 +255,23 @@ def test_raffel_epochs_or_greyed_accuracy() -> None:
     assert res.cell("ffattn", "raffel_add:t0=50").best and not m50.best
 
 
+def test_raffel_epochs_are_counted_in_the_papers_1000_updates() -> None:
+    """A run of 250-update epochs that reached 100 % after e of them shows ceil(e / 4), the
+    first 1,000-update mark at which the paper's once-per-epoch test would have seen it; an
+    epoch of 0 (the default, 1,000 updates) or 1,000 updates is left as it is."""
+    def runs(updates: str) -> list[SynthRun]:
+        return [SynthRun(task="raffel_add", variant="ffattn", seed=s, n_seeds=3,
+                         params={"task.t0": "50", "optim.updates_per_epoch": updates},
+                         metrics={"best_dev_score": 1.0, "epochs_to_100": e, "test.test.accuracy": 1.0})
+                for s, e in enumerate((3, 4, 5))]
+
+    keys = ("task.t0", "optim.updates_per_epoch")
+    for updates, median in (("250", 1), ("500", 2), ("0", 4), ("1000", 4)):
+        rs = runset_from_synth("u", runs(updates), tables=["raffel_table1"], param_keys=keys)
+        cell = aggregate(rs, get_table("raffel_table1")).cell("ffattn", "raffel_add:t0=50")
+        assert cell.median == median, updates  # 250: 1, 1, 2; 500: 2, 2, 3
+
+
 def test_dubois_mean_over_tasks_and_splits() -> None:
     _, res = _result("dubois_table3")
     c = res.cell("dubois_mix", "interp")
