@@ -12,7 +12,7 @@ pytest.importorskip("polars")
 
 from reports.build import build_reports  # noqa: E402
 
-RECORD = Path(__file__).resolve().parent.parent / "reports" / "results" / "record" / "rc_table4-quick"
+RECORD = Path(__file__).resolve().parent.parent / "results" / "record" / "rc_table4-quick"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -1,5 +1,5 @@
-"""The committed result tables (reports/results/<study>/) are what `reports build` makes of the
-committed study records (reports/results/record/<study>/mlflow.db), byte for byte, with the
+"""The committed result tables (results/<study>/) are what `reports build` makes of the
+committed study records (results/record/<study>/mlflow.db), byte for byte, with the
 options the manifest names (`--table`, `--compare`, `--solved`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from reports.build import build_reports
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "reports" / "results"
+RESULTS = ROOT / "results"
 RECORDS = sorted(p.parent for p in (RESULTS / "record").glob("*/mlflow.db"))
 
 

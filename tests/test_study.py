@@ -389,7 +389,7 @@ def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_p
     old = tmp_path / "A" / "mv-smoke"
     committed = tmp_path / "C" / "mv-smoke"
     committed.mkdir(parents=True)
-    for name in ("mlflow.db", "study.json"):  # what reports/results/record/<study>/ holds
+    for name in ("mlflow.db", "study.json"):  # what results/record/<study>/ holds
         shutil.copy(old / name, committed / name)
     moved = tmp_path / "B" / "mv-smoke"
     moved.parent.mkdir()

@@ -1,6 +1,6 @@
 """Teacher-forced vs greedy exact match on dev, per example, for LocAttn on Copy (quick size).
 
-    python reports/results/analysis/tf_vs_greedy.py [--out DIR] [--seeds 0 1 2]
+    python results/analysis/tf_vs_greedy.py [--out DIR] [--seeds 0 1 2]
 
 Trains LocAttn on Copy at the quick profile's size (2,000 train, 500 dev, 10 epochs, patience
 5; the current reference-protocol defaults), then scores the best checkpoint's dev set both

@@ -1,6 +1,6 @@
 """Which decoding steps Dubois Table 3's attnLoss scores, and what that does to the table.
 
-    python reports/results/analysis/dubois_attn_steps.py /work/studies/dubois_table3-quick
+    python results/analysis/dubois_attn_steps.py /work/studies/dubois_table3-quick
 
 Re-scores the best checkpoint (``runs/<key>/best_model.pt``) of every run of a
 ``dubois_table3`` study on the Table 3 test files two ways:
