@@ -14,6 +14,7 @@ from typing import Sequence
 
 import polars as pl
 
+from reports.agreement import agreement
 from reports.aggregate import TableResult, aggregate
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
@@ -157,6 +158,7 @@ def build_reports(
     compare: bool = False,
     strict: bool = False,
     figures: bool = False,
+    summary: list[str] | None = None,
 ) -> list[Path]:
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
@@ -165,6 +167,8 @@ def build_reports(
     ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag.
     ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or
     has fewer seeds than expected.
+    ``summary``: with ``compare``, one agreement line per table (:mod:`reports.agreement`) is
+    appended to it.
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -180,6 +184,8 @@ def build_reports(
     written: list[Path] = []
     for result in built.results:
         paper = load_paper_numbers(result.table) if compare else None
+        if paper and summary is not None:
+            summary.append(agreement(result, paper).sentence())
         for fmt in formats:
             fn, ext = RENDERERS[fmt]
             text = fn(result, built.provenance, paper_label, paper)

@@ -75,10 +75,12 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             print(f"{prog}: --out DIR is required with --tracking-uri", file=sys.stderr)
             return 2
         out = f"{str(args.study_dir).rstrip('/')}/reports"
+    summary: list[str] = []
     try:
         paths = build_reports(
             source, args.study, tables, _split(args.format), out, stat=args.stat,
             compare=args.compare, strict=args.strict, figures=args.figures, solved_at=args.solved,
+            summary=summary,
         )
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -88,6 +90,8 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
         return 2
     for p in paths:
         print(p)
+    for line in summary:  # --compare: agreement with the paper, non-trivial cells first
+        print(line)
     return 0
 
 

@@ -1,0 +1,54 @@
+"""Agreement with the paper, counted first where the paper's accuracy is above 10 %
+(reports/agreement.py), on committed records whose counts were recounted by hand from their
+--compare tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports.agreement import NONTRIVIAL, TOLERANCE, agreement
+from reports.build import collect
+from reports.paper import load_paper_numbers
+from reports.render import paper_diff
+
+RECORDS = Path(__file__).resolve().parent.parent / "results" / "record"
+
+
+@pytest.mark.parametrize("study,table,expected", [
+    ("rc_table4-quick-v3", "rc_table4", (50, 96, 18, 53)),
+    ("rc_table3_scan-quick", "rc_table3", (5, 6, 4, 5)),
+    ("rc_table2-quick-v2", "rc_table9", (126, 144, None, None)),  # edit distance: no % count
+])
+def test_counts_on_committed_records(study: str, table: str, expected: tuple) -> None:
+    result = collect(RECORDS / study, tables=[table]).results[0]
+    paper = load_paper_numbers(result.table)
+    a = agreement(result, paper)
+    assert (a.within, a.compared, a.nontrivial_within, a.nontrivial) == expected
+    # the same counts by brute force over the cells
+    diffs = [(p.value, paper_diff(result.table, result.stat, result.cell(r, c), p))
+             for (r, c), p in paper.items() if (r, c) in result.cells]
+    diffs = [(v, d) for v, d in diffs if d is not None]
+    assert a.compared == len(diffs)
+    assert a.within == sum(abs(d) <= TOLERANCE for _, d in diffs)
+    if a.nontrivial is not None:
+        assert a.nontrivial == sum(v > NONTRIVIAL for v, _ in diffs)
+        assert a.nontrivial < a.compared  # trivial cells exist and are left out of the first count
+
+
+def test_build_compare_prints_the_nontrivial_count_first(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "reports.cli", "build", str(RECORDS / "rc_table4-quick-v3"),
+         "--out", str(tmp_path), "--compare", "--format", "md"],
+        capture_output=True, text=True, check=True, timeout=300).stdout
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("rc_table4: 18 of 53 cells where the paper reports more than 10 %")
+    assert "50 of 96 compared cells in all" in line
+    plain = subprocess.run(
+        [sys.executable, "-m", "reports.cli", "build", str(RECORDS / "rc_table4-quick-v3"),
+         "--out", str(tmp_path), "--format", "md"],
+        capture_output=True, text=True, check=True, timeout=300).stdout
+    assert "cells where" not in plain  # without --compare there is nothing to count
