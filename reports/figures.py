@@ -24,6 +24,7 @@ import polars as pl
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from reports.labels import paper_label
+from reports.tables import DUBOIS_INTERP_SPLITS
 from study import schema
 
 
@@ -64,7 +65,7 @@ def split_position(split: str) -> tuple[float, str] | None:
     m = re.fullmatch(r"longer_(seen|incremental|new)_(\d+)", split)
     if m:
         return float(m.group(2)), f"long {m.group(2)}"
-    if split in ("heldout_inputs", "heldout_compositions", "heldout_tables", "new_compositions"):
+    if split in DUBOIS_INTERP_SPLITS:  # the same two sets as Table 3's Interp. column
         return 0.0, "interp."
     return None
 

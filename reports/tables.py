@@ -199,7 +199,9 @@ _RC_MAIN = (
 #: group, so the column uses the files that match the paper's description (about 3,000 rows of
 #: 2-4 tables from t1..t6): 2,492 + 400 = 2,892 rows. heldout_tables and new_compositions
 #: involve the held-out t7/t8 (docs/dubois_protocol.md).
-_DUBOIS_INTERP = ("heldout_inputs", "heldout_compositions")
+#: The interpolation sets of Dubois et al. (Table 3's Interp. column and the figures' interp. point).
+DUBOIS_INTERP_SPLITS = ("heldout_inputs", "heldout_compositions")
+_DUBOIS_INTERP = DUBOIS_INTERP_SPLITS
 _DUBOIS_TASKS = ("lookup", "reverse_lookup", "noisy_lookup")
 _RAFFEL_T0 = ("50", "100", "500", "1000", "5000", "10000")
 #: Protocol of Raffel runs recorded before ``optim.raffel_protocol`` existed: they were dev-selected.
@@ -345,9 +347,11 @@ _register(TableDef(
           "heldout_compositions sets (2,892 rows of 2-4 tables from t1..t6, the paper's "
           "\"3000 examples\"); Dubois's code names no interpolation group, and "
           "heldout_tables and new_compositions involve the held-out t7/t8. The paper does "
-          "not say which extrapolation files Long i uses; we read longer_seen_i. By default "
-          "attnLoss includes the <eos> step, as Dubois's metric code does, and scores only "
-          "the steps the greedy decoder emitted."),
+          "not say which extrapolation files Long i uses; we read longer_seen_i. attnLoss "
+          "includes the <eos> step, as Dubois's metric code does, and scores the decode that "
+          "the runs' optim.attn_loss_decode names: gold_length (Dubois's evaluation: the "
+          "decoder runs for exactly the gold length and every gold step is scored) or emitted "
+          "(only the steps before the model's own <eos>)."),
 ))
 _register(TableDef(
     id="raffel_table1",

@@ -82,3 +82,15 @@ def test_attention_figure_heatmap_and_traces(tmp_path: Path) -> None:
         attention_figure(w, list("abcd"), list("abcd"), sigma=[0.1, 0.2])
     with pytest.raises(ValueError, match="attention record lacks weights"):
         attention_figure_from_json({"src": ["a"]})
+
+
+def test_interp_point_uses_the_tables_two_interpolation_sets() -> None:
+    """The figures' interp. point averages the same files as Table 3's Interp. column."""
+    from reports.figures import split_position
+    from reports.tables import DUBOIS_INTERP_SPLITS
+
+    assert DUBOIS_INTERP_SPLITS == ("heldout_inputs", "heldout_compositions")
+    for split in DUBOIS_INTERP_SPLITS:
+        assert split_position(split) == (0.0, "interp.")
+    for split in ("heldout_tables", "new_compositions"):  # involve the held-out tables t7/t8
+        assert split_position(split) is None
