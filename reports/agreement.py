@@ -82,3 +82,91 @@ def agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) 
         nontrivial_within=nontrivial_within if accuracy else None,
         published=len(paper),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Success rates: is a disagreement seed luck, or a different success rate?
+
+PAPER_SEEDS = 5
+"""Seeds behind each published median of Ray Chowdhury & Caragea (and Dubois et al.)."""
+ALPHA = 0.05
+VERDICTS = ("reproduced", "not reproduced at this budget", "contradicted")
+
+
+@dataclass(frozen=True)
+class SuccessTest:
+    """Our success count on one cell against the count the paper's median implies."""
+
+    k: int
+    """Our seeds that reached the threshold."""
+    n: int
+    """Our finished seeds."""
+    low: float
+    """Clopper-Pearson 95 % interval of our success rate, lower end."""
+    high: float
+    """... upper end."""
+    paper_k: int
+    """The paper's success count most favourable to agreement that its median allows: 3 of 5
+    when the median reached the threshold (at least 3 seeds did), 2 of 5 when it did not."""
+    paper_n: int
+    p_value: float
+    """One-sided Fisher exact test of ours against ``paper_k`` of ``paper_n``, in the direction
+    of the disagreement (1.0 when ours lies on the paper's side)."""
+
+    def text(self) -> str:
+        return (f"{self.k}/{self.n} [{100 * self.low:.0f}–{100 * self.high:.0f} %] vs paper "
+                f"{'≥' if self.paper_k > self.paper_n // 2 else '≤'}{self.paper_k}/{self.paper_n}, "
+                f"p = {self.p_value:.3g}")
+
+
+def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """Exact two-sided (1 - alpha) interval of a binomial rate k/n (n > 0)."""
+    from scipy.stats import beta  # scipy only where statistics are asked for
+
+    if not 0 <= k <= n or n <= 0:
+        raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
+    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return low, high
+
+
+def success_test(values: list[float], paper_value: float, threshold: float = 90.0,
+                 paper_seeds: int = PAPER_SEEDS) -> SuccessTest:
+    """Test our per-seed ``values`` (%) against a published median ``paper_value`` (%).
+
+    A seed succeeds when it reaches ``threshold``. The paper's median of ``paper_seeds`` seeds
+    only bounds its success count: a median at or above the threshold means at least
+    ceil(paper_seeds / 2) seeds succeeded, below it at most floor(paper_seeds / 2). The test
+    takes the bound nearest to ours, so a small p-value is evidence of a different success
+    rate whatever the paper's other seeds did.
+    """
+    from scipy.stats import fisher_exact  # scipy only where statistics are asked for
+
+    n = len(values)
+    k = sum(v >= threshold for v in values)
+    low, high = clopper_pearson(k, n)
+    paper_solved = paper_value >= threshold
+    paper_k = (paper_seeds + 1) // 2 if paper_solved else paper_seeds // 2
+    table = [[k, n - k], [paper_k, paper_seeds - paper_k]]
+    if paper_solved and k / n < paper_k / paper_seeds:
+        p = float(fisher_exact(table, alternative="less").pvalue)
+    elif not paper_solved and k / n > paper_k / paper_seeds:
+        p = float(fisher_exact(table, alternative="greater").pvalue)
+    else:
+        p = 1.0
+    return SuccessTest(k=k, n=n, low=low, high=high, paper_k=paper_k, paper_n=paper_seeds,
+                       p_value=p)
+
+
+def verdict(diff: float, test: SuccessTest, *, paper_budget: bool) -> str:
+    """The word a write-up may use for one cell (one of :data:`VERDICTS`).
+
+    ``reproduced``: our median is within :data:`TOLERANCE` of the paper's. ``contradicted``:
+    not, at the paper's budget, with at least :data:`PAPER_SEEDS` seeds, and a success-rate
+    test below :data:`ALPHA`. Anything else is ``not reproduced at this budget``.
+    """
+    if abs(diff) <= TOLERANCE:
+        return VERDICTS[0]
+    if paper_budget and test.n >= PAPER_SEEDS and test.p_value < ALPHA:
+        return VERDICTS[2]
+    return VERDICTS[1]

@@ -52,3 +52,34 @@ def test_build_compare_prints_the_nontrivial_count_first(tmp_path: Path) -> None
          "--out", str(tmp_path), "--format", "md"],
         capture_output=True, text=True, check=True, timeout=300).stdout
     assert "cells where" not in plain  # without --compare there is nothing to count
+
+
+def test_clopper_pearson_known_values() -> None:
+    from reports.agreement import clopper_pearson
+
+    assert clopper_pearson(0, 10) == (0.0, pytest.approx(0.3085, abs=1e-4))
+    assert clopper_pearson(10, 10) == (pytest.approx(0.6915, abs=1e-4), 1.0)
+    low, high = clopper_pearson(5, 10)
+    assert (low, high) == (pytest.approx(0.1871, abs=1e-4), pytest.approx(0.8129, abs=1e-4))
+    with pytest.raises(ValueError, match="k=3, n=2"):
+        clopper_pearson(3, 2)
+
+
+def test_success_test_takes_the_papers_bound_nearest_to_ours() -> None:
+    from reports.agreement import success_test, verdict
+
+    # ours 10/10 solved where the paper's median is 6.9: at most 2 of its 5 seeds solved.
+    t = success_test([100.0] * 10, 6.9)
+    assert (t.k, t.n, t.paper_k, t.paper_n) == (10, 10, 2, 5)
+    # hypergeometric tail by hand: 12 successes among 15 seeds, all 10 of ours among them:
+    # C(12,10) * C(3,0) / C(15,10) = 66 / 3003
+    assert t.p_value == pytest.approx(66 / 3003, rel=1e-9)
+    assert verdict(93.1, t, paper_budget=False) == "not reproduced at this budget"
+    assert verdict(93.1, t, paper_budget=True) == "contradicted"
+    # 1 of 3 solved where the paper's median is 100: at least 3 of 5 solved; 3 seeds cannot decide.
+    t = success_test([100.0, 0.0, 10.0], 100.0)
+    assert (t.k, t.paper_k) == (1, 3) and t.p_value > 0.05
+    assert verdict(-90.0, t, paper_budget=True) == "not reproduced at this budget"
+    # ours on the paper's side of the threshold: nothing to test
+    assert success_test([95.0, 99.0], 100.0).p_value == 1.0
+    assert verdict(-5.0, t, paper_budget=True) == "reproduced"

@@ -1,0 +1,76 @@
+"""Per-cell success rates of a committed study against the paper, with the verdict each cell
+earns under the project's rule (reports/agreement.py).
+
+    python results/analysis/success_rates.py results/record/<study> --table rc_table4 \
+        [--budget quick|paper] [--threshold 90] [--only-disagreeing] [--out FILE.md]
+
+Per cell with a published number: our median, the paper's, k/n seeds at or above the
+threshold with its Clopper-Pearson 95 % interval, the paper's success count as its median of
+5 seeds bounds it, the one-sided Fisher exact p-value, and the verdict. "contradicted" needs
+``--budget paper`` (the paper's data and epochs) and at least 5 seeds; every other
+disagreement is "not reproduced at this budget".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reports.agreement import is_accuracy, success_test, verdict
+from reports.build import collect
+from reports.labels import paper_label
+from reports.paper import load_paper_numbers
+from reports.render import paper_diff
+
+
+def rows(record: Path, table: str, *, budget: str, threshold: float,
+         only_disagreeing: bool) -> list[str]:
+    """Markdown table rows (header first) for one table of one study record."""
+    result = collect(record, tables=[table]).results[0]
+    if not is_accuracy(result):
+        raise SystemExit(f"{table}: success rates apply to accuracy tables only")
+    paper = load_paper_numbers(result.table)
+    col_label = {c.key: f"{g.label} {c.label}".strip() for p in result.table.panels
+                 for g in p.groups for c in g.columns}
+    out = ["| model | column | ours (median) | paper | ours solved [95 % CI] | paper's bound | "
+           "Fisher p | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for (row, col), p in paper.items():
+        cell = result.cells.get((row, col))
+        if cell is None or not cell.seeds:
+            continue
+        d = paper_diff(result.table, result.stat, cell, p)
+        if d is None:
+            continue
+        t = success_test([v for _, v in cell.seeds], p.value, threshold)
+        word = verdict(d, t, paper_budget=budget == "paper")
+        if only_disagreeing and word == "reproduced":
+            continue
+        bound = f"{'≥' if p.value >= threshold else '≤'} {t.paper_k}/{t.paper_n}"
+        out.append(f"| {paper_label(row)} | {col_label[col]} | {cell.median:.1f} | {p.value:g} | "
+                   f"{t.k}/{t.n} [{100 * t.low:.0f}–{100 * t.high:.0f} %] | {bound} | "
+                   f"{t.p_value:.3g} | {word} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
+    ap.add_argument("--table", required=True, help="an accuracy table id, e.g. rc_table4")
+    ap.add_argument("--budget", choices=("quick", "paper"), default="quick",
+                    help="the budget the study ran at; only 'paper' can yield 'contradicted'")
+    ap.add_argument("--threshold", type=float, default=90.0, help="a seed succeeds at >= this %%")
+    ap.add_argument("--only-disagreeing", action="store_true")
+    ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
+    args = ap.parse_args(argv)
+    text = "\n".join(rows(args.record, args.table, budget=args.budget,
+                          threshold=args.threshold, only_disagreeing=args.only_disagreeing)) + "\n"
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
