@@ -378,6 +378,24 @@ _register(TableDef(
 
 
 _register(TableDef(
+    id="raffel_variable",
+    source="Raffel & Ellis (2016), §2.3",
+    title=("Test accuracy (%) on variable-length addition and multiplication (one length per "
+           "batch drawn from 50-10000), after the epoch budget"),
+    sections=((None, ("ffattn", "mean")),),
+    panels=(Panel(header="", groups=(ColumnGroup(label="", columns=(
+        Column(label="Addition", tasks=("raffel_add",), splits=("test",),
+               params=(("task.variable_length", "True"),), key="raffel_add:variable"),
+        Column(label="Multiplication", tasks=("raffel_mul",), splits=("test",),
+               params=(("task.variable_length", "True"),), key="raffel_mul:variable"),
+    )),)),),
+    metric="accuracy", direction="max",
+    note=("The paper reports its best run over four learning rates, with the test set scored "
+          "every epoch and no dev set. Here the learning rate is chosen per cell by the median "
+          "best_dev_score, which under optim.raffel_protocol=paper is the last epoch's test "
+          "accuracy (the paper's choice) and under paper_dev the dev accuracy."),
+))
+_register(TableDef(
     id="dubois_interp",
     source="Dubois et al. (2020), §7.1",
     title="Sequence accuracy (%) on the interpolation sets of the three Long Lookup Tables tasks",

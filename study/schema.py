@@ -39,7 +39,7 @@ STATUS_INTERRUPTED = "interrupted"  # (parent) the driver was stopped with Ctrl-
 #: Report table ids a spec may name under ``tables:`` (``reports.tables.TABLES`` defines them;
 #: a test keeps the two equal, so study need not import reports).
 TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_table4", "rc_table6",
-             "rc_table7", "rc_table8", "rc_table9",
+             "rc_table7", "rc_table8", "rc_table9", "raffel_variable",
              "dubois_interp", "rc_table10", "dubois_fig9")  # the last two: reports.tables.EXHIBITS
 
 # test_loss / test_score: Raffel & Ellis runs under optim.raffel_protocol=paper score the test set

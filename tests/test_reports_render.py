@@ -288,7 +288,12 @@ def test_paper_numbers_load_for_every_table() -> None:
         "rc_table2": 144, "rc_table3": 12, "rc_table4": 96, "rc_table6": 40, "rc_table7": 288,
         "rc_table8": 12, "rc_table9": 144, "dubois_table3": 36, "raffel_table1": 24,
         "dubois_interp": 0,  # Dubois §7.1 reports the sanity check in words, not a table
+        "raffel_variable": 4,
     }
+    v = load_paper_numbers(get_table("raffel_variable"))
+    assert {k: p.value for k, p in v.items()} == {
+        ("ffattn", "raffel_add:variable"): 99.9, ("ffattn", "raffel_mul:variable"): 99.4,
+        ("mean", "raffel_add:variable"): 77.4, ("mean", "raffel_mul:variable"): 55.5}
     t2 = load_paper_numbers(get_table("rc_table2"))
     assert t2[("mono", "lookup:longer_seen_3")].value == 98
     assert t2[("locattn", "inv_reverse_recopy:len30")].value == 0.3
