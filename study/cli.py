@@ -13,10 +13,10 @@ the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import errno
 import os
-import re
 import signal
 import socket
 import sqlite3
@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import quote
 
 from locattn.cliparse import Parser, parse
-from study import schema
-from study.spec import SpecError
+from study import preflight, schema
+from study.spec import SpecError, check_study_name
 
 
 def parser() -> Parser:
@@ -88,17 +88,6 @@ ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
-#: A study name is one directory under the root: no separators, no '..', no leading dot.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def check_name(name: str) -> None:
-    """Refuse a ``--name`` that is not one plain directory name (it would write outside --root)."""
-    if not NAME_PATTERN.fullmatch(name) or ".." in name:
-        raise SpecError(f"--name {name!r}: a study name is one directory under --root, made of "
-                        "letters, digits, '.', '_' and '-' (no '/', no '..', not starting with '.')")
-
-
 def sqlite_file(tracking_uri: str) -> str | None:
     """The database file of a ``sqlite:///`` tracking URI, else None (no MLflow or Ray import)."""
     return tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
@@ -160,6 +149,24 @@ def experiment_url(base: str, tracking_uri: str, name: str) -> str:
     return f"{base}/#/experiments/{row[0]}/runs?{query}"
 
 
+def browse_host(host: str) -> str:
+    """The host to put in a URL for a server bound to ``host``: an unspecified address
+    (0.0.0.0, ::) is not one a browser can open, so loopback stands for it."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1" if host != "::" else "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: ask Linux to SIGTERM it when its parent dies, however the parent
+    dies (``kill -9`` of ``study ui`` must not leave ``mlflow server`` serving the port)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own handlers still stop it
+        pass
+
+
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
     """The ``mlflow server`` command serving a store on host:port."""
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
@@ -173,9 +180,15 @@ def main(argv: list[str] | None = None) -> int:
             # A private local Ray enables token authentication and says so on every launch;
             # setting the same mode explicitly keeps it on and the line off.
             os.environ.setdefault("RAY_AUTH_MODE", "token")
+        if args.cmd in ("launch", "resume"):
+            preflight.check_progress_seconds(args.progress_seconds)
+            if args.address:
+                preflight.check_address(args.address)
         if args.cmd == "launch":
             if args.name is not None:
-                check_name(args.name)
+                check_study_name(args.name, "--name")
+            if args.tracking_uri is not None:
+                preflight.check_tracking_uri(args.tracking_uri)
             if args.max_concurrent is not None and args.max_concurrent < 0:
                 raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
                                 "(0: as many as the CPUs allow)")
@@ -210,11 +223,14 @@ def main(argv: list[str] | None = None) -> int:
             meta = load_meta(find_study(args.study, args.root))
             check_port(args.host, args.port)
             cmd = ui_command(meta["tracking_uri"], args.host, args.port)
-            url = experiment_url(f"http://{args.host}:{args.port}", meta["tracking_uri"], meta["name"])
+            url = experiment_url(f"http://{browse_host(args.host)}:{args.port}", meta["tracking_uri"],
+                                 meta["name"])
             print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
             print(f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
                   "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
-            proc = subprocess.Popen(cmd)
+            # No job runner: the UI needs none, and its consumers would outlive a `kill -9`.
+            env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+            proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
             stop = lambda *_: proc.terminate()  # noqa: E731
             signal.signal(signal.SIGTERM, stop)
             try:

@@ -13,6 +13,8 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -63,10 +65,30 @@ RESOURCE_KEYS = {"cpus", "gpus"}
 COST_KEYS = {"seconds_per_1k_examples"}
 SPECIAL_AXES = ("task", "variant", "ablation")
 PROFILES_REQUIRED = ("smoke", "quick", "paper")
+#: A study name (``--name``, a spec's ``name``, ``<name>-<profile>``) is one directory under
+#: the root: no separators, no '..', no leading dot, nothing a URI would read as syntax.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Deepest nesting a spec may have; PyYAML composes recursively, so deeper input would end in a
+#: RecursionError (the shipped specs nest 5 levels).
+MAX_YAML_DEPTH = 50
+#: Most seeds a spec may list or count (``seeds: n``), and the largest seed value (numpy's seeds
+#: are 32-bit).
+MAX_SEEDS = 10_000_000
+MAX_SEED = 2**32 - 1
+#: Largest integer any spec field or override may hold (a C ``int64``: torch, Ray and SQLite).
+MAX_INT = 2**63 - 1
 
 
 class SpecError(ValueError):
     """An invalid study spec; the message names the file, the key and the valid choices."""
+
+
+def check_study_name(name: Any, where: str) -> None:
+    """Refuse a study name that is not one plain directory name (it would write outside the
+    root, or be read as URI syntax); ``where`` names its source (``--name``, ``<file>: name``)."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise SpecError(f"{where} {name!r}: a study name is one directory under --root, made of "
+                        "letters, digits, '.', '_' and '-' (no '/', no '..', not starting with '.')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,15 +332,24 @@ def _check_list(path: str, key: str, value: Any) -> list:
     return value
 
 
-def _check_int(path: str, key: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _err(path, key, f"expected an integer >= {minimum}, got {value!r}")
+def _check_int(path: str, key: str, value: Any, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _err(path, key, f"expected an integer from {minimum} to {maximum:,}, got {_short(value)}")
     return value
 
 
+def _short(value: Any) -> str:
+    """``repr`` cut to 80 characters, so a huge value stays a one-line message."""
+    if isinstance(value, int) and value.bit_length() > 64:  # str() of a huge int is slow or refused
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check_number(path: str, key: str, value: Any, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise _err(path, key, f"expected a number >= {minimum}, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > MAX_INT
+            or not math.isfinite(value) or value < minimum):
+        raise _err(path, key, f"expected a finite number >= {minimum}, got {_short(value)}")
     return float(value)
 
 
@@ -335,12 +366,28 @@ def _merge(base: dict, profile: dict) -> dict:
     return out
 
 
-def _unique_key_loader() -> type:
-    """A safe YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+def _spec_loader() -> type:
+    """A safe YAML loader for specs. It refuses a mapping with the same key twice (PyYAML keeps
+    the last), aliases (``*name``: a few lines of them expand to gigabytes) and nesting deeper
+    than :data:`MAX_YAML_DEPTH` (PyYAML composes recursively)."""
     import yaml
 
-    class UniqueKeyLoader(yaml.SafeLoader):
-        pass
+    class SpecLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent):
+                raise SpecError(f"line {line}: YAML alias *{event.anchor}: a spec may not use "
+                                "aliases; write the value out")
+            if self.depth >= MAX_YAML_DEPTH:
+                raise SpecError(f"line {line}: nested deeper than {MAX_YAML_DEPTH} levels")
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
     def construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
@@ -353,8 +400,8 @@ def _unique_key_loader() -> type:
             seen[key] = key_node.start_mark.line + 1
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
-    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return UniqueKeyLoader
+    SpecLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return SpecLoader
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -377,9 +424,11 @@ def read_yaml(path: str | Path) -> dict:
     if "\x00" in text:
         raise SpecError(f"{path}: not a text YAML file (it contains NUL bytes)")
     try:
-        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_spec_loader())  # noqa: S506 - a SafeLoader subclass
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())
         raise SpecError(f"{path}: not valid YAML: {first}") from None
@@ -458,6 +507,7 @@ def resolve_spec(
         raise _err(path, unknown[0], "unknown key", sorted(TOP_KEYS))
     profiles = _check_mapping(path, "profiles", raw.get("profiles", {}))
     for pname, pbody in profiles.items():
+        check_study_name(pname, f"{path}: profiles:")  # the default study name ends with it
         pbody = _check_mapping(path, f"profiles.{pname}", pbody if pbody is not None else {})
         bad = sorted(set(pbody) - PROFILE_KEYS)
         if bad:
@@ -470,8 +520,7 @@ def resolve_spec(
     merged = _merge(base, profiles[profile] or {}) if profile is not None else base
 
     name = merged.get("name", Path(path).stem)
-    if not isinstance(name, str) or not name or "/" in name:
-        raise _err(path, "name", f"expected a non-empty string without '/', got {name!r}")
+    check_study_name(name, f"{path}: name:")
     description = merged.get("description", "")
     tables = merged.get("tables", [])
     if isinstance(tables, str):
@@ -497,14 +546,15 @@ def resolve_spec(
         _check_list(path, f"hparams.{key}", values)
         if key in SPECIAL_AXES:
             raise _err(path, f"hparams.{key}", "not a config path; put it under grid")
+        _check_unique(path, f"hparams.{key}", [hparams_json({key: v}) for v in values], values)
 
     seeds_raw = merged.get("seeds", 5)
     if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
-        if seeds_raw < 1:
-            raise _err(path, "seeds", f"expected at least one seed, got {seeds_raw!r}")
-        seeds = tuple(range(seeds_raw))
+        seeds = tuple(range(_check_int(path, "seeds", seeds_raw, 1, MAX_SEEDS)))
     elif isinstance(seeds_raw, list) and seeds_raw:
-        seeds = tuple(_check_int(path, "seeds[]", s) for s in seeds_raw)
+        if len(seeds_raw) > MAX_SEEDS:
+            raise _err(path, "seeds", f"{len(seeds_raw):,} seeds; at most {MAX_SEEDS:,}")
+        seeds = tuple(_check_int(path, "seeds[]", s, 0, MAX_SEED) for s in seeds_raw)
         if len(set(seeds)) != len(seeds):
             raise _err(path, "seeds", f"duplicate seeds in {seeds_raw!r}")
     else:
@@ -605,6 +655,8 @@ def _expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
             names = [v["name"] for v in values]
             if len(set(names)) != len(names):
                 raise _err(path, "grid.ablation", f"duplicate ablation names {names}")
+        if key != "ablation":  # two equal values would be one cell, run once and counted twice
+            _check_unique(path, f"grid.{key}", [_fmt(v) for v in values], values)
         axes[key] = values
     cells = []
     keys = list(axes)
@@ -635,6 +687,14 @@ def _expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
     return cells
 
 
+def _check_unique(path: str, key: str, texts: list[str], values: list) -> None:
+    """Refuse an axis listing one value twice (as its cell id or run key would print it)."""
+    dup = next((v for i, v in enumerate(values) if texts[i] in texts[:i]), None)
+    if len(set(texts)) != len(texts):
+        raise _err(path, key, f"{_short(dup)} is listed twice in {_short(values)}: both would be "
+                              "the same runs; list each value once")
+
+
 def _parse_search(path: str, raw: Any) -> SearchSpec | None:
     if raw is None:
         return None
@@ -660,7 +720,7 @@ def _parse_search(path: str, raw: Any) -> SearchSpec | None:
                     raise _err(path, f"{where}.{k}", f"expected a number, got {v!r}")
             if not low < high or (kind == "loguniform" and low <= 0):
                 raise _err(path, where, f"need 0 < low < high for {kind}, got low={low}, high={high}")
-    num_samples = _check_int(path, "search.num_samples", raw.get("num_samples", 8), 1)
+    num_samples = _check_int(path, "search.num_samples", raw.get("num_samples", 8), 1, 1_000_000)
     sampler = raw.get("sampler", "tpe")
     if sampler not in SAMPLERS:
         raise _err(path, "search.sampler", f"unknown sampler {sampler!r}", list(SAMPLERS))
@@ -704,6 +764,7 @@ def _validate_configs(
             except (ValueError, KeyError, TypeError) as exc:
                 raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
             _check_values(path, cell, overrides, cfg)
+            _check_kind(path, cell, cfg)
             if pack_seeds:
                 _check_packable(path, cell, cfg)
             seen.add(sig)
@@ -712,14 +773,16 @@ def _validate_configs(
 def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> None:
     """Every number in the resolved config is finite, and every override kept its value
     (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
-    import math
-
     from locattn.config import config_to_dict, flatten
 
     flat = flatten(config_to_dict(cfg))
     for key, value in flat.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{path}: cell {cell.cell}: {key}={value!r} is not a finite number")
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, int) and abs(v) > MAX_INT:
+                raise SpecError(f"{path}: cell {cell.cell}: {key}={_short(v)}: larger than "
+                                f"{MAX_INT:,}")
     for key, given in overrides.items():
         if key not in flat or isinstance(given, bool) or not isinstance(given, (int, float)):
             continue
@@ -756,6 +819,19 @@ def size_warnings(spec: "StudySpec") -> list[str]:
         out.append(f"~{cpu_seconds / 3600:,.0f} CPU hours estimated (more than "
                    f"{SIZE_LIMITS['cpu_hours']:,.0f})")
     return out
+
+
+def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
+    """A regression task (Raffel & Ellis) needs a regressor variant, and a seq2seq task a
+    seq2seq one; otherwise the trial would fail only once it starts."""
+    from locattn.tasks import RAFFEL
+
+    want = "regressor" if cfg.task.name in RAFFEL else "seq2seq"
+    if cfg.model.kind != want:
+        kind = "a regression" if want == "regressor" else "a seq2seq"
+        raise SpecError(f"{path}: cell {cell.cell}: task {cfg.task.name!r} is {kind} task, but "
+                        f"variant {cell.variant!r} has model.kind={cfg.model.kind!r}; pair it with "
+                        f"a {want} variant")
 
 
 def _check_packable(path: str, cell: Cell, cfg: Any) -> None:

@@ -144,6 +144,73 @@ def test_spec_validation_gaps_are_refused(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_spec_names_stay_under_the_root_and_bombs_are_refused(tmp_path: Path) -> None:
+    """#27 items 5, 8, 12: names from the spec, duplicates, aliases, nesting, huge numbers and a
+    variant of the wrong kind are all one line at validation, before anything is created."""
+    base = {"name": "v", "grid": {"task": ["copy"], "variant": ["onestep"]},
+            "profiles": {"smoke": {}}, "default_profile": "smoke"}
+
+    def refused(body: dict | None = None, text: str | None = None) -> str:
+        path = tmp_path / "v.yaml"
+        path.write_text(text if text is not None else yaml.safe_dump(body))
+        with pytest.raises(SpecError) as info:
+            load_spec(path)
+        msg = str(info.value)
+        assert "\n" not in msg and str(path) in msg and len(msg) < 500
+        return msg
+
+    assert "name: '..': a study name is one directory" in refused({**base, "name": ".."})
+    assert "name: 'x?y'" in refused({**base, "name": "x?y"})  # would cut a tracking URI short
+    msg = refused({**base, "profiles": {"/../../escaped": {}}, "default_profile": "/../../escaped"})
+    assert "profiles: '/../../escaped': a study name is one directory" in msg
+    assert "grid.variant: 'onestep' is listed twice" in refused(
+        {**base, "grid": {"task": ["copy"], "variant": ["onestep", "onestep"]}})
+    assert "hparams.optim.lr: 0.001 is listed twice" in refused({**base, "hparams": {"optim.lr": [1e-3, 0.001]}})
+    assert "grid.optim.epochs: 2 is listed twice" in refused(
+        {**base, "grid": {**base["grid"], "optim.epochs": [2, 3, 2]}})
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi"))
+    started = time.monotonic()
+    assert "line 3: YAML alias *a: a spec may not use aliases" in refused(text="name: v\n" + bomb)
+    assert "nested deeper than 50 levels" in refused(text="name: v\nseeds: " + "[" * 50_000 + "]" * 50_000)
+    assert time.monotonic() - started < 30  # refused while reading, not after expanding
+    assert "seeds: expected an integer from 1 to 10,000,000, got an integer of about 31 digits" in refused(
+        {**base, "seeds": 10**30})
+    assert "seeds[]: expected an integer from 0 to 4,294,967,295" in refused({**base, "seeds": [0, 2**40]})
+    assert "optim.epochs=an integer of about 31 digits: larger than" in refused(
+        {**base, "overrides": {"optim.epochs": 10**30}})
+    msg = refused({**base, "grid": {"task": ["copy"], "variant": ["ffattn"]}})
+    assert "task 'copy' is a seq2seq task, but variant 'ffattn' has model.kind='regressor'" in msg
+    msg = refused({**base, "grid": {"task": ["raffel_add"], "variant": ["onestep"]}})
+    assert "task 'raffel_add' is a regression task" in msg
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--tracking-uri", "bogus://x"], "--tracking-uri bogus://x: unknown scheme 'bogus://'"),
+    (["--tracking-uri", "file://"], "--tracking-uri file://: MLflow's file store is not supported"),
+    (["--tracking-uri", "sqlite:////nonexistent/dir/x.db"],
+     "directory /nonexistent/dir does not exist; create it first"),
+    (["--tracking-uri", "http://127.0.0.1:1"], "no MLflow server answers at 127.0.0.1:1"),
+    (["--tracking-uri", "postgresql://u:secret@127.0.0.1:1/db"], "no postgresql database answers"),
+    (["--address", "127.0.0.1:1"], "--address 127.0.0.1:1: no Ray cluster answers at 127.0.0.1:1"),
+    (["--progress-seconds", "0"], "--progress-seconds 0.0: expected a number of seconds > 0"),
+    (["--progress-seconds", "-5"], "--progress-seconds -5.0: expected"),
+    (["--progress-seconds", "nan"], "--progress-seconds nan: expected"),
+])
+def test_unusable_launch_arguments_are_one_line_in_seconds(tmp_path: Path, capsys, argv, needle) -> None:
+    """#27 item 12: a bad store, cluster or interval is refused before anything is created."""
+    from study.cli import main
+
+    spec = write_spec(tmp_path, "u")
+    started = time.monotonic()
+    assert main(["launch", str(spec), "--root", str(tmp_path / "s"), *argv]) == 2
+    assert time.monotonic() - started < 60  # seconds, not the minutes of MLflow's or Ray's retries
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "secret" not in err
+    assert not (tmp_path / "s").exists() and not Path("/nonexistent").exists()
+
+
 def test_table_ids_match_the_reports_registry() -> None:
     from reports.tables import EXHIBITS, TABLES
 
@@ -472,17 +539,61 @@ def test_ctrl_c_reports_true_counts_and_exits_130(tmp_path: Path, signum: int) -
 
 
 def test_credentials_are_never_saved_or_printed(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once this block ends: nothing listens there
     spec = write_spec(tmp_path, "cred")
     env = dict(ENV, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="3")
     env.pop("MLFLOW_TRACKING_PASSWORD", None)
-    res = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), "--tracking-uri",
-                    f"http://alice:s3cret@127.0.0.1:{port}/", timeout=300, env=env)
+    with socket.socket() as s:  # accepts connections (the kernel's backlog), never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        port = s.getsockname()[1]
+        res = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), "--tracking-uri",
+                        f"http://alice:s3cret@127.0.0.1:{port}/", timeout=300, env=env)
     assert res.returncode != 0
     meta = (tmp_path / "s" / "cred-smoke" / "study.json").read_text()
     assert json.loads(meta)["tracking_uri"] == f"http://127.0.0.1:{port}/"
     for text in (meta, res.stdout, res.stderr):
         assert "s3cret" not in text and "alice:" not in text
     assert "MLFLOW_TRACKING_PASSWORD" in res.stdout
+
+
+def test_ui_url_names_an_address_a_browser_can_open() -> None:
+    """#27 item 16: `ui --host 0.0.0.0` printed http://0.0.0.0:... ."""
+    from study.cli import browse_host
+
+    assert [browse_host(h) for h in ("0.0.0.0", "::", "127.0.0.1", "::1", "h.example")] == [
+        "127.0.0.1", "[::1]", "127.0.0.1", "[::1]", "h.example"]
+
+
+@pytest.mark.faults  # a real `mlflow server`, killed with its parent
+def test_kill_9_of_study_ui_stops_its_mlflow_server(tmp_path: Path) -> None:
+    """#27 item 16: `kill -9` of `study ui` left `mlflow server` serving the port."""
+    import psutil
+
+    from tests.test_ux import _make_study
+
+    root = tmp_path / "studies"
+    _make_study(root)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "ui.log"
+    ui = start_driver("ui", "rc_table2-smoke", "--root", str(root), "--port", str(port), log=log)
+    family: list = []
+    try:
+        def serving() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(serving, 180, "mlflow server on the port", ui, log)
+        family = psutil.Process(ui.pid).children(recursive=True)
+        assert family and f"http://127.0.0.1:{port}/" in log.read_text()
+        os.kill(ui.pid, signal.SIGKILL)
+        ui.wait(timeout=10)
+        gone, alive = psutil.wait_procs(family, timeout=60)
+        assert not alive, [p.cmdline() for p in alive]
+        assert not serving()
+    finally:
+        for p in family:
+            if p.is_running():
+                p.kill()
+        kill_tree(ui.pid)

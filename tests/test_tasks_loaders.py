@@ -120,3 +120,33 @@ def test_cfq_absent_says_where_to_put_files(tmp_path):
     (tmp_path / "test.tsv").unlink()
     with pytest.raises(FileNotFoundError, match="missing test file"):
         load_task(TaskConfig(name="cfq", data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("task, src, stem", [("lookup", DATA / "lookup", "train.tsv"),
+                                              ("scan", DATA / "scan_tsv", "train.tsv"),
+                                              ("cfq", DATA / "cfq", "dev.tsv")])
+def test_bad_data_files_name_the_file_and_line(tmp_path, task, src, stem):
+    """#27 item 13: non-UTF-8 bytes, an empty file, a reserved token and an overlong line are
+    each one ValueError naming the file (and line), raised while loading, before any trial."""
+    d = _copy_dir(src, tmp_path / task)
+    path = d / stem
+    good = path.read_text().splitlines()[0]
+    src_col, tgt_col = good.split("\t")[:2]
+    cases = [
+        (good.encode() + b"\n" + "caf\u00e9".encode("latin-1") + b"\t1\n",
+         rf"{stem}:2: not UTF-8 text \(byte 0xe9 at column 4\)"),
+        (b"", rf"{stem}: no examples \(the file is empty or blank\)"),
+        (b"\n  \n", rf"{stem}: no examples"),
+        (f"{src_col}\t{tgt_col.split()[0]} <pad> {tgt_col}\n".encode(),
+         rf"{stem}:1: the target holds the reserved token '<pad>'"),
+        (f"<sos> {src_col}\t{tgt_col}\n".encode(), rf"{stem}:1: the source holds the reserved token '<sos>'"),
+        (f"{src_col}\t{tgt_col}\n".encode() + b"x " * 5_000_000 + b"\tx\n",
+         rf"{stem}:2: line longer than 100,000 characters"),
+        (f"{src_col}\t{tgt_col}\n{' '.join(['x'] * 2_001)}\tx\n".encode(),
+         rf"{stem}:2: the source has 2,001 tokens; at most 2,000"),
+    ]
+    for content, needle in cases:
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=needle) as info:
+            load_task(TaskConfig(name=task, data_dir=str(d)), use_cache=False)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)

@@ -142,14 +142,58 @@ def encode_examples(examples: Sequence[Example], vocab: Vocab) -> Batch:
     return Batch(src=src, src_len=src_len, tgt=tgt, tgt_len=tgt_len, attn=attn, sos_id=vocab.sos_id)
 
 
+#: Longest source or target, in tokens, that a data file may hold. The models have no
+#: positional limit, but attention and the decoder's state grow with length (a 10 MB line took
+#: a node's 23 GB): the longest in the papers' data is a few hundred tokens (CFQ queries).
+MAX_TOKENS = 2_000
+#: Longest line, in characters, read from a data file (room for MAX_TOKENS long tokens).
+MAX_LINE_CHARS = 100_000
+
+
 def numbered_lines(path: Path) -> Iterator[tuple[str, str]]:
     """``(where, line)`` for each non-blank line of a UTF-8 text file, ``where`` being
-    ``"<path>:<line number>"`` for error messages; line endings stripped."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
+    ``"<path>:<line number>"`` for error messages; line endings stripped. A byte that is not
+    UTF-8, or a line longer than :data:`MAX_LINE_CHARS`, raises ValueError naming the line."""
+    with open(path, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(4 * MAX_LINE_CHARS + 1)  # bounded: never a whole 10 MB line
+            if not raw:
+                return
+            lineno += 1
+            where = f"{path}:{lineno}"
+            if len(raw) > 4 * MAX_LINE_CHARS:
+                raise ValueError(f"{where}: line longer than {MAX_LINE_CHARS:,} characters")
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{where}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                                 f"{exc.start + 1}); save the file as UTF-8") from None
+            if len(line) > MAX_LINE_CHARS:
+                raise ValueError(f"{where}: line longer than {MAX_LINE_CHARS:,} characters")
             if line.strip():
-                yield f"{path}:{lineno}", line
+                yield where, line
+
+
+def check_tokens(ex: Example, where: str) -> None:
+    """Raise ValueError (naming ``where``) if a source or target holds a reserved token
+    (``<pad>``, ``<sos>``, ``<eos>``: the model would read it as padding or a sequence boundary)
+    or is longer than :data:`MAX_TOKENS`."""
+    for side, toks in (("source", ex.src), ("target", ex.tgt)):
+        bad = next((t for t in toks if t in (PAD, SOS, EOS)), None)
+        if bad is not None:
+            raise ValueError(f"{where}: the {side} holds the reserved token {bad!r}; reserved: "
+                             f"{[PAD, SOS, EOS]} (a trailing '<eos>' is dropped where the format "
+                             "allows one)")
+        if len(toks) > MAX_TOKENS:
+            raise ValueError(f"{where}: the {side} has {len(toks):,} tokens; at most {MAX_TOKENS:,}")
+
+
+def require_examples(examples: list, path: Path) -> list:
+    """``examples``, or ValueError naming ``path`` when it holds none."""
+    if not examples:
+        raise ValueError(f"{path}: no examples (the file is empty or blank)")
+    return examples
 
 
 def check_example(ex: Example, where: str) -> None:

@@ -18,7 +18,8 @@ import json
 import math
 from pathlib import Path
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines
+from locattn.tasks.base import (DECODE_SLACK, Example, TaskData, Vocab, check_tokens, numbered_lines,
+                                require_examples)
 from locattn.tasks.config import TaskConfig
 
 SPLIT_FILES = {
@@ -57,8 +58,9 @@ def _read(path: Path) -> list[Example]:
         ex = Example(tuple(str(q).split()), tuple(str(s).split()))
         if not ex.src or not ex.tgt:
             raise ValueError(f"{where}: empty question or query")
+        check_tokens(ex, where)
         out.append(ex)
-    return out
+    return require_examples(out, path)
 
 
 def load_dir(cfg: TaskConfig) -> TaskData:

@@ -48,7 +48,9 @@ from locattn.tasks.base import (
     TaskData,
     Vocab,
     check_example,
+    check_tokens,
     numbered_lines,
+    require_examples,
 )
 from locattn.tasks.config import TaskConfig
 
@@ -276,8 +278,9 @@ def parse_tsv(path: Path) -> list[Example]:
                     attn = tuple(a for i, a in enumerate(attn) if i != attn.index(bang))
         ex = Example(src, tgt, attn)
         check_example(ex, where)
+        check_tokens(ex, where)
         out.append(ex)
-    return out
+    return require_examples(out, path)
 
 
 _LAYOUT = {

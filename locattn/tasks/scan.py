@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from locattn.tasks.base import DECODE_SLACK, Example, TaskData, Vocab, numbered_lines
+from locattn.tasks.base import (DECODE_SLACK, Example, TaskData, Vocab, check_tokens, numbered_lines,
+                                require_examples)
 from locattn.tasks.config import TaskConfig
 
 GENERATOR_VERSION = 1
@@ -126,8 +127,9 @@ def parse_pairs(path: Path) -> list[Example]:
         ex = Example(tuple(src.split()), tuple(tgt.split()))
         if not ex.src or not ex.tgt:
             raise ValueError(f"{where}: empty source or target: {line[:80]!r}")
+        check_tokens(ex, where)
         out.append(ex)
-    return out
+    return require_examples(out, path)
 
 
 TRAIN_FILES = ("tasks_train_length.txt", "train.txt", "train.tsv")

@@ -1,0 +1,105 @@
+"""Checks of a launch's operational arguments before anything starts or is created.
+
+``--tracking-uri``, ``--address`` and ``--progress-seconds`` are refused in one line when they
+cannot work: an unknown scheme, a SQLite file in a directory that does not exist (nothing is
+created for it), a server or cluster that does not answer within :data:`CONNECT_TIMEOUT_S`
+seconds. Standard library only (``study status`` and the CLI's usage errors import no MLflow).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from study.spec import SpecError
+
+#: Seconds to wait for a tracking server, a database or a Ray cluster to accept a connection.
+CONNECT_TIMEOUT_S = 5.0
+#: Tracking URI schemes a study can record to (SQLAlchemy ones may name a driver: ``+psycopg``).
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+SERVER_SCHEMES = ("http", "https")
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
+#: Ray's default GCS port, for an ``--address`` given without one.
+RAY_DEFAULT_PORT = 6379
+RAY_CLIENT_PORT = 10001
+
+
+def check_progress_seconds(seconds: float) -> None:
+    """Refuse a progress interval that is not a positive finite number of seconds."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SpecError(f"--progress-seconds {seconds}: expected a number of seconds > 0 (default 10)")
+
+
+def reachable(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
+    """None when ``host:port`` accepts a TCP connection within ``timeout`` s, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.timeout:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Refuse a ``--tracking-uri`` a study cannot record to, in one line, before anything starts."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.split("+", 1)[0].lower()
+    valid = ("sqlite:////abs/path/mlflow.db, postgresql://host/db, mysql://host/db, "
+             "http(s)://mlflow-server:port")
+    if scheme == "file" or (not scheme and uri):
+        raise SpecError(f"--tracking-uri {uri}: MLflow's file store is not supported (it is in "
+                        f"maintenance mode); use a database or a server: {valid}")
+    if scheme not in DATABASE_SCHEMES + SERVER_SCHEMES:
+        raise SpecError(f"--tracking-uri {uri}: unknown scheme {parts.scheme + '://'!r}; valid: {valid}")
+    if scheme == "sqlite":
+        if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
+            raise SpecError(f"--tracking-uri {uri}: expected sqlite:///<path to a file> (four "
+                            "slashes for an absolute path)")
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        if not db.parent.is_dir():
+            raise SpecError(f"--tracking-uri {uri}: directory {db.parent} does not exist; create "
+                            "it first (a study creates no directory outside its own)")
+        return
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range
+        raise SpecError(f"--tracking-uri {uri}: {exc}") from None
+    if not host:
+        if scheme in SERVER_SCHEMES:
+            raise SpecError(f"--tracking-uri {uri}: no host; valid: {valid}")
+        return  # a database on a local socket
+    why = reachable(host, port or DEFAULT_PORTS[scheme])
+    if why:
+        what = "MLflow server" if scheme in SERVER_SCHEMES else f"{scheme} database"
+        raise SpecError(f"--tracking-uri {_redacted(uri)}: no {what} answers at "
+                        f"{host}:{port or DEFAULT_PORTS[scheme]} ({why}); start it, or fix the URI")
+
+
+def check_address(address: str) -> None:
+    """Refuse an ``--address`` of a Ray cluster that does not accept a connection within
+    :data:`CONNECT_TIMEOUT_S` s (``auto`` and ``local`` are Ray's own look-ups, left to it)."""
+    if address in ("auto", "local"):
+        return
+    client = address.startswith("ray://")
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise SpecError(f"--address {address}: {exc}") from None
+    if not host:
+        raise SpecError(f"--address {address}: expected auto, HOST:PORT or ray://HOST:PORT")
+    port = port or (RAY_CLIENT_PORT if client else RAY_DEFAULT_PORT)
+    why = reachable(host, port)
+    if why:
+        raise SpecError(f"--address {address}: no Ray cluster answers at {host}:{port} ({why}); "
+                        "start it (`ray start --head`), or leave --address out for a private local Ray")
+
+
+def _redacted(uri: str) -> str:
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
