@@ -7,7 +7,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from locattn.models import apply_size, build_model, build_regressor
-from locattn.models.encoder import SourceEncoder
+from locattn.models.encoder import GRUWeights, SourceEncoder
 from locattn.variants import get_variant, list_variants
 
 PAD, SOS, EOS, V = 0, 1, 2, 13
@@ -165,7 +165,10 @@ def test_encoder_recurrence_equals_packed_nn_gru(kind, layers):
     got = enc(x, lengths)
     xb, L = enc._add_boundaries(x, lengths)
     packed = pack_padded_sequence(xb, L, batch_first=True, enforce_sorted=False)
-    out, h_n = enc.rnn(packed)
+    rnn = torch.nn.GRU(12, enc.rnn.hidden_size, num_layers=layers, batch_first=True,
+                       bidirectional=kind == "bigru")
+    rnn.load_state_dict(enc.rnn.state_dict())  # the same parameter names and shapes
+    out, h_n = rnn(packed)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=xb.shape[1])
     if enc.residual is not None:
         out = out + enc.residual(xb) * got.mask.unsqueeze(-1)
@@ -176,6 +179,20 @@ def test_encoder_recurrence_equals_packed_nn_gru(kind, layers):
     # START at 0 and END right after each source
     assert torch.equal(xb[:, 0], enc.start.expand(5, -1))
     assert torch.equal(xb[torch.arange(5), lengths + 1], enc.end.expand(5, -1))
+
+
+@pytest.mark.parametrize("layers, bidirectional", [(1, True), (2, True), (2, False)])
+def test_gru_weights_initialise_as_nn_gru(layers, bidirectional):
+    """Same names, order and draws as nn.GRU: a seed gives the same weights and the same RNG after."""
+    torch.manual_seed(3)
+    ref = torch.nn.GRU(12, 10, num_layers=layers, bidirectional=bidirectional)
+    after_ref = torch.rand(3)
+    torch.manual_seed(3)
+    ours = GRUWeights(12, 10, layers, bidirectional)
+    assert torch.equal(torch.rand(3), after_ref)
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    for name, value in ref.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], value), name
 
 
 def test_decoder_cell_equals_nn_grucell():

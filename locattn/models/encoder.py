@@ -15,7 +15,9 @@
   encodings swap ends, so attention over the reversed view still begins at a boundary vector at
   position 0 and ends at one at position L_b - 1.
 
-Speed: the GRU parameters live in an ``nn.GRU`` (standard names and initialisation), but the
+Speed: the GRU parameters live in :class:`GRUWeights` (an ``nn.GRU``'s parameter names, shapes,
+order and initialisation, without the module: dynamo will not trace through an ``nn.GRU``, not
+even to read its weights, so the old holder broke every compiled graph at the encoder). The
 recurrence is run here: input maps for all steps and both directions in one product, then one
 batched (directions x batch) step per position, with the backward direction run over each
 sequence's reversed valid span and states frozen past each length. This equals a packed
@@ -25,6 +27,8 @@ sequence's reversed valid span and states frozen past each length. This equals a
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +49,29 @@ class Encoded:
     """(B,) long, L_b."""
     mask: Tensor
     """(B, L) bool, True on valid positions."""
+
+
+class GRUWeights(nn.Module):
+    """The parameters of ``nn.GRU(input_size, hidden_size, num_layers, bidirectional=...)`` and
+    nothing else: the same names (``weight_ih_l0``, ``bias_hh_l1_reverse``, ...), shapes,
+    registration order and initialisation (every parameter U(-1/sqrt(H), 1/sqrt(H)), drawn in that
+    order), so a seed gives the same weights and checkpoints load either way (a test checks it)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bidirectional = bidirectional
+        D = 2 if bidirectional else 1
+        for layer in range(num_layers):
+            in_size = input_size if layer == 0 else hidden_size * D
+            for sfx in ("", "_reverse")[:D]:
+                for name, shape in (("weight_ih", (3 * hidden_size, in_size)),
+                                    ("weight_hh", (3 * hidden_size, hidden_size)),
+                                    ("bias_ih", (3 * hidden_size,)), ("bias_hh", (3 * hidden_size,))):
+                    self.register_parameter(f"{name}_l{layer}{sfx}", nn.Parameter(torch.empty(shape)))
+        bound = 1.0 / math.sqrt(hidden_size)
+        for weight in self.parameters():
+            nn.init.uniform_(weight, -bound, bound)
 
 
 class SourceEncoder(nn.Module):
@@ -69,10 +96,7 @@ class SourceEncoder(nn.Module):
             self.start = self.end = None
         self.bidirectional = kind == "bigru"
         per_direction = hidden_size // 2 if self.bidirectional else hidden_size
-        self.rnn = nn.GRU(
-            embedding_size, per_direction, num_layers=num_layers, batch_first=True,
-            bidirectional=self.bidirectional,
-        )
+        self.rnn = GRUWeights(embedding_size, per_direction, num_layers, self.bidirectional)
         self.residual: nn.Module | None = None
         if kind == "gru_residual":
             self.residual = (
