@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from study import schema
+from study.retention import DEFAULT_KEEP, KEEP_POLICIES
 
 TOP_KEYS = {
     "name": "default study name (str)",
@@ -37,6 +38,7 @@ TOP_KEYS = {
     "profiles": "named profiles (smoke, quick, paper, ...) of overrides to the keys above",
     "default_profile": "profile used when --profile is not given (str)",
     "cost": "cost model for --dry-run: seconds_per_1k_examples (float)",
+    "keep": "what a finished run keeps on disk: model (default), results, all (study.retention)",
 }
 PROFILE_KEYS = {
     "overrides",
@@ -50,6 +52,7 @@ PROFILE_KEYS = {
     "pack_seeds",
     "cost",
     "description",
+    "keep",
 }
 SEARCH_KEYS = {
     "space": "dotted path -> {type: loguniform|uniform|int|categorical, low, high | choices}",
@@ -176,6 +179,8 @@ class StudySpec:
     pack_seeds: bool = False
     """Train all seeds of a (cell, hparams) point in one trial as one packed model
     (``locattn.packed.train_packed``); each seed still gets its own run and MLflow record."""
+    keep: str = DEFAULT_KEEP
+    """What a finished run keeps on disk (:data:`study.retention.KEEP_POLICIES`)."""
     resolved: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (profile applied) as saved in the study directory."""
 
@@ -584,6 +589,9 @@ def resolve_spec(
     if bad:
         raise _err(path, f"cost.{bad[0]}", "unknown key", sorted(COST_KEYS))
     spk = _check_number(path, "cost.seconds_per_1k_examples", cost.get("seconds_per_1k_examples", 1.3))
+    keep = merged.get("keep", DEFAULT_KEEP)
+    if keep not in KEEP_POLICIES:
+        raise _err(path, "keep", f"unknown policy {_short(keep)}", list(KEEP_POLICIES))
 
     # Every trial config must resolve (catches bad dotted paths and bad values early).
     _validate_configs(path, cells, hparams, search, pack_seeds=pack_seeds)
@@ -606,6 +614,8 @@ def resolve_spec(
     }
     if pack_seeds:  # only when set, so studies recorded before the key existed still match
         resolved["pack_seeds"] = True
+    if keep != DEFAULT_KEEP:  # likewise
+        resolved["keep"] = keep
     return StudySpec(
         path=path,
         name=name,
@@ -622,6 +632,7 @@ def resolve_spec(
         max_failures=max_failures,
         seconds_per_1k_examples=spk,
         pack_seeds=pack_seeds,
+        keep=keep,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from study.retention import prune_finished_run, study_keep
 from study.spec import run_key
 
 OBJECTIVE = "objective"
@@ -361,6 +362,7 @@ class Trial:
         self.replay: set[str] = set()
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
+        self.keep = study_keep(self.t["study_dir"])  # what a finished run keeps (study.retention)
 
     def restore(self) -> None:
         """Put every unfinished seed's trainer checkpoint back from the most advanced complete
@@ -461,6 +463,7 @@ class Trial:
                 report[OBJECTIVE] = float(statistics.median(scores))
             report["seeds_done"] = len(self.keys)
         self.report(key, report)
+        prune_finished_run(self.out_dirs[key], self.keep)
 
     def close(self) -> None:
         """Every seed finished: drop the model files from the trial's Tune checkpoints."""

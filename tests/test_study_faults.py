@@ -597,3 +597,47 @@ def test_kill_9_of_study_ui_stops_its_mlflow_server(tmp_path: Path) -> None:
             if p.is_running():
                 p.kill()
         kill_tree(ui.pid)
+
+
+def test_keep_policy_prunes_finished_runs_to_what_reports_read(tmp_path: Path) -> None:
+    """#27 item 15: a finished run drops its resume state (keep: model, the default) or its
+    model too (keep: results); the record files stay whatever the policy."""
+    from study.retention import prune_finished_run, study_keep
+
+    record = ("result.json", "config.json", "trial.json", "attention.json", "attention.png")
+    sizes = {}
+    for keep in ("all", "model", "results"):
+        run = tmp_path / keep
+        (run / "checkpoint").mkdir(parents=True)
+        (run / "checkpoint" / "state.pt").write_bytes(b"s" * 4000)
+        (run / "checkpoint" / "meta.json").write_text("{}")
+        (run / "best_model.pt").write_bytes(b"m" * 1000)
+        for name in record:
+            (run / name).write_text("{}")
+        sizes[keep] = prune_finished_run(run, keep)
+        assert all((run / name).is_file() for name in record)
+        assert (run / "checkpoint").exists() == (keep == "all")
+        assert (run / "best_model.pt").exists() == (keep != "results")
+    assert sizes == {"all": 0, "model": 4002, "results": 5002}
+    assert study_keep(tmp_path / "nosuch") == "model"
+    (tmp_path / "study.json").write_text(json.dumps({"resolved": {"keep": "results"}}))
+    assert study_keep(tmp_path) == "results"
+    spec = write_spec(tmp_path, "k", keep="everything")
+    with pytest.raises(SpecError, match="keep: unknown policy 'everything'; valid: "
+                                        r"\['all', 'model', 'results'\]"):
+        load_spec(spec)
+    assert "keep" not in load_spec(write_spec(tmp_path, "k")).resolved  # old studies still match
+    assert load_spec(write_spec(tmp_path, "k", keep="results")).resolved["keep"] == "results"
+
+
+@pytest.mark.faults  # a real driver
+def test_a_finished_study_keeps_only_what_its_policy_says(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "keep", seeds=2, keep="results")
+    res = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), "--progress-seconds", "5")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    runs = sorted((tmp_path / "s" / "keep-smoke" / "runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        assert {p.name for p in run.iterdir()} >= {"result.json", "config.json", "trial.json"}
+        assert not (run / "checkpoint").exists() and not (run / "best_model.pt").exists()
+    assert len(trial_runs(tmp_path / "s" / "keep-smoke" / "mlflow.db")) == 2
