@@ -13,9 +13,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from locattn.cliparse import EXIT_USAGE, Parser, parse
-from locattn.config import apply_overrides, make_run_config, parse_override
-
-
 
 class UsageError(Exception):
     """A problem with the command line (reported in one line, exit 2)."""
@@ -65,7 +62,7 @@ def build_parser() -> Parser:
         "train",
         help="train one run and score its test splits",
         description="Train one run (task x variant x seed), then score every test split greedily.",
-        epilog=_epilog(),
+        epilog=_epilog,  # called only for 'train --help': listing tasks imports torch
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True, metavar="TASK", help="task key (listed below)")
@@ -149,6 +146,9 @@ def check_task_files(task: Any) -> None:
 
 def resolve_train_config(args: argparse.Namespace) -> Any:
     """RunConfig from the parsed ``train`` arguments; UsageError naming valid choices."""
+    # locattn.config imports torch (through the metrics): kept here, off the path of --help.
+    from locattn.config import apply_overrides, make_run_config, parse_override
+
     check_operational(args)
     tasks = _task_names()
     if args.task not in tasks:

@@ -12,13 +12,28 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from typing import NoReturn, Sequence
+from pathlib import Path
+from typing import Any, Iterable, NoReturn, Sequence
 
 EXIT_USAGE = 2
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line naming the valid options."""
+    """An ``ArgumentParser`` whose errors are one line naming the valid options.
+
+    Abbreviated flags are refused (``--epoch`` is not ``--epochs``): a mistyped flag exits 2, as
+    the README promises. ``epilog`` may be a function, called only when help is shown (a listing
+    that needs a heavy import stays off the path of every other command).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
 
     def long_options(self) -> list[str]:
         return sorted({s for a in self._actions for s in a.option_strings if s.startswith("--")})
@@ -64,3 +79,13 @@ def parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
             f"unrecognized arguments: {' '.join(extra)}"
         )
     return args
+
+
+def closest_path(typed: str, candidates: Iterable[Path]) -> str:
+    """`` (did you mean X?)`` naming the candidate whose file name is closest to the typed
+    path's, written as the user would type it; ``""`` when none is close."""
+    by_name: dict[str, Path] = {}
+    for c in sorted(candidates):
+        by_name.setdefault(c.name, c)
+    close = difflib.get_close_matches(Path(typed).name, list(by_name), n=1, cutoff=0.6)
+    return f" (did you mean {by_name[close[0]]}?)" if close else ""

@@ -16,7 +16,8 @@ Per cell (row variant x column):
 3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
 4. Completeness: finished seeds against ``locattn.n_seeds``; running and failed runs are not
    aggregated but counted.
-5. Best per column honouring the metric's direction (ties at display precision all best), and
+5. Best per column honouring the metric's direction (ties at display precision all best, but
+   a column whose rows are all equal has none), and
    paired Wilcoxon signed-rank tests of every other row against the best row over their shared
    seeds, Holm-corrected within the column.
 """
@@ -490,6 +491,8 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
             continue
         best_key = min(k for k, _ in ranked)
         best_rows = [c.row for k, c in ranked if k == best_key]
+        if len(ranked) > 1 and len(best_rows) == len(ranked):
+            continue  # every row equal (a column of 0.0): no best, nothing to test
         for r in best_rows:
             cells[(r, col.key)] = _replace(cells[(r, col.key)], best=True)
         if table.kind == "epochs_or_accuracy" or stat == "n":
@@ -541,3 +544,92 @@ def _canon(h: str) -> str:
         return json.dumps(json.loads(h), sort_keys=True)
     except (TypeError, ValueError):
         return h
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-cell summary of any study (a search study, a study that declares no paper table)
+
+#: The headline metric of a summary: sequence accuracy, or accuracy for regression tasks.
+HEADLINE_METRICS = ("seq_acc", "accuracy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellSummary:
+    """One grid cell: its chosen hyperparameters and the medians over that point's seeds."""
+
+    cell: str
+    """The cell id, ``task=copy,variant=onestep``."""
+    hparams: str
+    """Canonical JSON of the chosen point (``{}``: nothing searched)."""
+    n_points: int
+    """Hyperparameter points with at least one finished run."""
+    dev: float | None
+    """Median ``best_dev_score`` (%) over the chosen point's finished seeds."""
+    medians: dict[str, float]
+    """Headline metric key (``test.len15.seq_acc``) -> median (%) over those seeds."""
+    solved: dict[str, int]
+    """Headline metric key -> seeds at or above the solved threshold."""
+    n: int
+    """Finished seeds of the chosen point."""
+    n_expected: int | None
+    """Seeds the spec expects per point."""
+
+
+def _split_order(key: str) -> tuple:
+    """``test.len100.seq_acc`` after ``test.len15.seq_acc``: numbers inside names by value."""
+    split = key.split(".")[1] if key.count(".") >= 2 else key
+    digits = "".join(ch for ch in split if ch.isdigit())
+    return (split.rstrip("0123456789"), int(digits) if digits else -1, split)
+
+
+def headline_keys(runset: RunSet) -> list[str]:
+    """The study's test-split keys of its headline metric, in split order."""
+    keys = runset.metrics["key"].unique().to_list()
+    for metric in HEADLINE_METRICS:
+        found = [k for k in keys if k.startswith("test.") and k.endswith(f".{metric}")]
+        if found:
+            return sorted(found, key=_split_order)
+    return []
+
+
+#: A seed "solved" a cell at this accuracy (%) or more, unless ``--solved`` says otherwise.
+DEFAULT_SOLVED = 90.0
+
+
+def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list[CellSummary]:
+    """Per cell (in the study's order of first appearance): the hyperparameters with the best
+    median ``best_dev_score`` over seeds (then the earliest median best epoch, as the tables
+    choose), and the medians of the headline metric over that point's finished seeds."""
+    runs = runset.runs.filter(
+        (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY) & pl.col("cell").is_not_null()
+    ).with_columns(pl.col("hparams").fill_null("{}"))
+    if runs.height == 0:
+        return []
+    finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
+    ranked = _ranked_choices(finished, runset, ["cell"],
+                             [(DEV_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
+    firsts = ranked.group_by("cell", maintain_order=True).first()
+    chosen = {row["cell"]: row for row in firsts.iter_rows(named=True)}
+    points = dict(ranked.group_by("cell").agg(pl.len()).iter_rows())
+    keys = headline_keys(runset)
+    out = []
+    for cell in runs["cell"].unique(maintain_order=True).to_list():
+        pick = chosen.get(cell)
+        expected = runs.filter(pl.col("cell") == cell)["n_seeds"].max()
+        if pick is None:
+            out.append(CellSummary(cell=cell, hparams="{}", n_points=0, dev=None, medians={},
+                                   solved={}, n=0, n_expected=expected))
+            continue
+        ids = finished.filter((pl.col("cell") == cell) & (pl.col("hparams") == pick["hparams"]))["run_id"]
+        vals = runset.metrics.filter(pl.col("run_id").is_in(ids.to_list()) & pl.col("key").is_in(keys))
+        medians, solved = {}, {}
+        for key in keys:
+            v = vals.filter(pl.col("key") == key)["value"].drop_nans().drop_nulls().to_numpy() * 100
+            if len(v):
+                medians[key] = float(np.median(v))
+                solved[key] = int((v >= solved_at).sum())
+        dev = pick["rank0"]
+        out.append(CellSummary(cell=cell, hparams=_canon(pick["hparams"]), n_points=int(points[cell]),
+                               dev=None if dev is None else 100 * float(dev), medians=medians,
+                               solved=solved, n=ids.len(), n_expected=expected))
+    return out

@@ -15,10 +15,11 @@ from typing import Sequence
 import polars as pl
 
 from reports.agreement import agreement
-from reports.aggregate import TableResult, aggregate
+from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, DEV_KEY, CellSummary, TableResult,
+                               aggregate, cell_summaries, headline_keys)
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
-from reports.render import RENDERERS, Provenance
+from reports.render import LAYOUTS, RENDERERS, SUMMARY_ID, Provenance, render_summary
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, TABLES, TableDef, get_table
 from study import schema
@@ -76,6 +77,8 @@ class Built:
     runset: RunSet
     results: list[TableResult]
     provenance: Provenance
+    summary: list[CellSummary] | None = None
+    """Per-cell summary, for a study that declares no table (e.g. a search study)."""
 
 
 class IncompleteError(ReportsError):
@@ -107,17 +110,19 @@ def collect(
     runset = read_runs(uri, name, metric_keys=list(keys), param_keys=_params_needed(defs))
     if runset.runs.height == 0:
         raise ReportsError(f"study {name!r} in {runset.source} has no runs yet")
+    summarize = False
     if not tables:
         ids = tables_of_study(runset)
-        if not ids:
-            raise ReportsError(
-                f"study {name!r} does not say which tables it regenerates (no parent run with "
-                f"tag {schema.TABLES}); pass --table ID (valid: {', '.join(sorted(TABLES))})"
-            )
+        # A study that names no paper table (a search, a one-off ablation): its per-cell summary.
+        summarize = not ids
         defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids if t not in EXHIBITS]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
+    if summarize:
+        runset = read_runs(uri, name, metric_keys=[DEV_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
+        summary = cell_summaries(runset, solved_at=DEFAULT_SOLVED if solved_at is None else solved_at)
+        return Built(runset=runset, results=[], provenance=provenance(runset), summary=summary)
     results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
     if solved_at is not None:
         results = [dataclasses.replace(r, solved_at=solved_at) for r in results]
@@ -156,6 +161,7 @@ def build_reports(
     stat: str | None = None,
     solved_at: float | None = None,
     compare: bool = False,
+    layout: str = "tables",
     strict: bool = False,
     figures: bool = False,
     summary: list[str] | None = None,
@@ -164,7 +170,11 @@ def build_reports(
 
     ``source``: a study directory (``studies/<name>/`` with ``mlflow.db``) or a tracking URI
     (``sqlite:///...``, ``postgresql://...``, ``http://host:port``; then ``study`` is required).
-    ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag.
+    ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag, and a
+    study that names none (a search study) gets ``summary.<ext>``: per cell the chosen
+    hyperparameters, their median dev score and the medians of the headline metric.
+    ``layout``: with ``compare``, ``tables`` (ours, paper, difference as separate tables) or
+    ``cells`` ("ours / paper" in each cell of one table).
     ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or
     has fewer seeds than expected.
     ``summary``: with ``compare``, one agreement line per table (:mod:`reports.agreement`) is
@@ -173,6 +183,8 @@ def build_reports(
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
         raise ReportsError(f"unknown format(s) {', '.join(bad)}; valid: {', '.join(FORMATS)}")
+    if layout not in LAYOUTS:
+        raise ReportsError(f"unknown compare layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     built = collect(source, study, tables, stat=stat, solved_at=solved_at)
     if strict:
         gaps = [g for r in built.results for g in describe_gaps(r)]
@@ -188,8 +200,16 @@ def build_reports(
             summary.append(agreement(result, paper).sentence())
         for fmt in formats:
             fn, ext = RENDERERS[fmt]
-            text = fn(result, built.provenance, paper_label, paper)
+            text = fn(result, built.provenance, paper_label, paper, layout)
             path = out / f"{result.table.id}.{ext}"
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    if built.summary is not None:
+        keys = headline_keys(built.runset)
+        for fmt in formats:
+            path = out / f"{SUMMARY_ID}.{RENDERERS[fmt][1]}"
+            text = render_summary(built.summary, keys, built.provenance, fmt,
+                                  DEFAULT_SOLVED if solved_at is None else solved_at)
             path.write_text(text, encoding="utf-8")
             written.append(path)
     exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]

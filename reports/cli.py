@@ -1,7 +1,7 @@
 """``reports`` command line.
 
     reports build <study_dir> [--format md,latex,csv] [--out DIR] [--table ID] [--compare] ...
-    reports build --tracking-uri URI --study NAME --out DIR [...]
+    reports build --tracking-uri URI --study NAME [--out DIR] [...]
     reports list [<study_dir>]
 
 ``study report <study>`` is the same ``build`` with the study found by name: it shares
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
-from locattn.cliparse import Parser, parse
-from reports.store import ReportsError
-from reports.tables import STATS, TABLES
+from locattn.cliparse import Parser, closest_path, parse
+from reports.store import STORE_FILE, ReportsError
+from reports.tables import EXHIBITS, STATS, TABLES
 
 
 def _split(s: str) -> list[str]:
@@ -27,17 +28,22 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
     """The options of ``reports build`` (and ``study report``), after the study argument."""
     b.add_argument("--format", default="md,latex,csv",
                    help="comma-separated output formats: md, latex, csv (default: all three)")
-    b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports)")
+    b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports; "
+                                               "with --tracking-uri: ./<study>-reports)")
     b.add_argument("--table", action="append", default=None,
                    help=f"table id (repeatable or comma-separated; default: the study's "
-                        f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}")
+                        f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}; exhibits: "
+                        f"{', '.join(sorted(EXHIBITS))}")
     b.add_argument("--stat", choices=STATS, default=None,
                    help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
     b.add_argument("--solved", type=float, nargs="?", const=90.0, default=None, metavar="PCT",
                    help="after each accuracy cell, (k/n): the seeds that reached PCT or more "
                         "(default 90), so a fragile median is visible")
     b.add_argument("--compare", action="store_true",
-                   help="add the papers' published numbers and the differences")
+                   help="add the papers' published numbers and the differences (three tables)")
+    b.add_argument("--side-by-side", action="store_true",
+                   help="compare in one table: 'ours / paper' in each cell (implies --compare; "
+                        "Markdown and LaTeX)")
     b.add_argument("--strict", action="store_true",
                    help="refuse to write tables with missing or incomplete cells (exit 3, names the cells)")
     b.add_argument("--figures", action="store_true",
@@ -69,18 +75,24 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
         return 2
     source = args.study_dir if args.study_dir is not None else args.tracking_uri
     tables = [t for arg in args.table for t in _split(arg)] if args.table else None
+    if args.study_dir is not None and not Path(args.study_dir).exists():
+        print(f"{prog}: {missing_study_dir(args.study_dir)}", file=sys.stderr)
+        return 2
+    if args.study_dir is None and not args.study:
+        print(f"{prog}: --tracking-uri needs --study NAME (the study's MLflow experiment)",
+              file=sys.stderr)
+        return 2
     out = args.out
     if out is None:
-        if args.study_dir is None:
-            print(f"{prog}: --out DIR is required with --tracking-uri", file=sys.stderr)
-            return 2
-        out = f"{str(args.study_dir).rstrip('/')}/reports"
+        out = (f"{str(args.study_dir).rstrip('/')}/reports" if args.study_dir is not None
+               else f"{args.study}-reports")
     summary: list[str] = []
     try:
         paths = build_reports(
             source, args.study, tables, _split(args.format), out, stat=args.stat,
-            compare=args.compare, strict=args.strict, figures=args.figures, solved_at=args.solved,
-            summary=summary,
+            compare=args.compare or args.side_by_side,
+            layout="cells" if args.side_by_side else "tables", strict=args.strict,
+            figures=args.figures, solved_at=args.solved, summary=summary,
         )
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -95,8 +107,19 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
     return 0
 
 
+def missing_study_dir(study_dir: str) -> str:
+    """One line for a study directory that does not exist, naming the closest study beside it."""
+    parent = Path(study_dir).parent
+    studies = [p for p in parent.iterdir() if (p / STORE_FILE).is_file()] if parent.is_dir() else []
+    return (f"study directory {study_dir!r} does not exist{closest_path(study_dir, studies)} "
+            f"(expected studies/<name>/ containing {STORE_FILE})")
+
+
 def run_list(study_dir: str | None) -> int:
     declared: list[str] = []
+    if study_dir is not None and not Path(study_dir).exists():
+        print(f"reports list: {missing_study_dir(study_dir)}", file=sys.stderr)
+        return 2
     if study_dir is not None:
         from reports.build import tables_of_study
         from reports.store import read_runs, resolve_source
@@ -108,9 +131,11 @@ def run_list(study_dir: str | None) -> int:
             print(f"reports list: {exc}", file=sys.stderr)
             return 2
         print(f"study {name} declares: {', '.join(declared) if declared else '(none)'}")
-    for tid, t in sorted(TABLES.items()):
+    listing = {**{tid: f"{t.source}: {t.title}" for tid, t in TABLES.items()},
+               **{tid: f"{text} (exhibit)" for tid, text in EXHIBITS.items()}}
+    for tid, text in sorted(listing.items()):
         mark = "* " if tid in declared else "  " if study_dir is not None else ""
-        print(f"{mark}{tid:15s} {t.source}: {t.title}")
+        print(f"{mark}{tid:15s} {text}")
     return 0
 
 

@@ -126,6 +126,10 @@ def curve_style(i: int) -> dict[str, Any]:
             "zorder": 2 + i}
 
 
+#: Legend entry of the shaded band around each median curve.
+IQR_LABEL = "band: 25th–75th percentile over seeds (line: median)"
+
+
 def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
                   label=lambda k: k):
     """One panel per metric (e.g. ``{"seqAcc": df, "seqAccBE": df}``) of :func:`length_frame`
@@ -163,6 +167,8 @@ def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
     if title:
         fig.suptitle(title)
     if handles:  # one legend for all panels, below them, where it hides no curve
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="grey", alpha=0.3, linewidth=0))
+        labels.append(IQR_LABEL)
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
                    frameon=False)
         rows = (len(labels) + 4) // 5

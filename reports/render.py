@@ -13,11 +13,16 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from reports.aggregate import ALPHA, MIN_TESTABLE_PAIRS, Cell, TableResult, hparam_summary
+from reports.aggregate import (ALPHA, MIN_TESTABLE_PAIRS, Cell, CellSummary, TableResult,
+                               hparam_summary)
 from reports.paper import PaperValue
 from reports.tables import Panel, TableDef
 
 MISSING = "–"
+#: Between our number and the paper's in a side-by-side cell (``--side-by-side``).
+SIDE_SEP = " / "
+#: Layouts of ``--compare``: three tables (ours, paper, difference) or "ours / paper" in one cell.
+LAYOUTS = ("tables", "cells")
 DAGGER = "†"
 TIE = "≈"
 GREY = "°"
@@ -223,7 +228,8 @@ def _md_escape(s: str) -> str:
 
 
 def _md_panel(result: TableResult, panel: Panel, label: Labeler,
-              text: Callable[[str, str], tuple[str, bool]]) -> list[str]:
+              text: Callable[[str, str], tuple[str, bool]],
+              tail: Callable[[str, str], str] | None = None) -> list[str]:
     t = result.table
     cols = panel.columns
     head = ["Model"]
@@ -240,7 +246,8 @@ def _md_panel(result: TableResult, panel: Panel, label: Labeler,
             for c in cols:
                 s, bold = text(r, c.key)
                 s = _md_escape(s)
-                cells.append(f"**{s}**" if bold and s != MISSING else s)
+                s = f"**{s}**" if bold and s != MISSING else s
+                cells.append(s + (_md_escape(SIDE_SEP + tail(r, c.key)) if tail else ""))
             lines.append("| " + " | ".join([_md_escape(label(r)), *cells]) + " |")
     return lines
 
@@ -266,6 +273,17 @@ def _paper_text(table: TableDef, paper: Mapping[tuple[str, str], PaperValue]):
         return f"{p.value:g}", False
 
     return f
+
+
+def _paper_tail(table: TableDef, paper: Mapping[tuple[str, str], PaperValue]) -> Callable[[str, str], str]:
+    text = _paper_text(table, paper)
+    return lambda r, c: text(r, c)[0]
+
+
+def side_by_side_sentence(table: TableDef) -> str:
+    """The caption's sentence for the side-by-side layout (``layout="cells"``)."""
+    return (f"Each cell: ours{SIDE_SEP}published in {table.source} ({MISSING}: not reported); "
+            "bold marks our best.")
 
 
 def paper_diff(table: TableDef, stat: str, cell: Cell, p: PaperValue | None) -> float | None:
@@ -294,21 +312,28 @@ def _diff_text(result: TableResult, paper: Mapping[tuple[str, str], PaperValue])
 
 
 def render_markdown(result: TableResult, provenance: Provenance, label: Labeler,
-                    paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
-    """GitHub-flavoured Markdown: a provenance comment, caption, one table per panel, notes."""
+                    paper: Mapping[tuple[str, str], PaperValue] | None = None,
+                    layout: str = "tables") -> str:
+    """GitHub-flavoured Markdown: a provenance comment, caption, one table per panel, notes.
+    With ``paper``: the published numbers and the differences as two more tables, or with
+    ``layout="cells"`` beside ours in each cell ("ours / paper")."""
     t = result.table
+    side = paper is not None and layout == "cells"
     out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", ""]
     sentences = caption_sentences(result, label)
+    if side:
+        sentences.append(side_by_side_sentence(t))
     out.append(f"**{lead_sentence(t)}** " + " ".join(sentences[1:]))
     out.append("")
+    tail = _paper_tail(t, paper) if side else None
     for panel in t.panels:
-        out.extend(_md_panel(result, panel, label, _ours_text(result)))
+        out.extend(_md_panel(result, panel, label, _ours_text(result), tail))
         out.append("")
     ns = notes(result, label)
     if ns:
         out.extend(f"- {n}" for n in ns)
         out.append("")
-    if paper is not None:
+    if paper is not None and not side:
         out.append(f"**Published numbers** ({t.source}; {MISSING}: not reported).")
         out.append("")
         for panel in t.panels:
@@ -339,8 +364,8 @@ def latex_escape(s: str) -> str:
 
 
 def _latex_panel(result: TableResult, panel: Panel, label: Labeler,
-                 text: Callable[[str, str], tuple[str, bool]], greyed: Callable[[str, str], bool]
-                 ) -> list[str]:
+                 text: Callable[[str, str], tuple[str, bool]], greyed: Callable[[str, str], bool],
+                 tail: Callable[[str, str], str] | None = None) -> list[str]:
     t = result.table
     cols = panel.columns
     spec = "l" + "".join(" " + "c" * len(g.columns) for g in panel.groups)
@@ -376,7 +401,7 @@ def _latex_panel(result: TableResult, panel: Panel, label: Labeler,
                     s = rf"\textbf{{{s}}}"
                 if greyed(r, c.key):
                     s = rf"\textcolor{{gray}}{{{s}}}"
-                cells.append(s)
+                cells.append(s + (latex_escape(SIDE_SEP + tail(r, c.key)) if tail else ""))
             lines.append(" & ".join([latex_escape(label(r)), *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     return lines
@@ -389,7 +414,8 @@ LATEX_PLACEMENT = "!htbp"
 
 
 def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
-                 text, greyed, footnotes: list[str], short: str | None = None) -> list[str]:
+                 text, greyed, footnotes: list[str], short: str | None = None,
+                 tail: Callable[[str, str], str] | None = None) -> list[str]:
     t = result.table
     head = rf"\caption[{{{latex_escape(short)}}}]" if short else r"\caption"
     out = [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
@@ -398,7 +424,7 @@ def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
         if i:
             out.append(r"\par\medskip")
         out.append(r"\resizebox{\linewidth}{!}{%" if len(panel.columns) > 8 else "{%")
-        out.extend(_latex_panel(result, panel, label, text, greyed))
+        out.extend(_latex_panel(result, panel, label, text, greyed, tail))
         out.append("}")
     if footnotes:
         out.append(r"\par\smallskip")
@@ -418,23 +444,30 @@ def lead_sentence(t: TableDef) -> str:
 
 
 def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
-                 paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
-    """A LaTeX ``table`` float using booktabs (needs ``\\usepackage{booktabs,graphicx,xcolor}``)."""
+                 paper: Mapping[tuple[str, str], PaperValue] | None = None,
+                 layout: str = "tables") -> str:
+    """A LaTeX ``table`` float using booktabs (needs ``\\usepackage{booktabs,graphicx,xcolor}``);
+    with ``paper``, two more floats (published, difference) or, with ``layout="cells"``, the
+    published number beside ours in each cell."""
     t = result.table
+    side = paper is not None and layout == "cells"
     out = [f"% {ln}" for ln in provenance.lines()]
     out.append(r"% requires \usepackage{booktabs,graphicx,xcolor}")
     # LaTeX numbers the table itself ("Table 3:"); the caption reads like the paper's: what the
     # numbers are first, then whose layout, with no internal table id.
     sentences = caption_sentences(result, label)
     sentences[0] = lead_sentence(t)
+    if side:
+        sentences.append(side_by_side_sentence(t))
     caption = " ".join(sentences)
     if t.kind == "epochs_or_accuracy":
         caption = caption.replace("marked with °", "greyed")
     out += _latex_table(
         result, label, caption, t.id, _ours_text(result),
         lambda r, c: result.cell(r, c).greyed, notes(result, label), short=t.title,
+        tail=_paper_tail(t, paper) if side else None,
     )
-    if paper is not None:
+    if paper is not None and not side:
         out.append("")
         out += _latex_table(
             result, label, f"Published numbers of {t.source} (--: not reported).",
@@ -469,8 +502,10 @@ def _f(v: float | None) -> str:
 
 
 def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
-               paper: Mapping[tuple[str, str], PaperValue] | None = None) -> str:
-    """One row per cell with every statistic; ``#`` comment lines carry the provenance."""
+               paper: Mapping[tuple[str, str], PaperValue] | None = None,
+               layout: str = "tables") -> str:
+    """One row per cell with every statistic; ``#`` comment lines carry the provenance (one
+    layout: the paper's value and the difference are columns)."""
     t = result.table
     buf = io.StringIO()
     for ln in provenance.lines():
@@ -506,6 +541,79 @@ def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
                                 int(pv.greyed) if pv else "", _f(d)]
                     w.writerow(rec)
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-cell summary (a study without a paper table, e.g. a learning-rate search)
+
+#: File stem of the summary ``reports build`` writes for a study that declares no table.
+SUMMARY_ID = "summary"
+
+
+def hparams_text(hparams: str) -> str:
+    """``{"optim.lr": 0.00031}`` -> ``lr=3.1e-04``; ``{}`` -> ``–``."""
+    try:
+        point = json.loads(hparams)
+    except (TypeError, ValueError):
+        return hparams
+    if not point:
+        return MISSING
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.2g}" if isinstance(v, float) else
+                     f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(point.items()))
+
+
+def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Header and text rows of the summary: cell, chosen point, dev median, points tried, then
+    per headline key the median over seeds with (k/n) seeds solved."""
+    head = ["Cell", "Chosen hparams", "Dev %", "Points", *(k.removeprefix("test.") for k in keys)]
+    rows = []
+    for s in summaries:
+        row = [s.cell, hparams_text(s.hparams), MISSING if s.dev is None else f"{s.dev:.1f}",
+               str(s.n_points)]
+        for k in keys:
+            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{s.n})" if k in s.medians else MISSING)
+        rows.append(row)
+    return head, rows
+
+
+def summary_caption(study: str, solved_at: float) -> str:
+    return (f"Study {study}, per cell: the hyperparameters with the best median best_dev_score "
+            f"over seeds (never chosen by test), that median, the points tried, and the median "
+            f"over the chosen point's finished seeds of each test split; (k/n): k of n seeds "
+            f"reached {solved_at:g} % or more.")
+
+
+def render_summary(summaries: list[CellSummary], keys: list[str], provenance: Provenance,
+                   fmt: str, solved_at: float) -> str:
+    """The summary as Markdown, LaTeX or CSV text."""
+    head, rows = summary_rows(summaries, keys)
+    caption = summary_caption(provenance.study, solved_at)
+    if fmt == "csv":
+        buf = io.StringIO()
+        buf.writelines(f"# {ln}\n" for ln in provenance.lines())
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["cell", "hparams", "dev", "n_points", "n", "n_expected",
+                    *(f"{k}.{x}" for k in keys for x in ("median", "solved"))])
+        for s in summaries:
+            w.writerow([s.cell, s.hparams, _f(s.dev), s.n_points, s.n,
+                        "" if s.n_expected is None else s.n_expected,
+                        *(v for k in keys for v in (_f(s.medians.get(k)), s.solved.get(k, "")))])
+        return buf.getvalue()
+    if fmt == "latex":
+        out = [f"% {ln}" for ln in provenance.lines()]
+        out += [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
+                rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{SUMMARY_ID}}}",
+                r"\resizebox{\linewidth}{!}{%",
+                rf"\begin{{tabular}}{{ll{'r' * (len(head) - 2)}}}", r"\toprule",
+                " & ".join(latex_escape(h) for h in head) + r" \\", r"\midrule"]
+        out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
+        out += [r"\bottomrule", r"\end{tabular}", "}", r"\end{table}"]
+        return "\n".join(out) + "\n"
+    out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", "", caption, "",
+           "| " + " | ".join(_md_escape(h) for h in head) + " |",
+           "|:--|:--|" + "|".join("--:" for _ in head[2:]) + "|"]
+    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
 
 
 RENDERERS = {"md": (render_markdown, "md"), "latex": (render_latex, "tex"), "csv": (render_csv, "csv")}

@@ -1,9 +1,10 @@
-"""``study`` command line: launch, resume, status, ui, report.
+"""``study`` command line: launch, resume, status, runs, ui, report.
 
     study launch ablations/rc_table2.yaml [--profile quick] [--name N] [--root studies/]
                  [--address ADDR] [--tracking-uri URI] [--max-concurrent N] [--dry-run]
     study resume <study> [--root studies/] [--address ADDR]
     study status <study> [--root studies/]
+    study runs <study> [--root studies/]
     study ui <study> [--root studies/] [--port 5000]
     study report <study> [--root studies/] [reports build options: --table, --compare, ...]
 
@@ -13,6 +14,7 @@ the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import difflib
 import errno
@@ -26,14 +28,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from locattn.cliparse import Parser, parse
+from locattn.cliparse import Parser, closest_path, parse
 from study import preflight, schema
 from study.spec import SpecError, check_study_name
 
 
 def parser() -> Parser:
     """The `study` command line: launch, resume, status, report, ui."""
-    p = Parser(prog="study", description=__doc__.split("\n")[0])
+    p = Parser(prog="study", description=DESCRIPTION, epilog=EXAMPLES,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
     lp = sub.add_parser("launch", help="launch (or idempotently resume) a study from a spec")
@@ -65,6 +68,11 @@ def parser() -> Parser:
     sp.add_argument("study", help=STUDY_HELP)
     sp.add_argument("--root", default="studies", help=ROOT_HELP)
 
+    np_ = sub.add_parser("runs", help="which run folder (runs/<hash>) is which run: name, cell, "
+                                      "seed, how far it got")
+    np_.add_argument("study", help=STUDY_HELP)
+    np_.add_argument("--root", default="studies", help=ROOT_HELP)
+
     up = sub.add_parser("ui", help="serve the MLflow UI over the study's store on 127.0.0.1")
     up.add_argument("study", help=STUDY_HELP)
     up.add_argument("--root", default="studies", help=ROOT_HELP)
@@ -83,6 +91,12 @@ def parser() -> Parser:
     return p
 
 
+DESCRIPTION = ("Run an ablation study from a spec (ablations/*.yaml) on Ray Tune, recording\n"
+               "every run in MLflow: launch, resume, status, runs, ui, report.")
+EXAMPLES = """examples:
+  study launch ablations/rc_table2.yaml --profile smoke
+  study status rc_table2-smoke
+  study report rc_table2-smoke --compare"""
 STUDY_HELP = "study name (a directory under --root) or a study directory"
 ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
@@ -107,6 +121,16 @@ def find_study(study: str, root: str) -> Any:
     hint = f" (did you mean {close[0]}?)" if close else ""
     where = f"studies under {base}: {', '.join(known)}" if known else f"no studies under {base}"
     raise SpecError(f"no study {study!r}{hint}; {where}")
+
+
+def check_spec_path(spec: str) -> None:
+    """Refuse a spec path that is no file, naming the closest spec beside it or in ablations/."""
+    if Path(spec).is_file():
+        return
+    parent = Path(spec).parent
+    candidates = [*parent.glob("*.yaml"), *Path("ablations").glob("*.yaml")] if parent.is_dir() \
+        else list(Path("ablations").glob("*.yaml"))
+    raise SpecError(f"{spec}: no such spec file{closest_path(spec, candidates)}")
 
 
 def check_port(host: str, port: int) -> None:
@@ -187,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "launch":
             if args.name is not None:
                 check_study_name(args.name, "--name")
+            check_spec_path(args.spec)
             if args.tracking_uri is not None:
                 preflight.check_tracking_uri(args.tracking_uri)
             if args.max_concurrent is not None and args.max_concurrent < 0:
@@ -216,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             meta = load_meta(paths)
             rows, driver = study_status(meta, paths.dir)
             print(format_status(rows, driver, meta["name"]))
+            return 0
+        if args.cmd == "runs":
+            from study.runs import format_runs, list_runs
+
+            paths = find_study(args.study, args.root)
+            print(format_runs(list_runs(paths.dir), paths.dir))
             return 0
         if args.cmd == "ui":
             from study.launch import load_meta

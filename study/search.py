@@ -195,6 +195,13 @@ def _rng_from_json(rng: Any, state: list) -> None:
     rng.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+def group_study_name(study: str, group: Mapping[str, Any]) -> str:
+    """The Optuna study of one group, named for optuna-dashboard by what it searches:
+    ``search_lr-smoke · task=copy,variant=onestep`` (then any grid hparams, ``· lr=1e-3``)."""
+    hparams = [f"{k}={v}" for k, v in sorted((group.get("hparams") or {}).items())]
+    return " · ".join([study, str(group["cell"]), *hparams])
+
+
 class CellSearch(Searcher):
     """Round-robin over groups (cell x grid hparams), one Optuna study per group."""
 
@@ -219,7 +226,11 @@ class CellSearch(Searcher):
         self.owner: dict[str, int] = {}
         self.subs = []
         dists = optuna_space(space)
-        for i, _ in enumerate(groups):
+        existing = set(optuna.study.get_all_study_names(optuna.storages.RDBStorage(storage_url)))
+        for i, group in enumerate(groups):
+            name = group_study_name(study, group)
+            if f"{study}:{i}" in existing and name not in existing:
+                name = f"{study}:{i}"  # a study launched before groups were named: resume it as is
             storage = optuna.storages.RDBStorage(storage_url)
             self.subs.append(
                 CompleteOnlyOptunaSearch(
@@ -227,7 +238,7 @@ class CellSearch(Searcher):
                     metric=OBJECTIVE,
                     mode=mode,
                     sampler=make_sampler(sampler, sampler_seed + i),
-                    study_name=f"{study}:{i}",
+                    study_name=name,
                     storage=storage,
                 )
             )

@@ -285,6 +285,7 @@ def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, t
     assert len(runs) == 3 * 2  # 3 search points x 2 seeds, one run each
     storage = f"sqlite:///{study_dir / 'optuna.db'}"
     (summary_,) = optuna.get_all_study_summaries(storage)
+    assert summary_.study_name == "search_lr-smoke · task=copy,variant=onestep"  # for optuna-dashboard
     ostudy = optuna.load_study(study_name=summary_.study_name, storage=storage)
     trials = ostudy.get_trials(deepcopy=False)
     assert len(trials) == 3

@@ -387,7 +387,7 @@ def test_identical_curves_stay_distinguishable_and_titles_use_paper_labels(tmp_p
     assert b.get_zorder() > a.get_zorder() and b.get_markersize() < a.get_markersize()
     legend = figures[0].legends[0]  # one legend below the panels, hiding no curve
     assert [t.get_text() for t in legend.get_texts()] == [paper_label("onestep"),
-                                                          paper_label("onestep_no_sigmoid")]
+                                                          paper_label("onestep_no_sigmoid"), F.IQR_LABEL]
     assert len({F.curve_style(i)["marker"] for i in range(len(F.CURVE_STYLES))}) == len(F.CURVE_STYLES)
 
 

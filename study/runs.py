@@ -1,0 +1,76 @@
+"""``study runs``: which run folder is which run.
+
+A study keeps each run's files under ``<study>/runs/<key>/``, where ``<key>`` is the run's
+identity hash (``sha1(study, cell, hparams, seed)[:16]``, see :func:`study.spec.run_key`). This
+listing maps each folder to the run's UI name (variant · task · seed · hparams), its cell and
+how far it got, from the folder's own files: ``trial.json`` (written when the run starts),
+``checkpoint/meta.json`` (the last saved epoch) and ``result.json`` (written last). Standard
+library only: it reads no store and imports neither torch, Ray nor MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from study.naming import run_name
+
+RUNS_DIR = "runs"
+TRIAL_FILE = "trial.json"
+RESULT_FILE = "result.json"
+CHECKPOINT_META = Path("checkpoint") / "meta.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFolder:
+    """One ``<study>/runs/<key>/`` folder."""
+
+    key: str
+    """The folder's name: the run's identity hash."""
+    name: str
+    """The run's name in the MLflow UI (``onestep · copy · s0``); ``?`` if trial.json is unreadable."""
+    cell: str
+    """The grid cell, ``task=copy,variant=onestep``."""
+    seed: int | None
+    state: str
+    """``finished``, ``epoch N`` (last checkpoint) or ``started`` (nothing saved yet)."""
+
+
+def read_folder(path: Path) -> RunFolder:
+    """What one run folder says about its run."""
+    try:
+        body = json.loads((path / TRIAL_FILE).read_text())
+        trial, seed = body["trial"], int(body["seed"])
+        hparams = {**(trial.get("hparams") or {}), **(body.get("search") or {})}
+        name = run_name(task=trial["task"], variant=trial["variant"], seed=seed, hparams=hparams,
+                        cell=trial.get("cell", ""))
+        cell = str(trial.get("cell", ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        name, cell, seed = "?", "?", None
+    if (path / RESULT_FILE).is_file():
+        state = "finished"
+    else:
+        try:
+            state = f"epoch {int(json.loads((path / CHECKPOINT_META).read_text())['epoch'])}"
+        except (OSError, ValueError, KeyError, TypeError):
+            state = "started"
+    return RunFolder(key=path.name, name=name, cell=cell, seed=seed, state=state)
+
+
+def list_runs(study_dir: Path) -> list[RunFolder]:
+    """Every run folder of the study, sorted by cell, then seed, then name."""
+    root = Path(study_dir) / RUNS_DIR
+    folders = [read_folder(p) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    return sorted(folders, key=lambda r: (r.cell, -1 if r.seed is None else r.seed, r.name))
+
+
+def format_runs(runs: list[RunFolder], study_dir: Path) -> str:
+    """One line per run folder: key, state, name, cell; a note when there is none."""
+    if not runs:
+        return f"no run folders under {Path(study_dir) / RUNS_DIR} (none started here yet)"
+    width = max(len(r.name) for r in runs)
+    lines = [f"{'folder':<16}  {'state':<9}  {'run':<{width}}  cell"]
+    lines += [f"{r.key:<16}  {r.state:<9}  {r.name:<{width}}  {r.cell}" for r in runs]
+    lines.append(f"{len(runs)} run folder(s) under {Path(study_dir) / RUNS_DIR}")
+    return "\n".join(lines)

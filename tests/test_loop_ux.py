@@ -1,0 +1,268 @@
+"""The researcher's loop (issue 26): flags that must be spelled out, "did you mean" for paths,
+listings that name every exhibit, ``study runs``, a usable report of a search study, the
+side-by-side comparison, no bold on a column of equal values, a labelled IQR band, a fast
+``locattn --help``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from locattn.cli import main as locattn_main
+from reports.cli import main as reports_main
+from reports.synth import SynthRun, runset_from_synth, write_bulk_sql
+from study.cli import main as study_main
+from tests.test_cli import run_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- abbreviations
+
+
+@pytest.mark.parametrize("main, argv, prefix, hint", [
+    (locattn_main, ["train", "--task", "copy", "--variant", "onestep", "--epoch", "1"],
+     "locattn train: error: unrecognized arguments: --epoch 1", "did you mean --epochs?"),
+    (study_main, ["launch", "ablations/rc_table2.yaml", "--prof", "smoke", "--dry-r"],
+     "study launch: error: unrecognized arguments: --prof smoke --dry-r",
+     "did you mean --profile for --prof, --dry-run for --dry-r?"),
+    (reports_main, ["build", "studies/x", "--tab", "rc_table2"],
+     "reports build: error: unrecognized arguments: --tab rc_table2", "did you mean --table?"),
+])
+def test_abbreviated_flags_exit_2_naming_the_full_one(capsys, main, argv, prefix, hint) -> None:
+    code, out, err = run_main(argv, capsys, main)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith(prefix) and hint in line
+
+
+def test_locattn_help_keeps_torch_off_and_train_help_still_lists_tasks() -> None:
+    code = ("import sys, io, contextlib; from locattn.cli import main\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    try: main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "print('torch' in sys.modules, 'train' in buf.getvalue())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.split() == ["False", "True"], proc.stderr
+    code = code.replace("['--help']", "['train', '--help']").replace("'train' in", "'reverse_copy' in")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.split() == ["True", "True"], proc.stderr  # the listing needs the registry
+
+
+def test_study_help_has_no_markup_and_lists_every_command(capsys) -> None:
+    code, out, _ = run_main(["--help"], capsys, study_main)
+    assert code == 0 and "``" not in out
+    for cmd in ("launch", "resume", "status", "runs", "ui", "report"):
+        assert cmd in out
+    assert "study launch ablations/rc_table2.yaml --profile smoke" in out
+
+
+# --------------------------------------------------------------------------- did you mean
+
+
+def test_mistyped_spec_path_names_the_closest_spec(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    for typed, hint in (("ablations/rc_tabel2.yaml", "ablations/rc_table2.yaml"),
+                        ("rc_table2", "ablations/rc_table2.yaml"),
+                        ("ablations/serch_lr.yaml", "ablations/search_lr.yaml")):
+        code, out, err = run_main(["launch", typed, "--dry-run", "--root", str(tmp_path)], capsys,
+                                  study_main)
+        assert code == 2 and out == ""
+        assert err.strip().splitlines() == [
+            f"study launch: {typed}: no such spec file (did you mean {hint}?)"]
+    code, _, err = run_main(["launch", "zzzz/qqq.yaml", "--root", str(tmp_path)], capsys, study_main)
+    assert code == 2 and err.strip() == "study launch: zzzz/qqq.yaml: no such spec file"
+    assert not any(tmp_path.iterdir())
+
+
+def test_mistyped_report_folder_names_the_closest_study(tmp_path: Path, capsys) -> None:
+    _search_study(tmp_path / "search_lr-smoke")
+    capsys.readouterr()
+    typed = str(tmp_path / "search_lr-smok")
+    for argv, prog in ((["build", typed], "reports build"), (["list", typed], "reports list")):
+        code, out, err = run_main(argv, capsys, reports_main)
+        assert code == 2 and out == ""
+        assert err.strip().splitlines() == [
+            f"{prog}: study directory {typed!r} does not exist (did you mean "
+            f"{tmp_path / 'search_lr-smoke'}?) (expected studies/<name>/ containing mlflow.db)"]
+
+
+# --------------------------------------------------------------------------- listings
+
+
+def test_reports_list_and_table_help_name_the_exhibits(capsys) -> None:
+    code, out, _ = run_main(["list"], capsys, reports_main)
+    assert code == 0
+    ids = [ln.split()[0] for ln in out.splitlines()]
+    assert "rc_table10" in ids and "dubois_fig9" in ids and "rc_table2" in ids
+    assert ids == sorted(ids)
+    code, out, _ = run_main(["build", "--help"], capsys, reports_main)
+    assert code == 0 and "rc_table10" in out and "dubois_fig9" in out
+
+
+def test_study_runs_maps_each_folder_to_its_run(tmp_path: Path, capsys) -> None:
+    from tests.test_ux import _make_study
+
+    root = tmp_path / "studies"
+    d = _make_study(root)
+    capsys.readouterr()
+    trial = {"cell": "task=copy,variant=onestep", "task": "copy", "variant": "onestep",
+             "hparams": {"optim.lr": 0.001}, "seeds": [0, 1]}
+    for key, seed, files in (("aaaa000011112222", 1, {"checkpoint/meta.json": {"epoch": 3}}),
+                             ("bbbb000011112222", 0, {"result.json": {}}),
+                             ("cccc000011112222", 2, {})):
+        run = d / "runs" / key
+        (run / "checkpoint").mkdir(parents=True)
+        (run / "trial.json").write_text(json.dumps({"trial": trial, "seed": seed, "search": {}}))
+        for name, body in files.items():
+            (run / name).write_text(json.dumps(body))
+    (d / "runs" / "dddd000011112222").mkdir()  # a folder whose trial.json was never written
+    code, out, err = run_main(["runs", "rc_table2-smoke", "--root", str(root)], capsys, study_main)
+    assert code == 0, err
+    rows = [ln.split("  ") for ln in out.splitlines()]
+    rows = [[c.strip() for c in r if c.strip()] for r in rows]
+    assert rows[0] == ["folder", "state", "run", "cell"]
+    assert rows[1] == ["dddd000011112222", "started", "?", "?"]
+    assert rows[2] == ["bbbb000011112222", "finished", "onestep · copy · s0 · lr 1e-3",
+                       "task=copy,variant=onestep"]
+    assert rows[3] == ["aaaa000011112222", "epoch 3", "onestep · copy · s1 · lr 1e-3",
+                       "task=copy,variant=onestep"]
+    assert rows[4][:2] == ["cccc000011112222", "started"]
+    assert rows[5] == [f"4 run folder(s) under {d / 'runs'}"]
+
+
+# --------------------------------------------------------------------------- search study report
+
+
+def _search_study(d: Path) -> Path:
+    """A search study's store: two learning rates for OneStep (the first wins on dev), one for
+    Mono, three seeds each, and no table declared (search_lr's ``tables: []``)."""
+    runs = []
+    for variant, points in (("onestep", {1e-3: (0.9, 0.95, 1.0), 3e-4: (0.5, 0.6, 0.4)}),
+                            ("mono", {1e-3: (0.2, 0.3, 0.1)})):
+        for lr, devs in points.items():
+            for seed, dev in enumerate(devs):
+                runs.append(SynthRun(task="copy", variant=variant, seed=seed,
+                                     hparams={"optim.lr": lr}, n_seeds=3,
+                                     metrics={"best_dev_score": dev, "best_epoch": 3,
+                                              "test.len15.seq_acc": dev, "test.len100.seq_acc": dev / 2}))
+    d.mkdir(parents=True)
+    write_bulk_sql(d / "mlflow.db", d.name, runs, tables=[])
+    meta = {"name": d.name, "spec_path": str(ROOT / "ablations/search_lr.yaml"), "profile": "smoke",
+            "only": {}, "raw": {}, "resolved": {}, "tracking_uri": f"sqlite:///{d / 'mlflow.db'}",
+            "train_fn": "locattn.train:train"}
+    (d / "study.json").write_text(json.dumps(meta))
+    return d
+
+
+def test_study_report_of_a_search_study_gives_best_hparams_and_medians(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "studies"
+    d = _search_study(root / "search_lr-smoke")
+    capsys.readouterr()
+    code, out, err = run_main(["report", "search_lr-smoke", "--root", str(root)], capsys, study_main)
+    assert code == 0, err
+    assert out.split() == [str(d / "reports" / f"summary.{ext}") for ext in ("md", "tex", "csv")]
+    md = (d / "reports" / "summary.md").read_text()
+    table = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    assert table[0] == "| Cell | Chosen hparams | Dev % | Points | len15.seq_acc | len100.seq_acc |"
+    assert table[1] == "| task=copy,variant=onestep | lr=0.001 | 95.0 | 2 | 95.0 (3/3) | 47.5 (0/3) |"
+    assert table[2] == "| task=copy,variant=mono | lr=0.001 | 20.0 | 1 | 20.0 (0/3) | 10.0 (0/3) |"
+    csv = (d / "reports" / "summary.csv").read_text().splitlines()
+    assert csv[4].startswith("cell,hparams,dev,n_points,n,n_expected,test.len15.seq_acc.median")
+    assert csv[5].endswith(",95.0,2,3,3,95.0,3,47.5,0")
+    tex = (d / "reports" / "summary.tex").read_text()
+    assert r"task=copy,variant=onestep & lr=0.001 & 95.0 & 2 & 95.0 (3/3) & 47.5 (0/3) \\" in tex
+
+
+def test_reports_build_from_a_tracking_uri_defaults_its_out_folder(tmp_path: Path, capsys,
+                                                                    monkeypatch) -> None:
+    d = _search_study(tmp_path / "store" / "search_lr-smoke")
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["build", "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}",
+                               "--study", "search_lr-smoke", "--format", "md"], capsys, reports_main)
+    assert code == 0, err
+    assert out.split() == ["search_lr-smoke-reports/summary.md"]
+    assert (tmp_path / "search_lr-smoke-reports" / "summary.md").is_file()
+    code, _, err = run_main(["build", "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"], capsys,
+                            reports_main)
+    assert code == 2 and err.strip() == ("reports build: --tracking-uri needs --study NAME (the "
+                                         "study's MLflow experiment)")
+
+
+# --------------------------------------------------------------------------- tables, figures
+
+
+def _two_rows(len100: tuple[float, float]) -> list[SynthRun]:
+    return [SynthRun(task="copy", variant=v, seed=s, n_seeds=2,
+                     metrics={"best_dev_score": 0.9, "test.len15.seq_acc": a,
+                              "test.len30.seq_acc": 0.5, "test.len100.seq_acc": len100[i]})
+            for i, (v, a) in enumerate((("onestep", 1.0), ("content", 0.2))) for s in range(2)]
+
+
+def test_a_column_of_equal_values_has_no_bold_and_side_by_side_puts_the_paper_in_the_cell() -> None:
+    from reports.aggregate import aggregate
+    from reports.build import paper_label, provenance
+    from reports.paper import load_paper_numbers
+    from reports.render import render_latex, render_markdown
+    from reports.tables import get_table
+
+    rs = runset_from_synth("s", _two_rows((0.0, 0.0)), tables=["rc_table2"])
+    res = aggregate(rs, get_table("rc_table2"))
+    assert res.cell("onestep", "copy:len15").best and not res.cell("content", "copy:len15").best
+    # Copy 30 (50.0 both) and Copy 100 (0.0 both): every row equal, nothing is best.
+    for col in ("copy:len30", "copy:len100"):
+        assert not res.cell("onestep", col).best and not res.cell("content", col).best
+    paper = load_paper_numbers(res.table)
+    md = render_markdown(res, provenance(rs), paper_label, paper, layout="cells")
+    row = next(ln for ln in md.splitlines() if ln.startswith("| OneStepAttn |"))
+    assert row.split(" | ")[1:4] == ["**100.0** / 100", "50.0 / 100", "0.0 / 100"]
+    assert "Published numbers" not in md and "Difference" not in md
+    assert "Each cell: ours / published in Ray Chowdhury & Caragea (2023), Table 2" in md
+    assert md.count("| Model |") == len(res.table.panels)
+    tex = render_latex(res, provenance(rs), paper_label, paper, layout="cells")
+    assert r"OneStepAttn & \textbf{100.0} / 100 & 50.0 / 100 & 0.0 / 100 &" in tex
+    assert tex.count(r"\begin{table}") == 1
+    assert render_latex(res, provenance(rs), paper_label, paper).count(r"\begin{table}") == 3
+
+
+def test_side_by_side_flag_writes_one_table(tmp_path: Path, capsys) -> None:
+    d = tmp_path / "s"
+    d.mkdir()
+    write_bulk_sql(d / "mlflow.db", "s", _two_rows((0.4, 0.0)), tables=["rc_table2"])
+    capsys.readouterr()
+    code, _, err = run_main(["build", str(d), "--side-by-side", "--format", "md", "--out",
+                             str(tmp_path / "o")], capsys, reports_main)
+    assert code == 0, err
+    md = (tmp_path / "o" / "rc_table2.md").read_text()
+    assert "| Content | 20.0 / 0 | 50.0 / 0 | 0.0 / 0 |" in md
+
+
+def test_length_curves_label_the_iqr_band() -> None:
+    import polars as pl
+
+    from reports.figures import IQR_LABEL, length_curves
+
+    df = pl.DataFrame({"variant": ["a", "a", "b", "b"], "x": [15.0, 30.0, 15.0, 30.0],
+                       "split": ["len15", "len30", "len15", "len30"], "value": [100.0, 50, 90, 10]})
+    fig = length_curves({"seqAcc": df}, title="copy")
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b", IQR_LABEL]
+    assert "25th–75th percentile" in IQR_LABEL
+
+
+# --------------------------------------------------------------------------- Optuna names
+
+
+def test_optuna_studies_are_named_by_cell() -> None:
+    from study.search import group_study_name
+
+    assert group_study_name("search_lr-smoke", {"cell": "task=copy,variant=onestep", "hparams": {}}) \
+        == "search_lr-smoke · task=copy,variant=onestep"
+    assert group_study_name("s", {"cell": "task=copy,variant=mono", "hparams": {"optim.lr": 0.001}}) \
+        == "s · task=copy,variant=mono · optim.lr=0.001"
