@@ -324,7 +324,8 @@ def test_study_report_is_reports_build_by_name(tmp_path: Path, capsys) -> None:
     code, stdout, err = _study(["report", "rc_table2-smoke", "--root", str(root), "--table", "rc_table2",
                                 "--format", "md,csv", "--compare", "--out", str(out)], capsys)
     assert code == 0, err
-    assert stdout.split() == [str(out / "rc_table2.md"), str(out / "rc_table2.csv")]
+    paths = [ln for ln in stdout.splitlines() if ln.startswith(str(out))]  # then agreement lines
+    assert paths == [str(out / "rc_table2.md"), str(out / "rc_table2.csv")]
     assert "paper" in (out / "rc_table2.md").read_text().lower()
     code, _, err = _study(["report", "rc_table2-smoke", "--root", str(root), "--table", "nosuch"], capsys)
     assert code == 2 and err.startswith("study report: ") and "rc_table2" in err
