@@ -14,12 +14,13 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from study import schema
+from study import cost, schema
 from study.retention import DEFAULT_KEEP, KEEP_POLICIES
 
 TOP_KEYS = {
@@ -247,38 +248,15 @@ class StudySpec:
                 f"({self.search.mode}) over all {len(self.seeds)} seeds"
             )
         lines.append(f"trials   {self.n_trials()} Tune trials, {self.n_runs()} MLflow runs")
-        cpu_seconds = 0.0
-        max_epochs = 0
-        for cell in self.cells:
-            cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
-            per_run = (
-                cfg.optim.epochs
-                * (cfg.task.train_size + cfg.task.dev_size)
-                / 1000.0
-                * self.seconds_per_1k_examples
-            )
-            max_epochs = max(max_epochs, cfg.optim.epochs)
-            cpu_seconds += per_run * self.n_runs() / len(self.cells) * max(1.0, self.cpus)
-        import os
-
+        max_epochs = max(make_run_config(task=c.task, variant=c.variant, overrides=c.overrides).optim.epochs
+                         for c in self.cells)
         slots = self.max_concurrent or max(1, int((os.cpu_count() or 1) // max(self.cpus, 1e-9)))
         lines.append(
             f"budget   up to {max_epochs} epochs per run; {self.cpus:g} CPU, {self.gpus:g} GPU per trial;"
             f" max concurrent {self.max_concurrent or 'auto'}; retries {self.max_failures}"
         )
-        lines.append(
-            f"cost     ~{_duration(cpu_seconds)} CPU time (upper bound: no early stopping);"
-            f" ~{_duration(cpu_seconds / max(1.0, self.cpus) / slots)} wall at {slots} concurrent"
-        )
+        lines.extend(cost.plan_lines(self, slots))
         return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 # ---------------------------------------------------------------------------- identities
@@ -584,11 +562,11 @@ def resolve_spec(
     pack_seeds = merged.get("pack_seeds", False)
     if not isinstance(pack_seeds, bool):
         raise _err(path, "pack_seeds", f"expected true or false, got {pack_seeds!r}")
-    cost = _check_mapping(path, "cost", merged.get("cost") or {})
-    bad = sorted(set(cost) - COST_KEYS)
+    cost_raw = _check_mapping(path, "cost", merged.get("cost") or {})
+    bad = sorted(set(cost_raw) - COST_KEYS)
     if bad:
         raise _err(path, f"cost.{bad[0]}", "unknown key", sorted(COST_KEYS))
-    spk = _check_number(path, "cost.seconds_per_1k_examples", cost.get("seconds_per_1k_examples", 1.3))
+    spk = _check_number(path, "cost.seconds_per_1k_examples", cost_raw.get("seconds_per_1k_examples", 1.3))
     keep = merged.get("keep", DEFAULT_KEEP)
     if keep not in KEEP_POLICIES:
         raise _err(path, "keep", f"unknown policy {_short(keep)}", list(KEEP_POLICIES))
@@ -817,13 +795,10 @@ def size_warnings(spec: "StudySpec") -> list[str]:
     out = []
     if spec.n_runs() > SIZE_LIMITS["runs"]:
         out.append(f"{spec.n_runs():,} runs (more than {SIZE_LIMITS['runs']:,})")
-    max_epochs = 0
-    cpu_seconds = 0.0
-    for cell in spec.cells:
-        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
-        max_epochs = max(max_epochs, cfg.optim.epochs)
-        cpu_seconds += (cfg.optim.epochs * (cfg.task.train_size + cfg.task.dev_size) / 1000.0
-                        * spec.seconds_per_1k_examples * spec.n_runs() / len(spec.cells))
+    max_epochs = max(make_run_config(task=c.task, variant=c.variant, overrides=c.overrides).optim.epochs
+                     for c in spec.cells)
+    cells = cost.cell_costs(spec, cost.load_calibration())
+    cpu_seconds = cost.study_seconds(cells) * max(1.0, spec.cpus) if cells else 0.0
     if max_epochs > SIZE_LIMITS["epochs"]:
         out.append(f"up to {max_epochs:,} epochs per run (more than {SIZE_LIMITS['epochs']:,})")
     if cpu_seconds / 3600 > SIZE_LIMITS["cpu_hours"]:

@@ -35,6 +35,13 @@ CASES = [
         rf"^greedy scoring of all Copy test splits \(7 splits, 1400 examples, with attnLoss\): "
         rf"wall {F} s, cpu {F} s",
     ]),
+    ("bench_cost.py", None, (), [
+        rf"^process start-up \(import torch, locattn\.train\): {F} CPU s",
+        r"^cfq\s+content\s+rc_table3_cfq\.yaml\s+48/24/6(\s+[0-9.e+-]+){4}$",
+        r"^copy\s+location\s+rc_table2\.yaml\s+48/24/6(\s+[0-9.e+-]+){4}$",
+        r"^raffel_add\s+feedforward\s+raffel_table1\.yaml\s+24x100/24/24(\s+[0-9.e+-]+){4}$",
+        r"^9 rows; loadavg now",
+    ]),
     ("bench_eval.py", None, (), [
         rf"^  len100\s+n=50\s+cpu\s+{F} s\s+wall\s+{F} s",
         rf"^total: cpu {F} s, wall {F} s, maxrss \d+ MB",

@@ -122,7 +122,7 @@ def test_dry_run_prints_plan(capsys: pytest.CaptureFixture) -> None:
     assert main(["launch", str(ROOT / "ablations/rc_table2.yaml"), "--profile", "paper",
                  "--dry-run", "--root", "/tmp/unused"]) == 0
     out = capsys.readouterr().out
-    assert "cells    48" in out and "240 Tune trials, 240 MLflow runs" in out and "CPU time" in out
+    assert "cells    48" in out and "240 Tune trials, 240 MLflow runs" in out and "CPU-hours" in out
 
 
 def test_cli_bad_spec_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

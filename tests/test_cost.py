@@ -1,0 +1,208 @@
+"""The cost model (study/cost.py) on hand-made calibration rows: shapes, rates, fallbacks, plan,
+and the ETA's arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from locattn.config import make_run_config
+from study import cost, slices
+from study.cost import (Calibration, CellCost, Rate, RunCost, TrialProgress, blend_ratio, eta_seconds,
+                        format_eta, run_cost, run_shape, trial_left, variant_family)
+from study.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rate(task: str, family: str, train: float = 1.0, dev: float = 0.5, test: float = 2.0,
+         startup: float = 3.0, device: str = "cpu") -> Rate:
+    return Rate(device=device, task=task, family=family, train=train, dev=dev, test=test, startup=startup)
+
+
+CAL = Calibration(rates=(rate("copy", "location"), rate("copy", "content", train=3.0, startup=5.0),
+                         rate("scan", "location", train=2.0), rate("raffel_add", "feedforward", train=0.01)),
+                  study_startup=10.0)
+
+
+def cfg(task: str, variant: str, **overrides):
+    return make_run_config(task=task, variant=variant, overrides=overrides)
+
+
+def test_variant_family_keys() -> None:
+    assert variant_family(cfg("copy", "onestep").model) == "location"
+    assert variant_family(cfg("copy", "mix_onestep").model) == "location+mix"
+    assert variant_family(cfg("copy", "content").model) == "content"
+    assert variant_family(cfg("copy", "birope").model) == "positional"
+    assert variant_family(cfg("lookup", "dubois_mix").model) == "gru_residual/location+mix"
+    assert variant_family(cfg("raffel_add", "ffattn").model) == "feedforward"
+
+
+def test_shape_counts_tokens_of_each_split() -> None:
+    # Copy of length k: source k and target k tokens; 100 train examples of length 5 = 1,000 tokens.
+    s = run_shape(cfg("copy", "onestep", **{"task.train_size": 100, "task.dev_size": 10,
+                                            "task.test_size": 20, "task.train_lengths": [5, 5],
+                                            "task.dev_lengths": [7, 7], "task.test_lengths": [10]}))
+    assert s.train == pytest.approx(1.0)
+    assert s.dev == pytest.approx(10 * 14 / 1000)
+    assert s.test == pytest.approx((20 * 10 + 20 * 20) / 1000)  # iid (length 5) + len10
+    assert not s.assumed
+
+
+def test_shape_raffel_follows_t0_and_updates() -> None:
+    small = run_shape(cfg("raffel_add", "ffattn", **{"task.t0": 50}))
+    big = run_shape(cfg("raffel_add", "ffattn", **{"task.t0": 500}))
+    # 1,000 updates x batch 100 sequences of mean length (50 + 55) / 2 per epoch
+    assert small.train == pytest.approx(1000 * 100 * 52.5 / 1000)
+    assert big.train == pytest.approx(1000 * 100 * 525 / 1000)
+    assert small.dev == pytest.approx(1000 * 52.5 / 1000)  # paper protocol: the test set each epoch
+
+
+def test_shape_cfq_without_files_uses_official_sizes_and_says_so() -> None:
+    s = run_shape(cfg("cfq", "content", **{"task.data_dir": "/nonexistent/cfq"}))
+    assert s.train == pytest.approx(100_654 * cost.CFQ_ASSUMED_TOKENS / 1000)
+    assert "assumed" in s.assumed
+
+
+def test_run_cost_arithmetic() -> None:
+    c = cfg("copy", "onestep", **{"task.train_size": 100, "task.dev_size": 10, "task.test_size": 20,
+                                  "task.train_lengths": [5, 5], "task.dev_lengths": [7, 7],
+                                  "task.test_lengths": [10], "optim.epochs": 3})
+    rc = run_cost(c, CAL)
+    assert rc.how == "measured"
+    assert rc.epoch == pytest.approx(1.0 * 1.0 + 0.14 * 0.5)
+    assert rc.test == pytest.approx(0.6 * 2.0)
+    assert rc.total == pytest.approx(3.0 + 3 * 1.07 + 1.2)
+    assert rc.left(1) == pytest.approx(2 * 1.07 + 1.2)
+    assert rc.left(0, started=False) == pytest.approx(rc.total)
+
+
+def test_fallbacks_task_then_family_then_flat_then_unmeasured() -> None:
+    # a family the task lacks: the task's median over its families (location 1.0, content 3.0)
+    r, how = CAL.rate("cpu", "copy", "positional")
+    assert how == "task" and r.train == pytest.approx(2.0) and r.startup == pytest.approx(4.0)
+    # a task with no row: the family's median over tasks (copy 1.0, scan 2.0)
+    r, how = CAL.rate("cpu", "lookup", "location")
+    assert how == "family" and r.train == pytest.approx(1.5)
+    assert CAL.rate("cpu", "dedupe", "positional") == (None, "unmeasured")
+    flat = run_cost(cfg("dedupe", "birope", **{"optim.epochs": 2}), CAL, "cpu", 1.3)
+    assert flat.how == "flat" and flat.epoch == pytest.approx(12 * 1.3)
+    assert CAL.rate("h100", "copy", "location") == (None, "unmeasured")
+    assert run_cost(cfg("copy", "onestep"), CAL, "h100") is None
+
+
+def test_calibration_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cost.calibration_to_dict(CAL)))
+    back = cost.load_calibration(path)
+    assert back.rates == tuple(sorted(CAL.rates, key=lambda r: (r.device, r.task, r.family)))
+    assert back.study_startup == 10.0
+    assert cost.load_calibration(tmp_path / "missing.json").rates == ()
+
+
+def test_study_cost_weights_cells_and_plan_says_unmeasured_gpu(tmp_path: Path) -> None:
+    body = {"name": "t", "grid": {"task": ["copy", "scan"], "variant": ["onestep"]}, "seeds": 2,
+            "overrides": {"optim.epochs": 2, "task.train_size": 100, "task.dev_size": 50,
+                          "task.test_size": 10, "task.test_limit": 10},
+            "profiles": {"smoke": {}}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(body))
+    spec = load_spec(path, "smoke")
+    cells = cost.cell_costs(spec, CAL)
+    assert [c.runs for c in cells] == [2, 2]
+    copy, scan = (c.cost for c in cells)
+    assert scan.epoch > 10 * copy.epoch  # SCAN trains ~16k examples at twice the rate: not a flat cost
+    assert cost.study_seconds(cells) == pytest.approx(2 * copy.total + 2 * scan.total)
+    assert cost.wall_seconds(cells, 2, 10.0) == pytest.approx(10.0 + max(cost.study_seconds(cells) / 2,
+                                                                           scan.total))
+    lines = cost.plan_lines(spec, 2, CAL)
+    total = cost.study_seconds(cells)
+    assert lines[0].startswith("cost     cpu: ~") and f"= {total / 3600:,.1f} CPU-hours" in lines[0]
+    assert any(ln.startswith("cost     h100: unmeasured") for ln in lines)
+
+
+def test_committed_calibration_prices_every_paper_profile() -> None:
+    cal = cost.load_calibration()
+    assert "cpu" in cal.devices()
+    for path in sorted((ROOT / "ablations").glob("*.yaml")):
+        spec = load_spec(path, "paper")
+        cells = cost.cell_costs(spec, cal)
+        assert {c.cost.how for c in cells} == {"measured"}, path.name
+        assert cost.study_seconds(cells) > 0
+
+
+# ---------------------------------------------------------------------------- ETA
+
+CHEAP = RunCost(startup=2.0, epoch=1.0, epochs=4, test=1.0, how="measured")
+DEAR = RunCost(startup=2.0, epoch=10.0, epochs=4, test=5.0, how="measured")
+
+
+def test_trial_left() -> None:
+    assert trial_left(TrialProgress(cost=CHEAP)) == pytest.approx(2 + 4 + 1)
+    assert trial_left(TrialProgress(cost=CHEAP, started=True, epochs_done=3)) == pytest.approx(1 + 1)
+    assert trial_left(TrialProgress(cost=CHEAP, finished=True, epochs_done=2)) == 0.0
+    # a search point training 2 seeds in turn, 5 of its 8 epochs done: 3 epochs, 1 test left
+    assert trial_left(TrialProgress(cost=CHEAP, runs=2, started=True, epochs_done=5)) == pytest.approx(3 + 1)
+
+
+def test_eta_weights_trials_by_cost() -> None:
+    # Same number of trials left, but the dear ones cost 10x per epoch: the ETA says so.
+    cheap_left = [TrialProgress(cost=CHEAP) for _ in range(4)]
+    dear_left = [TrialProgress(cost=DEAR) for _ in range(4)]
+    assert eta_seconds(cheap_left, slots=2) == pytest.approx(4 * 7 / 2)
+    assert eta_seconds(dear_left, slots=2) == pytest.approx(4 * 47 / 2)
+    # one long trial bounds the wall time from below, however many slots
+    assert eta_seconds([TrialProgress(cost=DEAR), TrialProgress(cost=CHEAP)], slots=8) == pytest.approx(47)
+    # nothing left: 0, and printed as done, never "ETA ?"
+    assert eta_seconds([TrialProgress(cost=DEAR, finished=True)], slots=2) == 0.0
+    assert format_eta(0.0, done=True) == "done"
+    assert format_eta(float("nan"), done=False) == "ETA 0m00s"
+    assert format_eta(3725, done=False) == "ETA 1h02m05s"
+
+
+def test_blend_ratio_moves_from_model_to_measurement() -> None:
+    assert blend_ratio(0.0, 0.0, 0) == 1.0
+    assert blend_ratio(20.0, 10.0, 4, prior_epochs=4) == pytest.approx((4 + 4 * 2) / 8)
+    assert blend_ratio(2000.0, 1000.0, 400, prior_epochs=4) == pytest.approx(2.0, rel=0.01)
+    assert eta_seconds([TrialProgress(cost=CHEAP)], 1, ratio=1.5) == pytest.approx(1.5 * 7)
+    assert CellCost(cell="c", runs=1, cost=CHEAP).cost.total == 2 + 4 + 1
+
+
+# ---------------------------------------------------------------------------- slices
+
+
+@pytest.mark.parametrize("text,seconds", [("9m", 540), ("1h30m", 5400), ("90s", 90), ("2.5h", 9000),
+                                          ("600", 600), ("10:00", 600), ("1:00:00", 3600),
+                                          ("1-02:00:00", 93600)])
+def test_parse_time_limit(text: str, seconds: float) -> None:
+    assert slices.parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "9x", "0", "-5m", "m9", "1:2:3:4"])
+def test_parse_time_limit_refuses_with_the_forms(text: str) -> None:
+    with pytest.raises(ValueError, match=r"expected a positive duration such as 9m"):
+        slices.parse_time_limit(text)
+
+
+def test_stop_after_leaves_a_margin() -> None:
+    assert slices.stop_after(540) == pytest.approx(540 - 54)
+    assert slices.stop_after(3600) == pytest.approx(3600 - 60)
+    assert slices.stop_after(20) == pytest.approx(18)
+
+
+def test_study_eta_counts_unseen_trials_and_blends_measured_epochs() -> None:
+    eta = cost.StudyEta(costs={"cheap": CHEAP, "dear": DEAR}, expected={"cheap": 2, "dear": 1}, slots=1)
+    # nothing created yet: every expected trial, start-up included
+    assert eta.left([]) == pytest.approx(2 * 7 + 47)
+    # one cheap trial finished, the dear one half-way: the other cheap one is still to come
+    seen = [("cheap", 4, True, True), ("dear", 2, True, False)]
+    assert eta.left(seen) == pytest.approx(7 + 2 * 10 + 5)
+    assert eta.eta(seen) == pytest.approx(eta.left(seen))  # no epoch measured: the model as is
+    for _ in range(4):
+        eta.observe("dear", 20.0)  # twice the model's 10 s
+    assert eta.ratio() == pytest.approx(1.5)
+    assert eta.eta(seen) == pytest.approx(1.5 * eta.left(seen))
+    assert eta.eta([("cheap", 4, True, True), ("cheap", 4, True, True), ("dear", 4, True, True)]) == 0.0
