@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -39,6 +39,8 @@ CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
 #: Tokens per CFQ example (question + SPARQL query) when its files are absent: an ASSUMPTION,
 #: not a measurement (no CFQ data on these machines); a plan that uses it says so.
 CFQ_ASSUMED_TOKENS = 80
+#: A generated split larger than this is priced from a sample of this many examples.
+SAMPLE_EXAMPLES = 20_000
 #: Pseudo-epochs of weight the model's prediction keeps against a study's measured epochs.
 PRIOR_EPOCHS = 4.0
 
@@ -187,10 +189,16 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
             return Shape(train=CFQ_SIZES["train"] * k, dev=CFQ_SIZES["dev"] * k, test=test * k,
                          assumed=f"CFQ files absent: official split sizes, {CFQ_ASSUMED_TOKENS} "
                                  "tokens per example assumed")
+        scale = {"train": 1.0, "dev": 1.0, "test": 1.0}
     else:
-        data = load_task(task)
-    return Shape(train=split_ktok(data.splits["train"]), dev=split_ktok(data.splits["dev"]),
-                 test=sum(split_ktok(data.splits[n]) for n in data.test_splits))
+        # A huge generated split is sampled (SAMPLE_EXAMPLES) and its tokens scaled up, so that a
+        # plan never builds millions of examples; SCAN and Lookup ignore the sizes.
+        scale = {k: max(1.0, getattr(task, f"{k}_size") / SAMPLE_EXAMPLES) for k in ("train", "dev", "test")}
+        data = load_task(replace(task, **{f"{k}_size": min(getattr(task, f"{k}_size"), SAMPLE_EXAMPLES)
+                                          for k in scale}))
+    return Shape(train=scale["train"] * split_ktok(data.splits["train"]),
+                 dev=scale["dev"] * split_ktok(data.splits["dev"]),
+                 test=scale["test"] * sum(split_ktok(data.splits[n]) for n in data.test_splits))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,8 +302,8 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None) -> list[st
     for device, label in DEVICES.items():
         cells = cell_costs(spec, cal, device)
         if cells is None:
-            lines.append(f"cost     {device}: unmeasured ({label}: no calibration row in "
-                         f"{CALIBRATION_FILE.name}; run benchmarks/bench_cost.py there)")
+            lines.append(f"cost     {device.upper()}: unmeasured ({label}: no calibration row in "
+                         f"{CALIBRATION_FILE.name})")
             continue
         total = study_seconds(cells) * threads
         startup = sum(c.runs * c.cost.startup for c in cells) + sum(
@@ -303,7 +311,7 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None) -> list[st
         unit = "CPU" if device == "cpu" else "GPU"
         hours = f" = {total / 3600:,.1f} {unit}-hours" if total >= 360 else ""
         lines.append(
-            f"cost     {device}: ~{_duration(total)} {unit} time{hours} ({label}; upper bound: every epoch of "
+            f"cost     ~{_duration(total)} {unit} time{hours} ({label}; upper bound: every epoch of "
             f"the budget; {_duration(startup)} of it start-up and test scoring); "
             f"~{_duration(wall_seconds(cells, slots, cal.study_startup))} wall at {slots} concurrent")
         hows: dict[str, int] = {}

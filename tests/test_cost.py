@@ -52,6 +52,13 @@ def test_shape_counts_tokens_of_each_split() -> None:
     assert not s.assumed
 
 
+def test_shape_of_a_huge_generated_split_is_sampled_and_scaled() -> None:
+    small = run_shape(cfg("copy", "onestep", **{"task.train_size": 20_000, "task.train_lengths": [5, 5]}))
+    huge = run_shape(cfg("copy", "onestep", **{"task.train_size": 10**9, "task.train_lengths": [5, 5]}))
+    assert small.train == pytest.approx(20_000 * 10 / 1000)
+    assert huge.train == pytest.approx(10**9 * 10 / 1000)
+
+
 def test_shape_raffel_follows_t0_and_updates() -> None:
     small = run_shape(cfg("raffel_add", "ffattn", **{"task.t0": 50}))
     big = run_shape(cfg("raffel_add", "ffattn", **{"task.t0": 500}))
@@ -120,8 +127,8 @@ def test_study_cost_weights_cells_and_plan_says_unmeasured_gpu(tmp_path: Path) -
                                                                            scan.total))
     lines = cost.plan_lines(spec, 2, CAL)
     total = cost.study_seconds(cells)
-    assert lines[0].startswith("cost     cpu: ~") and f"= {total / 3600:,.1f} CPU-hours" in lines[0]
-    assert any(ln.startswith("cost     h100: unmeasured") for ln in lines)
+    assert lines[0].startswith("cost     ~") and f"= {total / 3600:,.1f} CPU-hours" in lines[0]
+    assert any(ln.startswith("cost     H100: unmeasured") for ln in lines)
 
 
 def test_committed_calibration_prices_every_paper_profile() -> None:
