@@ -20,6 +20,7 @@ Nothing here runs at import time; Ray is imported inside the trial.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -34,6 +35,8 @@ from study.spec import run_key
 
 OBJECTIVE = "objective"
 STATE_FILE = "trial_state.json"
+#: Key of the trial state file's own SHA-256 (:func:`state_digest`).
+STATE_DIGEST = "sha256"
 RUN_SUBDIR = "run"
 #: Written into every run directory when its seed starts: the trial config and seed, so that a
 #: resume can re-record a finished run the store lost (study.record.reconcile).
@@ -177,8 +180,15 @@ def _stage(staging: Path, state: Mapping[str, Any], sources: Mapping[str, Path])
 
     files = {str(p.relative_to(staging)): [p.stat().st_size, file_sha256(p)]
              for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
-    (staging / STATE_FILE).write_text(json.dumps({**state, "files": files}))
+    body = {**state, "files": files}
+    (staging / STATE_FILE).write_text(json.dumps({**body, STATE_DIGEST: state_digest(body)}))
     return staging
+
+
+def state_digest(body: Mapping[str, Any]) -> str:
+    """SHA-256 of a trial state (its canonical JSON): the state file's own checksum, so an edit
+    of its epoch history is caught like a corrupt model file."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
@@ -191,6 +201,11 @@ def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
 
     try:
         state = json.loads((ckpt_dir / STATE_FILE).read_text())
+        digest = state.pop(STATE_DIGEST, None)  # (absent from checkpoints of older code)
+        if digest is not None and digest != state_digest(state):
+            print(f"study: trial checkpoint file {ckpt_dir / STATE_FILE} is corrupt (checksum "
+                  "mismatch); falling back to an older checkpoint", flush=True)
+            return None
         for rel, expect in (state.get("files") or {}).items():
             size, digest = (expect, None) if isinstance(expect, int) else expect
             path = ckpt_dir / rel
@@ -213,19 +228,34 @@ def newest_checkpoint(restored: Path | None, trial_dir: Path | None) -> tuple[Pa
     :func:`_strip_finished`. Every checkpoint on disk was reported by this trial and training
     is deterministic, so the complete one with the most progress (seeds finished, epochs) is the
     best place to continue; the first report after it replays its epoch history to the driver.
+
+    The choice depends only on what verifies, never on which checkpoint Tune's snapshot names
+    nor on directory names (a restore from an older snapshot makes Tune reuse the names of
+    newer checkpoints): every candidate is read, and an unfinished seed counts only the epochs
+    of model files the checkpoint holds and whose checksums match.
     """
     candidates = [restored] if restored is not None else []
-    if trial_dir is not None and trial_dir.is_dir():
-        candidates += sorted(trial_dir.glob("checkpoint_*"))
+    for folder in (trial_dir, restored.parent if restored is not None else None):
+        if folder is not None and folder.is_dir() and folder.name.startswith("trial_"):
+            candidates += [p for p in sorted(folder.glob("checkpoint_*")) if p not in candidates]
     best: tuple[tuple[int, int], Path, dict] | None = None
     for path in candidates:
         state = read_complete(path)
         if state is None:
             continue
-        rank = _rank(state)
+        rank = _rank(_held(state, path))
         if best is None or rank > best[0]:
             best = (rank, path, state)
     return (best[1], best[2]) if best is not None else (None, None)
+
+
+def _held(state: Mapping[str, Any], ckpt_dir: Path) -> Mapping[str, Any]:
+    """``state`` with only the replicas whose model files the checkpoint lists (and
+    :func:`read_complete` verified): a replica without them would restart from scratch."""
+    if "replicas" not in state:
+        return state
+    listed = {Path(rel).parts[1] for rel in state.get("files") or {} if len(Path(rel).parts) > 2}
+    return {**state, "replicas": {k: v for k, v in state["replicas"].items() if k in listed}}
 
 
 def _rank(state: Mapping[str, Any]) -> tuple[int, int]:
