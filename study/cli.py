@@ -197,6 +197,14 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), "--workers", "1"]
 
 
+def exit_code(summary: dict[str, Any]) -> int:
+    """A driver's exit status: 130 interrupted, 1 when a trial failed or a run will not finish
+    in this launch (its summary line says how many), else 0."""
+    if summary.get("interrupted"):
+        return 130
+    return 1 if summary.get("errors") or summary.get("runs_unfinished") else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
     try:
@@ -226,13 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
             )
-            return 130 if summary.get("interrupted") else 1 if summary.get("errors") else 0
+            return exit_code(summary)
         if args.cmd == "resume":
             from study.launch import resume
 
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds)
-            return 130 if summary.get("interrupted") else 1 if summary.get("errors") else 0
+            return exit_code(summary)
         if args.cmd == "status":
             from study.launch import load_meta
             from study.status import format_status, study_status

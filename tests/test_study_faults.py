@@ -641,3 +641,14 @@ def test_a_finished_study_keeps_only_what_its_policy_says(tmp_path: Path) -> Non
         assert {p.name for p in run.iterdir()} >= {"result.json", "config.json", "trial.json"}
         assert not (run / "checkpoint").exists() and not (run / "best_model.pt").exists()
     assert len(trial_runs(tmp_path / "s" / "keep-smoke" / "mlflow.db")) == 2
+
+
+def test_a_driver_ending_with_unfinished_runs_exits_non_zero() -> None:
+    """#27 item 8: "1 of 2 runs finished, 1 not finished" exited 0."""
+    from study.cli import exit_code
+
+    done = {"errors": 0, "interrupted": False, "runs_unfinished": 0}
+    assert exit_code(done) == 0 and exit_code({"dry_run": True}) == 0
+    assert exit_code({**done, "runs_unfinished": 1}) == 1
+    assert exit_code({**done, "errors": 2}) == 1
+    assert exit_code({**done, "interrupted": True, "runs_unfinished": 3}) == 130
