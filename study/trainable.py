@@ -35,6 +35,8 @@ from study.spec import run_key
 
 OBJECTIVE = "objective"
 STATE_FILE = "trial_state.json"
+#: Result key of the lines a trial asks the driver to print (checkpoint fallbacks, restarts).
+NOTICES = "notices"
 #: Key of the trial state file's own SHA-256 (:func:`state_digest`).
 STATE_DIGEST = "sha256"
 RUN_SUBDIR = "run"
@@ -191,11 +193,12 @@ def state_digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
+def read_complete(ckpt_dir: Path, notices: list[str] | None = None) -> dict[str, Any] | None:
     """The trial state of a Tune checkpoint directory if it is complete and intact, else None.
 
     A file whose size or checksum differs from the state's list makes the checkpoint unusable;
-    that is said in one line naming the file (a restore then falls back to an older one).
+    that is said in one line naming the file (a restore then falls back to an older one), also
+    appended to ``notices`` (the driver prints them: the worker's output never reaches the user).
     """
     from locattn.training.checkpoint import file_sha256
 
@@ -203,8 +206,8 @@ def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
         state = json.loads((ckpt_dir / STATE_FILE).read_text())
         digest = state.pop(STATE_DIGEST, None)  # (absent from checkpoints of older code)
         if digest is not None and digest != state_digest(state):
-            print(f"study: trial checkpoint file {ckpt_dir / STATE_FILE} is corrupt (checksum "
-                  "mismatch); falling back to an older checkpoint", flush=True)
+            _notice(notices, f"trial checkpoint file {ckpt_dir / STATE_FILE} is corrupt (checksum "
+                              "mismatch); falling back to an older checkpoint")
             return None
         for rel, expect in (state.get("files") or {}).items():
             size, digest = (expect, None) if isinstance(expect, int) else expect
@@ -212,15 +215,22 @@ def read_complete(ckpt_dir: Path) -> dict[str, Any] | None:
             if path.stat().st_size != size:
                 return None
             if digest is not None and file_sha256(path) != digest:
-                print(f"study: trial checkpoint file {path} is corrupt (checksum mismatch); "
-                      "falling back to an older checkpoint", flush=True)
+                _notice(notices, f"trial checkpoint file {path} is corrupt (checksum mismatch); "
+                                 "falling back to an older checkpoint")
                 return None
     except (OSError, ValueError, TypeError):
         return None
     return state
 
 
-def newest_checkpoint(restored: Path | None, trial_dir: Path | None) -> tuple[Path | None, dict | None]:
+def _notice(notices: list[str] | None, text: str) -> None:
+    print(f"study: {text}", flush=True)
+    if notices is not None:
+        notices.append(text)
+
+
+def newest_checkpoint(restored: Path | None, trial_dir: Path | None, notices: list[str] | None = None
+                      ) -> tuple[Path | None, dict | None]:
     """The most advanced complete checkpoint among the restored one and the trial's own.
 
     Tune restores the checkpoint named in its last experiment snapshot, which after a killed
@@ -240,7 +250,7 @@ def newest_checkpoint(restored: Path | None, trial_dir: Path | None) -> tuple[Pa
             candidates += [p for p in sorted(folder.glob("checkpoint_*")) if p not in candidates]
     best: tuple[tuple[int, int], Path, dict] | None = None
     for path in candidates:
-        state = read_complete(path)
+        state = read_complete(path, notices)
         if state is None:
             continue
         rank = _rank(_held(state, path))
@@ -390,6 +400,7 @@ class Trial:
         self.state: dict[str, Any] = {"replicas": {}, "done": [], "scores": {}}
         self.resumed: dict[str, int] = {}
         self.replay: set[str] = set()
+        self.notices: list[str] = []  # fallbacks and restarts, sent to the driver with the next report
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
         self.keep = study_keep(self.t["study_dir"])  # what a finished run keeps (study.retention)
@@ -406,7 +417,10 @@ class Trial:
             # Scanned also when Tune restores nothing: its last experiment snapshot can predate
             # the trial's first checkpoint (a killed driver), while the trial directory holds newer ones.
             restored = Path(ctx.__enter__()) if ctx is not None else None
-            ckpt_dir, found = newest_checkpoint(restored, _trial_dir(self.t["study_dir"]))
+            ckpt_dir, found = newest_checkpoint(restored, _trial_dir(self.t["study_dir"]), self.notices)
+            if ckpt_dir is None and self.notices:
+                self.notices.append("no intact checkpoint left: the trial's unfinished seeds restart "
+                                    "from epoch 0")
             sources: dict[str, Path] = {}
             if ckpt_dir is not None and found is not None:
                 self.state, sources = upgrade_state(found, ckpt_dir, self.keys)
@@ -457,6 +471,8 @@ class Trial:
         from locattn.training import checkpoint as ckpt
 
         result = {**self.base, "resumed_from": self.resumed.get(key, 0), **result}
+        if self.notices:
+            result[NOTICES], self.notices = self.notices, []
         if key in self.replay:
             self.replay.discard(key)
             history = self.state["replicas"].get(key, {}).get("history", [])

@@ -127,8 +127,12 @@ def test_the_fallback_ignores_tunes_snapshot_and_directory_names(tmp_path: Path)
     (newest / RUN_SUBDIR / "k1" / "state.pt").write_bytes(bytes(blob))
     # The trial's own directory is unknown (no Tune context) or known: the same choice.
     for own in (None, trial):
-        path, state = newest_checkpoint(snapshot, own)
+        notices: list[str] = []
+        path, state = newest_checkpoint(snapshot, own, notices)
         assert path == trial / "checkpoint_000021" and state["replicas"]["k1"]["epoch"] == 22
+        # #27 item 11: each fallback is a line for the driver to print (workers' output is lost).
+        assert sorted(n.split("/tune/trial_a/")[1].split("/")[0] for n in notices) == [
+            "checkpoint_000022", "checkpoint_000050"]
     # #27 item 4: a same-size digit edit of the state file (its history) is caught too.
     text = (trial / "checkpoint_000021" / STATE_FILE).read_text()
     edited = text.replace('"dev_loss": 1.0', '"dev_loss": 2.0', 5)
