@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from benchmarks._common import parse_args  # noqa: E402
-from study import schema  # noqa: E402
+from record import schema  # noqa: E402
 from study_helpers import trial_run_rows  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(REPO), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",

@@ -34,7 +34,7 @@ import polars as pl
 
 from reports.store import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
-from study import schema
+from record import schema
 
 DEV_KEY = "best_dev_score"
 BEST_EPOCH_KEY = "best_epoch"

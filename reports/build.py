@@ -22,7 +22,7 @@ from reports.paper import load_paper_numbers
 from reports.render import LAYOUTS, RENDERERS, SUMMARY_ID, Provenance, render_summary
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, TABLES, TableDef, get_table
-from study import schema
+from record import schema
 
 FORMATS = tuple(RENDERERS)
 

@@ -29,15 +29,15 @@ import numpy as np
 import polars as pl
 
 from reports.render import Provenance, latex_escape
-from reports.store import ReportsError, RunSet, SQLReader, read_runs
+from record import store
+from record.layout import ATTENTION_JSON, EXAMPLES_JSON
+from reports.store import ReportsError, RunSet, read_runs
 from reports.tables import EXHIBITS
-from study import schema
+from record import schema
 
 ExhibitKind = Literal["examples", "trace"]
 Labeler = Callable[[str], str]
 
-EXAMPLES_FILE = "examples.json"
-TRACE_FILE = "attention.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,22 +139,11 @@ def choose_run(runset: RunSet, task: str, variant: str) -> ChosenRun | None:
 
 
 def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """Artifact location of each run (``runs.artifact_uri``; from the server for http URIs)."""
-    if not run_ids:
-        return {}
-    if urlsplit(tracking_uri).scheme in ("http", "https"):
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=tracking_uri)
-        return {r: client.get_run(r).info.artifact_uri for r in run_ids}
-    db = SQLReader(tracking_uri)
+    """Artifact location of each run (:func:`record.store.artifact_uris`)."""
     try:
-        params = {f"r{i}": r for i, r in enumerate(run_ids)}
-        rows = db.query("SELECT run_uuid, artifact_uri FROM runs WHERE run_uuid IN ("
-                        + ", ".join(f":{k}" for k in params) + ")", params)
-    finally:
-        db.close()
-    return {r: a for r, a in rows}
+        return store.artifact_uris(tracking_uri, run_ids)
+    except store.StoreError as exc:
+        raise ReportsError(str(exc)) from exc
 
 
 def read_artifact_json(tracking_uri: str, artifact_uri: str, name: str) -> Any | None:
@@ -221,9 +210,9 @@ def examples_blocks(defn: ExhibitDef, runset: RunSet, tracking_uri: str) -> list
         if run is None:
             out.append(BlockResult(b, None, (), 0, 0, "no finished run of this cell"))
             continue
-        data = read_artifact_json(tracking_uri, uris.get(run.run_id, ""), EXAMPLES_FILE)
+        data = read_artifact_json(tracking_uri, uris.get(run.run_id, ""), EXAMPLES_JSON)
         if data is None:
-            out.append(BlockResult(b, run, (), 0, 0, f"the run logged no {EXAMPLES_FILE}"))
+            out.append(BlockResult(b, run, (), 0, 0, f"the run logged no {EXAMPLES_JSON}"))
             continue
         split = data.get(b.split)
         if split is None:
@@ -474,8 +463,8 @@ def build_exhibits(
         record, problem = None, "no finished run of this cell"
         if run is not None:
             uri = artifact_uris(tracking_uri, [run.run_id]).get(run.run_id, "")
-            record = read_artifact_json(tracking_uri, uri, TRACE_FILE)
-            problem = f"the run logged no {TRACE_FILE}"
+            record = read_artifact_json(tracking_uri, uri, ATTENTION_JSON)
+            problem = f"the run logged no {ATTENTION_JSON}"
         caption = trace_caption(defn, record, run, label, problem)
         if record is not None:
             fig = trace_figure(record, title=f"{label(b.variant)}, {record.get('split')} "

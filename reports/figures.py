@@ -24,8 +24,8 @@ import polars as pl
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from reports.labels import paper_label
+from record import schema
 from reports.tables import DUBOIS_INTERP_SPLITS
-from study import schema
 
 
 def _plt():

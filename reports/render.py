@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from record.store import portable_uri
 from reports.aggregate import (ALPHA, MIN_TESTABLE_PAIRS, Cell, CellSummary, TableResult,
                                hparam_summary)
 from reports.paper import PaperValue
@@ -56,22 +57,12 @@ class Provenance:
     def lines(self) -> list[str]:
         vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
         return [
-            f"study: {self.study} ({_portable_source(self.source)})",
+            f"study: {self.study} ({portable_uri(self.source)})",
             f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
             f"runs trained by code version(s) {vers}",
             f"data time: {self.data_time} (end time of the newest run in the store, "
             "not the wall clock, so that the same runs give byte-identical files)",
         ]
-
-
-def _portable_source(source: str) -> str:
-    """A SQLite store as ``sqlite: <study dir>/<file>``, so that the same store gives the same
-    bytes wherever it is checked out; other URIs as they are (passwords already redacted)."""
-    if source.startswith("sqlite:"):
-        path = source.split(":///", 1)[-1]
-        parts = [p for p in path.split("/") if p]
-        return "sqlite: " + "/".join(parts[-2:])
-    return source
 
 
 Labeler = Callable[[str], str]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from study import schema
+from record import schema
+from record.store import insert_rows, sqlite_uri
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +114,7 @@ def create_empty_store(db_path: str | Path, study: str) -> int:
     """Let MLflow create its SQLite schema and the study's experiment; returns its id."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{Path(db_path).resolve()}")
+    client = MlflowClient(tracking_uri=sqlite_uri(Path(db_path).resolve()))
     exp = client.get_experiment_by_name(study)
     return int(exp.experiment_id if exp else client.create_experiment(study))
 
@@ -127,7 +127,6 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
     Returns the number of runs written (trials + parent).
     """
     eid = create_empty_store(db_path, study)
-    conn = sqlite3.connect(str(db_path))
     run_rows, tag_rows, param_rows, lm_rows, m_rows = [], [], [], [], []
 
     def add_run(rid: str, status: str, start: int, end: int | None) -> None:
@@ -159,20 +158,15 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
                 lm_rows.append((k, float(vs[-1]), start + len(vs), len(vs), 0, rid))
         n += 1
     run_rows[0] = run_rows[0][:8] + (last_end + 1000,) + run_rows[0][9:]
-    with conn:
-        conn.executemany(
-            "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id,"
-            " status, start_time, end_time, source_version, lifecycle_stage, artifact_uri,"
-            " experiment_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", run_rows)
-        conn.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?,?,?)", tag_rows)
-        conn.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?,?,?)", param_rows)
-        conn.executemany(
-            "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)"
-            " VALUES (?,?,?,?,?,?)", lm_rows)
-        conn.executemany(
-            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan)"
-            " VALUES (?,?,?,?,?,?)", m_rows)
-    conn.close()
+    insert_rows(db_path, {
+        "runs": (("run_uuid", "name", "source_type", "source_name", "entry_point_name", "user_id",
+                  "status", "start_time", "end_time", "source_version", "lifecycle_stage",
+                  "artifact_uri", "experiment_id"), run_rows),
+        "tags": (("key", "value", "run_uuid"), tag_rows),
+        "params": (("key", "value", "run_uuid"), param_rows),
+        "latest_metrics": (("key", "value", "timestamp", "step", "is_nan", "run_uuid"), lm_rows),
+        "metrics": (("key", "value", "timestamp", "run_uuid", "step", "is_nan"), m_rows),
+    })
     return n
 
 

@@ -18,18 +18,22 @@ import argparse
 import ctypes
 import difflib
 import errno
+import importlib
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 from urllib.parse import quote
 
 from locattn.cliparse import Parser, closest_path, parse
-from study import preflight, schema
+from record import schema
+from record.layout import StudyPaths, is_study_dir, study_paths
+from record.store import experiment_id, sqlite_path
+from study import preflight
 from study.spec import SpecError, check_study_name
 
 
@@ -85,9 +89,9 @@ def parser() -> Parser:
                                     "with the study found by name under --root.")
     ep.add_argument("study", help=STUDY_HELP)
     ep.add_argument("--root", default="studies", help=ROOT_HELP)
-    from reports.cli import add_build_options  # the reports package's own options, one definition
-
-    add_build_options(ep)
+    cli = reports_cli()
+    if cli is not None:
+        cli.add_build_options(ep)  # the reports command's own options, one definition
     return p
 
 
@@ -102,20 +106,31 @@ ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
-def sqlite_file(tracking_uri: str) -> str | None:
-    """The database file of a ``sqlite:///`` tracking URI, else None (no MLflow or Ray import)."""
-    return tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+#: The ``reports`` command's console-script entry point. ``study report`` is ``reports build``
+#: with the study found by name; study never imports reports (the two stand side by side on
+#: ``record``), so it reaches that command the way a shell does: by its entry point.
+REPORTS_ENTRY = "reports"
+REPORTS_ENTRY_DEFAULT = "reports.cli:main"
 
 
-def find_study(study: str, root: str) -> Any:
+def reports_cli() -> ModuleType | None:
+    """The module of the installed ``reports`` command, or None when it cannot be imported (the
+    ``reports`` extra is not installed)."""
+    value = next((ep.value for ep in entry_points(group="console_scripts", name=REPORTS_ENTRY)),
+                 REPORTS_ENTRY_DEFAULT)
+    try:
+        return importlib.import_module(value.split(":", 1)[0])
+    except ImportError:
+        return None
+
+
+def find_study(study: str, root: str) -> StudyPaths:
     """The study's paths; a one-line error that names the closest study under the root."""
-    from study.launch import study_paths
-
     paths = study_paths(study, root)
-    if (paths.dir / "study.json").is_file():
+    if is_study_dir(paths.dir):
         return paths
     base = paths.dir.parent
-    known = sorted(p.name for p in base.iterdir() if (p / "study.json").is_file()) \
+    known = sorted(p.name for p in base.iterdir() if is_study_dir(p)) \
         if base.is_dir() else []
     close = difflib.get_close_matches(paths.dir.name, known, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
@@ -155,22 +170,12 @@ def experiment_url(base: str, tracking_uri: str, name: str) -> str:
     """URL of the study's experiment in the MLflow UI, filtered to its trial runs (flat, not
     under the collapsed parent) and sorted by run name; ``base`` alone when the experiment id
     cannot be read here (a non-SQLite store)."""
-    db = sqlite_file(tracking_uri)
-    if db is None or not Path(db).is_file():
-        return base
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT experiment_id FROM experiments WHERE name = ? AND "
-                          "lifecycle_stage = 'active'", (name,)).fetchone()
-    except sqlite3.DatabaseError:
-        row = None
-    finally:
-        con.close()
-    if row is None:
+    exp = experiment_id(tracking_uri, name)
+    if exp is None:
         return base
     query = (f"searchFilter={quote(UI_FILTER)}&orderByKey={quote('attributes.run_name')}"
              f"&orderByAsc=true")
-    return f"{base}/#/experiments/{row[0]}/runs?{query}"
+    return f"{base}/#/experiments/{exp}/runs?{query}"
 
 
 def browse_host(host: str) -> str:
@@ -278,19 +283,21 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
                 return proc.wait()
         if args.cmd == "report":
-            from reports.cli import run_build
             from study.launch import load_meta
 
+            cli = reports_cli()
+            if cli is None:
+                raise SpecError("the reports command is not installed: pip install -e '.[reports]'")
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
-            db = sqlite_file(meta["tracking_uri"])
-            if db is not None and Path(db).resolve() == (paths.dir / "mlflow.db").resolve():
+            db = sqlite_path(meta["tracking_uri"])
+            if db is not None and db.resolve() == paths.db.resolve():
                 args.study_dir, args.tracking_uri = str(paths.dir), None
             else:  # a store outside the study directory (an MLflow server, Postgres)
                 args.study_dir, args.tracking_uri = None, meta["tracking_uri"]
             args.study = meta["name"]
             args.out = args.out or str(paths.dir / "reports")
-            return run_build(args, prog="study report")
+            return cli.run_build(args, prog="study report")
     except SpecError as exc:
         print(f"study {args.cmd}: {exc}", file=sys.stderr)
         return 2

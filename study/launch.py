@@ -1,16 +1,6 @@
-"""Launch, resume and inspect studies: spec -> Ray Tune (+ Optuna) -> MLflow.
+"""Launch, resume and widen studies: spec -> Ray Tune (+ Optuna) -> MLflow.
 
-Layout of a study directory (``<root>/<name>/``, absolute):
-
-    study.json     the spec as launched (raw + resolved), profile, tracking URI
-    mlflow.db      the MLflow SQLite store (unless --tracking-uri)
-    artifacts/     MLflow artifact root of the study's experiment
-    tune/          Ray Tune experiment state and trial checkpoints (Tuner.restore reads it)
-    runs/<key>/    per-run trainer out_dir (checkpoint, config.json, result.json, attention.png)
-    optuna.db      Optuna studies (search specs only)
-    study.lock     held (``flock``) by the one driver running the study: its PID, host, Ray session
-
-Nothing here calls ``ray.init`` at import time.
+A study directory's layout is :mod:`record.layout`'s. Nothing here calls ``ray.init`` at import time.
 """
 
 from __future__ import annotations
@@ -24,12 +14,12 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
-from study import schema
+from record import schema
+from record.layout import StudyPaths, study_paths
+from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path, sqlite_uri
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings, widens)
 from study.status import pid_alive
@@ -50,49 +40,6 @@ DEFAULT_TRAIN_FN = "locattn.train:train"
 #: disk cost of keeping 10 is paid only by running trials.
 TUNE_CHECKPOINTS_KEPT = 10
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True, kw_only=True)
-class StudyPaths:
-    """Where a study keeps its state."""
-
-    dir: Path
-    """The study directory (absolute)."""
-
-    @property
-    def meta(self) -> Path:
-        return self.dir / "study.json"
-
-    @property
-    def db(self) -> Path:
-        return self.dir / "mlflow.db"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.dir / "artifacts"
-
-    @property
-    def tune(self) -> Path:
-        return self.dir / "tune"
-
-    @property
-    def optuna_db(self) -> Path:
-        return self.dir / "optuna.db"
-
-    @property
-    def lock(self) -> Path:
-        return self.dir / "study.lock"
-
-    def default_tracking_uri(self) -> str:
-        return f"sqlite:///{self.db}"
-
-
-def study_paths(name_or_dir: str | Path, root: str | Path = "studies") -> StudyPaths:
-    """Paths of a study given its name (under ``root``) or its directory."""
-    p = Path(name_or_dir)
-    if (p / "study.json").is_file() or p.is_absolute() or len(p.parts) > 1:
-        return StudyPaths(dir=p.resolve())
-    return StudyPaths(dir=(Path(root) / p).resolve())
 
 
 def load_meta(paths: StudyPaths) -> dict[str, Any]:
@@ -118,25 +65,12 @@ def load_meta(paths: StudyPaths) -> dict[str, Any]:
     return meta
 
 
-def redact_uri(uri: str) -> tuple[str, str | None, str | None]:
-    """``(uri without user:password@, user, password)``; the URI unchanged when it has none."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri, None, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    from urllib.parse import unquote
-
-    return (urlunsplit(parts._replace(netloc=hostport)), unquote(user) or None,
-            unquote(password) if password else None)
-
-
 def _take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
     """Strip userinfo from a tracking URI; hand it to MLflow through its environment variables
     (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``), never to a file or a log."""
     if tracking_uri is None:
         return None
-    clean, user, password = redact_uri(tracking_uri)
+    clean, user, password = split_credentials(tracking_uri)
     if user is None and password is None:
         return tracking_uri
     if user is not None:
@@ -535,29 +469,16 @@ def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
     into the folder (one line says so); a store outside the folder (a server, another file) is
     left as it is. Returns whether anything changed.
     """
-    from study.record import sqlite_path  # study.record imports Ray Tune; keep it off `study status`
-
     old_db = sqlite_path(meta["tracking_uri"])
-    if old_db is None or Path(old_db).name != paths.db.name or not paths.db.is_file():
+    if old_db is None or old_db.name != paths.db.name or not paths.db.is_file():
         return False
-    old_dir = Path(old_db).parent
+    old_dir = old_db.parent
     if old_dir == paths.dir or (old_dir.exists() and old_dir.resolve() == paths.dir.resolve()):
         return False
-    import sqlite3
-
-    old_art, new_art = (old_dir / "artifacts").as_uri(), paths.artifacts.as_uri()
-    con = sqlite3.connect(paths.db)
     try:
-        with con:
-            con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
-                        (new_art, old_art))
-            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
-                        "WHERE substr(artifact_uri, 1, ?) = ?",
-                        (new_art, len(old_art) + 1, len(old_art), old_art))
-    except sqlite3.Error as exc:
-        raise StudyError(f"{paths.db}: cannot adopt the moved study's store ({exc})") from None
-    finally:
-        con.close()
+        move_artifact_root(paths.db, (old_dir / paths.artifacts.name).as_uri(), paths.artifacts.as_uri())
+    except StoreError as exc:
+        raise StudyError(str(exc)) from None
     meta["tracking_uri"] = paths.default_tracking_uri()
     _write_meta(paths, meta)
     print(f"[study {meta['name']}] moved from {old_dir}: now recording in {paths.db}", file=out)
@@ -576,7 +497,7 @@ def resume(
     paths = study_paths(study, root)
     out = out or sys.stdout
     meta = load_meta(paths)
-    _, user, password = redact_uri(meta["tracking_uri"])
+    _, user, password = split_credentials(meta["tracking_uri"])
     if user or password:  # a study.json written before credentials were stripped
         meta["tracking_uri"] = _take_credentials(meta["tracking_uri"], out)
     spec = spec_from_meta(meta)
@@ -755,7 +676,7 @@ def _run_locked(
                 searcher = CellSearch(
                     groups=groups, space=spec.search.space, num_samples=spec.search.num_samples,
                     sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
-                    mode=spec.search.mode, storage_url=f"sqlite:///{paths.optuna_db}", study=name,
+                    mode=spec.search.mode, storage_url=sqlite_uri(paths.optuna_db), study=name,
                 )
                 tune_config = tune.TuneConfig(
                     search_alg=searcher,
@@ -850,18 +771,6 @@ class _Interrupt:
         self.previous = {}
 
 
-def _existing(tracking_uri: str, name: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
-    from study.record import existing_runs
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(name)
-    if exp is None:
-        return {}
-    return existing_runs(client, tracking_uri, exp.experiment_id)
-
-
 def _max_epochs(spec: StudySpec) -> int:
     from locattn.config import make_run_config
 
@@ -869,93 +778,3 @@ def _max_epochs(spec: StudySpec) -> int:
     cfg = make_run_config(task=cell.task, variant=cell.variant,
                           overrides={**cell.overrides, **spec.hparam_points()[0]})
     return cfg.optim.epochs
-
-
-# ---------------------------------------------------------------------------- status
-
-
-def status(study: str | Path, *, root: str | Path = "studies") -> list[dict[str, Any]]:
-    """Per cell: seeds done, running, failed and missing (from the MLflow record + spec)."""
-    from mlflow.tracking import MlflowClient
-
-    paths = study_paths(study, root)
-    meta = load_meta(paths)
-    spec = spec_from_meta(meta)
-    client = MlflowClient(tracking_uri=meta["tracking_uri"])
-    exp = client.get_experiment_by_name(meta["name"])
-    runs: list[tuple[str, str, str]] = []  # (cell, seed, status)
-    if exp is not None:
-        runs = _trial_rows(client, meta["tracking_uri"], exp.experiment_id)
-    per_point = spec.search.num_samples if spec.search else 1
-    expected = len(spec.seeds) * len(spec.hparam_points()) * per_point
-    rows = []
-    for cell in spec.cells:
-        mine = [r for r in runs if r[0] == cell.cell]
-        by = {s: sorted({int(r[1]) for r in mine if r[2] == s})
-              for s in (schema.STATUS_FINISHED, schema.STATUS_RUNNING, schema.STATUS_FAILED)}
-        counts = {s: sum(1 for r in mine if r[2] == s) for s in by}
-        seen = sum(counts.values())
-        rows.append({
-            "cell": cell.cell,
-            "done": counts[schema.STATUS_FINISHED],
-            "running": counts[schema.STATUS_RUNNING],
-            "failed": counts[schema.STATUS_FAILED],
-            "missing": max(0, expected - seen),
-            "expected": expected,
-            "seeds_done": by[schema.STATUS_FINISHED],
-            "seeds_running": by[schema.STATUS_RUNNING],
-            "seeds_failed": by[schema.STATUS_FAILED],
-            "seeds_missing": sorted(set(spec.seeds) - {int(r[1]) for r in mine})
-            if per_point * len(spec.hparam_points()) == 1 else [],
-        })
-    return rows
-
-
-def _trial_rows(client: Any, tracking_uri: str, experiment_id: str) -> list[tuple[str, str, str]]:
-    from study.record import sqlite_path
-
-    db = sqlite_path(tracking_uri)
-    if db is not None:
-        import sqlite3
-
-        con = sqlite3.connect(db, timeout=30)
-        try:
-            q = ("SELECT r.run_uuid, t.key, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-                 "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND t.key IN (?, ?, ?, ?)")
-            tags: dict[str, dict[str, str]] = {}
-            for run_id, key, value in con.execute(
-                q, (int(experiment_id), schema.ROLE, schema.CELL, schema.SEED, schema.STATUS)
-            ):
-                tags.setdefault(run_id, {})[key] = value
-        finally:
-            con.close()
-        rows = list(tags.values())
-    else:
-        rows = []
-        token = None
-        while True:
-            page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-            rows += [r.data.tags for r in page]
-            token = page.token
-            if not token:
-                break
-    return [(t.get(schema.CELL, ""), t.get(schema.SEED, "-1"), t.get(schema.STATUS, ""))
-            for t in rows if t.get(schema.ROLE) == schema.ROLE_TRIAL]
-
-
-def format_status(rows: list[dict[str, Any]]) -> str:
-    """A compact per-cell table."""
-    width = max([len("cell")] + [len(r["cell"]) for r in rows])
-    lines = [f"{'cell':<{width}}  done  running  failed  missing"]
-    for r in rows:
-        extra = ""
-        if r["seeds_failed"]:
-            extra += f"  failed seeds {r['seeds_failed']}"
-        if r["seeds_missing"]:
-            extra += f"  missing seeds {r['seeds_missing']}"
-        lines.append(f"{r['cell']:<{width}}  {r['done']:>4}  {r['running']:>7}  {r['failed']:>6}  "
-                     f"{r['missing']:>7}{extra}")
-    tot = {k: sum(r[k] for r in rows) for k in ("done", "running", "failed", "missing")}
-    lines.append(f"{'total':<{width}}  {tot['done']:>4}  {tot['running']:>7}  {tot['failed']:>6}  "
-                 f"{tot['missing']:>7}")
-    return "\n".join(lines)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import socket
-from pathlib import Path
 from urllib.parse import urlsplit
 
+from record.store import sqlite_path
 from study.spec import SpecError
 
 #: Seconds to wait for a tracking server, a database or a Ray cluster to accept a connection.
@@ -55,10 +55,10 @@ def check_tracking_uri(uri: str) -> None:
     if scheme not in DATABASE_SCHEMES + SERVER_SCHEMES:
         raise SpecError(f"--tracking-uri {uri}: unknown scheme {parts.scheme + '://'!r}; valid: {valid}")
     if scheme == "sqlite":
-        if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
+        db = sqlite_path(uri)
+        if db is None or db.name in ("", ":memory:"):
             raise SpecError(f"--tracking-uri {uri}: expected sqlite:///<path to a file> (four "
                             "slashes for an absolute path)")
-        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
         if not db.parent.is_dir():
             raise SpecError(f"--tracking-uri {uri}: directory {db.parent} does not exist; create "
                             "it first (a study creates no directory outside its own)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from study import schema
+from record import layout, schema
+from record.store import run_index, sqlite_path
 from study.naming import run_name
 from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
-from study.trainable import (OBJECTIVE, TRIAL_FILE, final_metrics, is_packed, resolve_run_config,
+from study.trainable import (OBJECTIVE, final_metrics, is_packed, resolve_run_config,
                              run_dir, trial_run_keys)
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
@@ -95,46 +95,13 @@ def package_versions() -> dict[str, str]:
 # ---------------------------------------------------------------------------- store access
 
 
-def sqlite_path(tracking_uri: str) -> str | None:
-    """The database file of a ``sqlite:///`` tracking URI, else None."""
-    if tracking_uri.startswith("sqlite:///"):
-        return tracking_uri[len("sqlite:///"):]
-    return None
-
-
 def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[str, RunState]:
     """run key -> RunState for every active run of the experiment (trial and parent runs)."""
-    db = sqlite_path(tracking_uri)
+    index = run_index(tracking_uri, experiment_id)
+    if index is not None:
+        return {key: RunState(run_id=run_id, last_step=step, status=status or schema.STATUS_RUNNING)
+                for key, (run_id, step, status) in index.items()}
     out: dict[str, RunState] = {}
-    if db is not None and os.path.isfile(db):
-        con = sqlite3.connect(db, timeout=30)
-        try:
-            rows = con.execute(
-                "SELECT t.value, r.run_uuid FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-                "WHERE t.key = ? AND r.experiment_id = ? AND r.lifecycle_stage = 'active'",
-                (schema.RUN_KEY, int(experiment_id)),
-            ).fetchall()
-            for key, run_id in rows:
-                out[key] = RunState(run_id=run_id)
-            by_id = {s.run_id: s for s in out.values()}
-            marks = ",".join("?" * len(schema.EPOCH_METRICS))
-            for run_id, step in con.execute(
-                f"SELECT m.run_uuid, MAX(m.step) FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
-                f"WHERE r.experiment_id = ? AND m.key IN ({marks}) GROUP BY m.run_uuid",
-                (int(experiment_id), *schema.EPOCH_METRICS),
-            ):
-                if run_id in by_id:
-                    by_id[run_id].last_step = int(step)
-            for run_id, status in con.execute(
-                "SELECT t.run_uuid, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-                "WHERE t.key = ? AND r.experiment_id = ?",
-                (schema.STATUS, int(experiment_id)),
-            ):
-                if run_id in by_id:
-                    by_id[run_id].status = status
-        finally:
-            con.close()
-        return out
     token = None
     while True:
         page = client.search_runs(
@@ -455,8 +422,7 @@ class MlflowRecorder(_TuneCallback):
 
     def _log_artifacts(self, run_id: str, key: str) -> None:
         out_dir = run_dir(self.cfg["study_dir"], key)
-        names = ("attention.png", "result.json", "attention.json", "examples.json")  # json: exhibits
-        files = [out_dir / n for n in names if (out_dir / n).is_file()]
+        files = [out_dir / n for n in layout.RUN_ARTIFACTS if (out_dir / n).is_file()]
         local = self._local_artifacts(run_id)
         for path in files:
             if local is None:
@@ -614,7 +580,7 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
 
     recorder._ensure()
     fixed = 0
-    runs_root = Path(study_dir) / "runs"
+    runs_root = Path(study_dir) / layout.RUNS_DIR
     if not runs_root.is_dir():
         return 0
     for out_dir in sorted(runs_root.iterdir()):
@@ -623,7 +589,7 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
         if state is not None and state.status == schema.STATUS_FINISHED:
             continue
         try:
-            body = json.loads((out_dir / TRIAL_FILE).read_text())
+            body = json.loads((out_dir / layout.TRIAL_FILE).read_text())
             config = {"trial": body["trial"], "search": body.get("search") or {}}
             seed = int(body["seed"])
         except (OSError, ValueError, KeyError, TypeError):

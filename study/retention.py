@@ -21,11 +21,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from record.layout import BEST_MODEL_FILE, CHECKPOINT_DIR, META_FILE
+
 #: ``keep`` values -> files and directories of a finished run's directory that are deleted.
 DROPPED = {
     "all": (),
-    "model": ("checkpoint",),
-    "results": ("checkpoint", "best_model.pt"),
+    "model": (CHECKPOINT_DIR,),
+    "results": (CHECKPOINT_DIR, BEST_MODEL_FILE),
 }
 KEEP_POLICIES = tuple(DROPPED)
 DEFAULT_KEEP = "model"
@@ -56,7 +58,7 @@ def study_keep(study_dir: str | Path) -> str:
     """The ``keep`` policy of the study in ``study_dir`` (from its ``study.json``); the default
     when the file or the key is missing or unreadable (never a reason to fail a trial)."""
     try:
-        resolved = json.loads((Path(study_dir) / "study.json").read_text())["resolved"]
+        resolved = json.loads((Path(study_dir) / META_FILE).read_text())["resolved"]
         keep = resolved.get("keep", DEFAULT_KEEP)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return DEFAULT_KEEP

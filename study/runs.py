@@ -14,12 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from record.layout import CHECKPOINT_DIR, CHECKPOINT_META, RESULT_FILE, RUNS_DIR, TRIAL_FILE
 from study.naming import run_name
-
-RUNS_DIR = "runs"
-TRIAL_FILE = "trial.json"
-RESULT_FILE = "result.json"
-CHECKPOINT_META = Path("checkpoint") / "meta.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +48,7 @@ def read_folder(path: Path) -> RunFolder:
         state = "finished"
     else:
         try:
-            state = f"epoch {int(json.loads((path / CHECKPOINT_META).read_text())['epoch'])}"
+            state = f"epoch {int(json.loads((path / CHECKPOINT_DIR / CHECKPOINT_META).read_text())['epoch'])}"
         except (OSError, ValueError, KeyError, TypeError):
             state = "started"
     return RunFolder(key=path.name, name=name, cell=cell, seed=seed, state=state)

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from study import cost, schema
+from record import schema
+from study import cost
 from study.retention import DEFAULT_KEEP, KEEP_POLICIES
 
 TOP_KEYS = {
@@ -717,7 +718,7 @@ def _parse_search(path: str, raw: Any) -> SearchSpec | None:
     if mode not in ("max", "min"):
         raise _err(path, "search.mode", f"unknown mode {mode!r}", ["max", "min"])
     metric = raw.get("metric", "best_dev_score")
-    from study import schema
+    from record import schema
 
     valid_metrics = sorted(set(schema.FINAL_METRICS) | set(schema.EPOCH_METRICS))
     if not isinstance(metric, str) or (metric not in valid_metrics and not metric.startswith("test.")):

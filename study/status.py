@@ -2,8 +2,8 @@
 
 The command reads what it needs and nothing more: the saved ``study.json`` (the resolved grid,
 seeds and hparams, without re-validating the spec, which would import torch), the runs through
-the SQL reader of ``reports`` (:func:`reports.store.read_runs`: plain ``sqlite3`` on a SQLite
-store), and the driver record in ``study.lock``. It never imports torch, Ray or MLflow.
+the record's reader (:func:`record.store.read_rows`: plain ``sqlite3`` on a SQLite store), and
+the driver record in ``study.lock``. It never imports torch, Ray, MLflow or polars.
 
 A trial is *stale* when the record says it is running but no driver runs the study: the lock
 file names no holder (a driver empties it on exit), or names a PID on this host that no longer
@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from study import schema
+from record import schema
+from record.layout import LOCK_FILE
+from record.store import StoreError, StudyNotFound, read_rows
 from study.spec import SpecError, cell_id
 
-LOCK_FILE = "study.lock"
 STALE = "stale"
 
 
@@ -113,20 +114,33 @@ def expected_cells(resolved: Mapping[str, Any]) -> tuple[list[str], int]:
 
 
 def trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str]]:
-    """(cell, seed, status) of the study's trial runs, through the reports' SQL reader."""
-    from reports.store import ReportsError, read_runs
-
+    """(cell, seed, status) of the study's trial runs, read from its store."""
     try:
-        runs = read_runs(tracking_uri, name, metric_keys=[]).runs
-    except ReportsError as exc:
-        if "not found" in str(exc) or "does not exist" in str(exc):
-            return []  # launched, but no run recorded yet
+        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE, schema.CELL, schema.SEED,
+                                                       schema.STATUS), metric_keys=[])
+    except StudyNotFound:
+        return []  # launched, but no run recorded yet
+    except StoreError as exc:
+        if "does not exist" in str(exc):
+            return []  # launched, but the store is not created yet
         raise SpecError(str(exc)) from None
+    tags: dict[str, dict[str, str]] = {}
+    for run_id, key, value in rows.tags:
+        tags.setdefault(run_id, {})[key] = value
     out = []
-    for role, cell, seed, status in runs.select("role", "cell", "seed", "status").iter_rows():
-        if role == schema.ROLE_TRIAL and cell is not None:
-            out.append((cell, -1 if seed is None else int(seed), status or ""))
+    for run_id, mlflow_status, _, _ in sorted(rows.runs):
+        t = tags.get(run_id, {})
+        if t.get(schema.ROLE) == schema.ROLE_TRIAL and schema.CELL in t:
+            seed = t.get(schema.SEED)
+            out.append((t[schema.CELL], -1 if seed is None else int(seed),
+                        t.get(schema.STATUS) or _status_of(mlflow_status)))
     return out
+
+
+def _status_of(mlflow_status: str) -> str:
+    """A run without a ``locattn.status`` tag, by MLflow's own status."""
+    status = (mlflow_status or "").lower()
+    return schema.MLFLOW_STATUS_FALLBACK.get(status, status)
 
 
 def study_status(meta: Mapping[str, Any], study_dir: Path) -> tuple[list[CellStatus], Driver]:

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from record import layout
+from record.layout import TRIAL_FILE
 from study.retention import prune_finished_run, study_keep
 from study.spec import run_key
 
@@ -40,11 +42,8 @@ NOTICES = "notices"
 #: Key of the trial state file's own SHA-256 (:func:`state_digest`).
 STATE_DIGEST = "sha256"
 RUN_SUBDIR = "run"
-#: Written into every run directory when its seed starts: the trial config and seed, so that a
-#: resume can re-record a finished run the store lost (study.record.reconcile).
-TRIAL_FILE = "trial.json"
 #: Tune's experiment directory under the study (``tune.RunConfig(name=...)``).
-TUNE_DIRNAME = "tune"
+TUNE_DIRNAME = layout.TUNE_DIR
 
 
 def trial_dirname(trial_id: str) -> str:
@@ -107,7 +106,7 @@ def trial_run_keys(config: Mapping[str, Any]) -> list[tuple[int, str]]:
 
 def run_dir(study_dir: str | Path, key: str) -> Path:
     """Per-run output directory (absolute, under the study directory)."""
-    return Path(study_dir).resolve() / "runs" / key
+    return Path(study_dir).resolve() / layout.RUNS_DIR / key
 
 
 def resolve_run_config(config: Mapping[str, Any], seed: int) -> Any:
@@ -138,7 +137,7 @@ def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     if result is not None and hasattr(result, "final_metrics"):
         return {k: float(v) for k, v in result.final_metrics().items()}
     data: Mapping[str, Any] = {}
-    path = out_dir / "result.json"
+    path = out_dir / layout.RESULT_FILE
     if path.is_file():
         data = json.loads(path.read_text())
     elif result is not None:
@@ -339,7 +338,7 @@ def finished_result(out_dir: Path, cfg: Any) -> Any:
     ``train`` deletes ``result.json`` when it starts and writes it last, so its presence with
     the same run identity means the run finished; it is never trained (or scored) twice.
     """
-    path = out_dir / "result.json"
+    path = out_dir / layout.RESULT_FILE
     if not path.is_file():
         return None
     from locattn.config import run_identity
@@ -552,11 +551,11 @@ def staged_runs(ckpt_dir: Path) -> dict[str, tuple[int, Path]]:
         return {}
     if "seed_index" in state:  # the layout before solo and packed trials shared one skeleton
         path = ckpt_dir / RUN_SUBDIR
-        return {"": (int(state.get("epoch", 0)), path)} if (path / "state.pt").is_file() else {}
+        return {"": (int(state.get("epoch", 0)), path)} if (path / layout.CHECKPOINT_STATE).is_file() else {}
     out = {}
     for key, replica in (state.get("replicas") or {}).items():
         path = ckpt_dir / RUN_SUBDIR / key
-        if (path / "state.pt").is_file():
+        if (path / layout.CHECKPOINT_STATE).is_file():
             out[key] = (int(replica.get("epoch", 0)), path)
     return out
 

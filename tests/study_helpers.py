@@ -33,7 +33,7 @@ def trial_run_rows(db: Path) -> list[dict]:
     with metrics in step order (the one reader behind the tests' and bench_chaos's views)."""
     import sqlite3
 
-    from study import schema
+    from record import schema
 
     con = sqlite3.connect(db, timeout=30)
     try:

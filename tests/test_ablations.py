@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from study import schema
+from record import schema
 from study.spec import StudySpec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

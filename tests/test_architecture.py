@@ -4,7 +4,13 @@
   functions (an import moved into a function to dodge a cycle still counts);
 - ``locattn/training/`` keeps its floors: a module imports only modules on lower floors;
 - no module imports another module's ``_private`` name, or reaches for one as an attribute of
-  an imported project module (tests and benchmarks included: they use the public seams too).
+  an imported project module (tests and benchmarks included: they use the public seams too);
+- the packages stand on floors: ``locattn`` at the bottom, ``record`` (the run record) on it,
+  and ``study`` and ``reports`` side by side on both, never importing each other;
+- only ``record.store`` opens MLflow's database (``sqlite3``, SQLAlchemy) or writes a
+  ``sqlite:`` tracking URI;
+- a file name of a study folder or a run folder is written as a string once, by its owner
+  (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("locattn", "study", "reports")
+PACKAGES = ("locattn", "record", "study", "reports")
 
 # locattn/training, lowest floor first (the order of locattn/training/__init__.py's docstring)
 TRAINING_FLOORS = {
+    "files": 0,
     "results": 1,
     "data": 2, "checkpoint": 2, "recorders": 2, "evaluate": 2, "examples": 2, "scoring": 2,
     "attention": 2,
@@ -218,3 +225,149 @@ def test_the_private_checker_flags_what_it_should(tmp_path, source, expected):
     path = tmp_path / "probe.py"
     path.write_text(source)
     assert len(_private_uses(path, None)) == expected
+
+
+# ---------------------------------------------------------------------------- package floors
+
+#: What each package may import of the project's packages (besides itself).
+PACKAGE_FLOORS = {
+    "locattn": set(),
+    "record": {"locattn"},
+    "study": {"locattn", "record"},
+    "reports": {"locattn", "record"},
+}
+
+
+def _package_violations(modules: dict[str, Path]) -> list[str]:
+    bad = []
+    for name, path in modules.items():
+        own = name.split(".")[0]
+        for target, _, line in _imports_of(path, name):
+            top = target.split(".")[0]
+            if top in PACKAGE_FLOORS and top != own and top not in PACKAGE_FLOORS[own]:
+                bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}: "
+                           f"{own} imports {target}")
+    return bad
+
+
+def _imports_of(path: Path, name: str) -> list[tuple[str, list[str], int]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((_resolve(name, path.name == "__init__.py", node), [a.name for a in node.names],
+                        node.lineno))
+    return out
+
+
+def test_packages_keep_their_floors_and_study_and_reports_never_meet():
+    assert set(PACKAGE_FLOORS) == set(PACKAGES)
+    bad = _package_violations(MODULES)
+    assert not bad, "imports across package floors (function-level imports included):\n" + "\n".join(bad)
+
+
+def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path):
+    (tmp_path / "study").mkdir()
+    (tmp_path / "reports").mkdir()
+    probes = {"study.x": tmp_path / "study" / "x.py", "reports.y": tmp_path / "reports" / "y.py",
+              "record.z": tmp_path / "record_z.py"}
+    probes["study.x"].write_text("def f():\n    from reports.store import read_runs\n")
+    probes["reports.y"].write_text("import study.launch\nfrom record import schema\n")
+    probes["record.z"].write_text("from study.spec import run_key\n")
+    bad = _package_violations(probes)
+    assert [b.split(": ", 1)[1] for b in bad] == [
+        "study imports reports.store", "reports imports study.launch", "record imports study.spec"]
+
+
+# ---------------------------------------------------------------------------- the store's one door
+
+STORE_MODULE = "record.store"
+DATABASE_MODULES = ("sqlite3", "sqlalchemy")
+
+
+def _store_access(path: Path) -> list[str]:
+    """Imports of a database driver, and ``sqlite:`` URI literals, in one file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        out += [f"{path.name}:{node.lineno}: imports {n}" for n in names
+                if n.split(".")[0] in DATABASE_MODULES]
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and node.value.startswith("sqlite:") and " " not in node.value):  # not help text
+            out.append(f"{path.name}:{node.lineno}: a sqlite: URI literal")
+    return out
+
+
+def test_only_the_record_store_opens_mlflows_database():
+    bad = []
+    for name, path in MODULES.items():
+        if name != STORE_MODULE:
+            bad += [f"{path.relative_to(ROOT).parent}/{b}" for b in _store_access(path)]
+    assert not bad, "MLflow's database opened (or its URI built) outside record/store.py:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import sqlite3\n", 1),
+    ("def f():\n    import sqlalchemy\n    return sqlalchemy.create_engine('x')\n", 1),
+    ("URI = 'sqlite:///x.db'\n", 1),
+    ("def f(p):\n    return f'sqlite:///{p}'\n", 1),
+    ("from record.store import sqlite_uri\n", 0),
+    ("HELP = 'sqlite:///..., postgresql://...'\n", 0),
+])
+def test_the_store_checker_flags_what_it_should(tmp_path, source, expected):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert len(_store_access(path)) == expected
+
+
+# ---------------------------------------------------------------------------- file names, once
+
+#: Module that owns the file-name constants, and the names it owns.
+FILE_NAME_OWNERS = {"locattn.training.files": "locattn/training/files.py",
+                    "record.layout": "record/layout.py"}
+
+
+def _owned_names() -> dict[str, str]:
+    """file name -> owning module, read from the owners' own assignments (``NAME = "x.ext"``)."""
+    owned = {}
+    for module, rel in FILE_NAME_OWNERS.items():
+        for node in ast.parse((ROOT / rel).read_text()).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str) and "." in node.value.value):
+                owned[node.value.value] = module
+    return owned
+
+
+def _file_name_literals(path: Path, owned: dict[str, str]) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for name in owned:
+                if node.value == name or node.value.endswith("/" + name):
+                    out.append(f"{path.name}:{node.lineno}: {node.value!r} (owned by {owned[name]})")
+    return out
+
+
+def test_file_names_are_written_once_by_their_owner():
+    owned = _owned_names()
+    assert {"result.json", "state.pt", "config.json", "examples.json", "study.json", "mlflow.db",
+            "study.lock", "trial.json"} <= set(owned)
+    bad = []
+    for name, path in MODULES.items():
+        if name not in FILE_NAME_OWNERS:
+            bad += [f"{path.relative_to(ROOT).parent}/{b}" for b in _file_name_literals(path, owned)]
+    assert not bad, "file names retyped outside their owner (import the constant):\n" + "\n".join(bad)
+
+
+def test_the_file_name_checker_flags_a_retyped_name(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text('STATE = "state.pt"\nP = "checkpoint/state.pt"\n"""Writes state.pt."""\n')
+    assert len(_file_name_literals(path, _owned_names())) == 2

@@ -33,7 +33,7 @@ pytest.importorskip("mlflow")
 pytest.importorskip("ray.dashboard.modules.job", reason="the job server needs ray[default]")
 pytest.importorskip("grpc", reason="the job server needs ray[default] (grpcio)")
 
-from study import schema  # noqa: E402
+from record import schema  # noqa: E402
 from test_postgres_store import free_port  # noqa: E402
 from test_study import SMOKE, trial_runs, write_spec  # noqa: E402
 

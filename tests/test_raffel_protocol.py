@@ -164,7 +164,7 @@ def test_dev_protocol_reads_dev(two_runs) -> None:
 
 
 def test_the_regression_runs_record_their_per_epoch_test_metrics() -> None:
-    from study import schema
+    from record import schema
 
     assert {"test_loss", "test_score"} <= set(schema.EPOCH_METRICS)
 

@@ -25,9 +25,10 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
 
-from study import schema  # noqa: E402
+from record import schema  # noqa: E402
 from study_helpers import trial_run_rows, wait_for  # noqa: E402
-from study.launch import init_ray, launch, resume, status  # noqa: E402
+from study.launch import init_ray, launch, resume  # noqa: E402
+from study.status import STALE, study_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
@@ -52,6 +53,15 @@ def write_spec(tmp_path: Path, name: str, **body) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def status(study_dir: Path) -> list[dict]:
+    """``study status``'s rows as dicts (a run marked running after its driver exited counts
+    as running here)."""
+    rows, _ = study_status(json.loads((Path(study_dir) / "study.json").read_text()), Path(study_dir))
+    return [{"done": r.count(schema.STATUS_FINISHED), "failed": r.count(schema.STATUS_FAILED),
+             "running": r.count(schema.STATUS_RUNNING) + r.count(STALE), "missing": r.missing,
+             "seeds_done": r.seeds.get(schema.STATUS_FINISHED, [])} for r in rows]
 
 
 def trial_runs(db: Path) -> dict[str, dict]:

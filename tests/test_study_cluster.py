@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; bef
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-from study import schema  # noqa: E402
+from record import schema  # noqa: E402
 from study_helpers import wait_for  # noqa: E402
 from test_study import SMOKE, trial_runs, write_spec  # noqa: E402
 

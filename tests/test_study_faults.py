@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-from study import schema
+from record import schema
 from study_helpers import trial_run_rows, wait_for  # noqa: E402
 from study.launch import StudyError, launch, session_processes  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402

@@ -2,6 +2,7 @@
 
 Read them in this order (``tests/test_architecture.py`` checks the order):
 
+0. ``files``: the names of the files a run writes (imports nothing).
 1. ``results``: what a run produces (:class:`RunResult`), how it fails
    (:class:`NonFiniteLossError`), the files it writes, and the best-model rule.
 2. ``data`` (batching, data order), ``checkpoint`` (atomic, checksummed state; RNG seeding),

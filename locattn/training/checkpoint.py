@@ -34,12 +34,13 @@ import numpy as np
 import torch
 
 from locattn.config import config_to_dict, identity_dict, run_identity
+from locattn.training.files import CHECKPOINT_DIR, CHECKPOINT_META, CHECKPOINT_STATE
 
-CHECKPOINT = "checkpoint"
+CHECKPOINT = CHECKPOINT_DIR
 _OLD = "checkpoint.old"
 BAD = "checkpoint.bad"
-META = "meta.json"
-STATE = "state.pt"
+META = CHECKPOINT_META
+STATE = CHECKPOINT_STATE
 #: meta.json key holding the SHA-256 (hex) of state.pt.
 CHECKSUM_KEY = "state_sha256"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-EXAMPLES_JSON = "examples.json"
+from locattn.training.files import EXAMPLES_JSON
 
 
 def first_error(pred: Sequence[Any], gold: Sequence[Any], ended: bool) -> int | None:

@@ -1,6 +1,6 @@
 """Floor 1 of a training run: what it produces, how it fails, and the files it writes.
 
-Nothing here imports another module of :mod:`locattn.training`.
+Of :mod:`locattn.training` it imports only ``files`` (floor 0: the file names).
 """
 
 from __future__ import annotations
@@ -11,17 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from locattn.config import RunConfig, run_config_from_dict
-
-CONFIG_FILE = "config.json"
-"""The resolved config of a run (``config_to_dict``), in its output directory."""
-RESULT_FILE = "result.json"
-"""The :class:`RunResult` of a finished run."""
-BEST_MODEL_FILE = "best_model.pt"
-"""The selected model's ``state_dict``."""
-ATTENTION_JSON = "attention.json"
-"""The traced attention of one test example."""
-ATTENTION_PNG = "attention.png"
-"""Its heatmap."""
+from locattn.training.files import (ATTENTION_JSON, ATTENTION_PNG, BEST_MODEL_FILE,  # noqa: F401
+                                    CONFIG_FILE, RESULT_FILE)
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -1,6 +1,7 @@
-"""Names of the MLflow run record, shared by ``study`` (writer) and ``reports`` (reader).
+"""Names of the MLflow run record: tags, statuses and metric keys, written by ``study`` and read
+by ``reports``.
 
-See docs/architecture.md §6. Imports nothing heavy.
+See docs/architecture.md §6. Imports nothing.
 """
 
 TAG_PREFIX = "locattn."
@@ -35,6 +36,9 @@ STATUS_FINISHED = "finished"
 STATUS_FAILED = "failed"
 STATUS_RUNNING = "running"
 STATUS_INTERRUPTED = "interrupted"  # (parent) the driver was stopped with Ctrl-C; resume it
+#: The status of a run that never got its ``locattn.status`` tag (killed before its first
+#: report), from MLflow's own status, lower-cased; other MLflow statuses read as they are.
+MLFLOW_STATUS_FALLBACK = {"killed": STATUS_FAILED, "scheduled": STATUS_RUNNING}
 
 #: Report table ids a spec may name under ``tables:`` (``reports.tables.TABLES`` defines them;
 #: a test keeps the two equal, so study need not import reports).

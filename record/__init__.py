@@ -1,0 +1,11 @@
+"""The run record: what a study leaves behind, below both ``study`` and ``reports``.
+
+- ``schema``: the names of the MLflow record (tags, statuses, metric keys);
+- ``layout``: where a study keeps its files, and the file names of its run folders;
+- ``store``: the one door into MLflow's database (SQL on SQLite or Postgres) and the only
+  code that parses or redacts a tracking URI.
+
+``study`` (the writer) and ``reports`` (the reader) both stand on this package and on
+``locattn``, and never import each other. Nothing here imports torch, Ray or polars; MLflow and
+SQLAlchemy are imported only by the functions that need them.
+"""

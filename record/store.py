@@ -1,0 +1,366 @@
+"""The one door into MLflow's database, and the only code that parses or redacts a tracking URI.
+
+Three ways in, one answer (:class:`RunRows`, plain tuples):
+
+- a SQLite store (``sqlite:///...``, what a study writes to ``<study_dir>/mlflow.db``): plain SQL
+  through the standard library ``sqlite3`` module, read-only;
+- other SQL stores (``postgresql://``, ``mysql://``): the same SQL through SQLAlchemy (installed
+  with MLflow);
+- an MLflow server (``http://`` / ``https://``): ``MlflowClient.search_runs`` page by page.
+
+The SQL reads only the tables ``experiments``, ``runs``, ``tags``, ``params``, ``metrics`` and
+``latest_metrics`` of MLflow's schema, and only the keys asked for. It writes in two places: the
+artifact paths of a moved study (:func:`move_artifact_root`) and synthetic stores for tests and
+benchmarks (:func:`insert_rows`). Everything else is written through MLflow's client
+(``study.record``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from record import schema
+
+SQLITE_PREFIX = "sqlite:///"
+
+
+class StoreError(ValueError):
+    """The store cannot be read or written as asked; the message is one line naming it (password
+    redacted)."""
+
+
+class StudyNotFound(StoreError):
+    """The store holds no study (MLflow experiment) of that name."""
+
+
+# ---------------------------------------------------------------------------- tracking URIs
+
+
+def sqlite_uri(path: str | Path) -> str:
+    """The tracking URI of a SQLite store file."""
+    return f"{SQLITE_PREFIX}{path}"
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None."""
+    if not tracking_uri.startswith(SQLITE_PREFIX):
+        return None
+    return Path(unquote(tracking_uri[len(SQLITE_PREFIX):].split("?", 1)[0]))
+
+
+def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
+    """``(uri without user:password@, user, password)``; the URI unchanged when it has none."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri, None, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    return (urlunsplit(parts._replace(netloc=hostport)), unquote(user) or None,
+            unquote(password) if password else None)
+
+
+def redact(uri: str) -> str:
+    """The URI with its password shown as ``***`` (for messages and provenance lines)."""
+    parts = urlsplit(uri)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return uri.replace(parts.netloc, netloc)
+    return uri
+
+
+def portable_uri(uri: str) -> str:
+    """A SQLite store as ``sqlite: <study dir>/<file>``, so that the same store gives the same
+    bytes wherever it is checked out; other URIs as they are (passwords already redacted)."""
+    if uri.startswith("sqlite:"):
+        path = uri.split(":///", 1)[-1]
+        parts = [p for p in path.split("/") if p]
+        return "sqlite: " + "/".join(parts[-2:])
+    return uri
+
+
+def is_server(tracking_uri: str) -> bool:
+    """Whether the URI names an MLflow tracking server (``http(s)://``) rather than a database."""
+    return urlsplit(tracking_uri).scheme in ("http", "https")
+
+
+# ---------------------------------------------------------------------------- SQL access
+
+
+class SQLReader:
+    """Read-only queries over sqlite3 (fast path) or SQLAlchemy (other databases), with named
+    parameters (``:name``) in both."""
+
+    def __init__(self, uri: str, *, timeout: float = 5.0) -> None:
+        self.uri = uri
+        path = sqlite_path(uri)
+        if path is not None:
+            if not path.exists():
+                raise StoreError(f"SQLite store {str(path)!r} does not exist")
+            self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+            self._engine = None
+        else:
+            import sqlalchemy  # installed with mlflow; only non-SQLite stores need it
+
+            try:
+                self._engine = sqlalchemy.create_engine(uri)
+                self._conn = self._engine.connect()
+            except Exception as exc:  # driver missing, server down
+                raise StoreError(f"cannot open tracking store {redact(uri)}: {exc}") from exc
+
+    def query(self, sql: str, params: Mapping[str, object]) -> list[tuple]:
+        try:
+            if self._engine is None:
+                return self._conn.execute(sql, dict(params)).fetchall()
+            import sqlalchemy
+
+            return [tuple(r) for r in self._conn.execute(sqlalchemy.text(sql), dict(params))]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{redact(self.uri)} is not a readable MLflow store ({exc})") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def __enter__(self) -> "SQLReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _in_clause(name: str, values: Sequence[str]) -> tuple[str, dict[str, object]]:
+    params = {f"{name}{i}": v for i, v in enumerate(values)}
+    return ", ".join(f":{k}" for k in params), params
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """The active runs of one study as plain rows.
+
+    ``runs``: ``(run_id, mlflow_status, start_time, end_time)`` (ms); ``tags`` and ``params``:
+    ``(run_id, key, value)``; ``metrics``: ``(run_id, key, latest value)`` (NaN where MLflow
+    stored NaN).
+    """
+
+    runs: list[tuple]
+    tags: list[tuple]
+    params: list[tuple]
+    metrics: list[tuple]
+
+
+def read_rows(
+    tracking_uri: str,
+    study: str,
+    *,
+    tag_keys: Sequence[str],
+    metric_keys: Sequence[str] | None = None,
+    metric_prefixes: Sequence[str] = (),
+    param_keys: Sequence[str] = (),
+) -> RunRows:
+    """The runs of ``study`` (an MLflow experiment name) in ``tracking_uri``: the tags
+    ``tag_keys``, the params ``param_keys``, and the latest values of ``metric_keys`` and of the
+    keys starting with one of ``metric_prefixes`` (``metric_keys=None``: every metric).
+    Raises :class:`StudyNotFound` (naming the studies there) or :class:`StoreError`."""
+    scheme = urlsplit(tracking_uri).scheme
+    if scheme in ("http", "https"):
+        return _read_rest(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
+    if scheme in ("", "file"):
+        raise StoreError(
+            f"tracking URI {tracking_uri!r} is a file store; the record is read from SQL stores "
+            "(sqlite:///..., postgresql://...) or an MLflow server (http://...)"
+        )
+    return _read_sql(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
+
+
+def _read_sql(
+    uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
+    param_keys: Sequence[str], metric_prefixes: Sequence[str],
+) -> RunRows:
+    with SQLReader(uri) as db:
+        try:
+            exps = db.query(
+                "SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active'", {}
+            )
+        except Exception as exc:
+            raise StoreError(f"{redact(uri)} is not an MLflow tracking store ({exc})") from exc
+        ids = [e for e, n in exps if n == study]
+        if not ids:
+            names = sorted(n for _, n in exps if n != "Default")
+            raise StudyNotFound(
+                f"study {study!r} not found in {redact(uri)}; studies there: "
+                + (", ".join(names) if names else "(none)")
+            )
+        exp = {"exp": ids[0]}
+        run_filter = "r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
+        runs = db.query(
+            "SELECT r.run_uuid, r.status, r.start_time, r.end_time FROM runs r "
+            f"WHERE {run_filter}", exp,
+        )
+        tag_in, tag_params = _in_clause("t", tag_keys)
+        tags = db.query(
+            "SELECT t.run_uuid, t.key, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+            f"WHERE {run_filter} AND t.key IN ({tag_in})", {**exp, **tag_params},
+        )
+        params: list[tuple] = []
+        if param_keys:
+            p_in, p_params = _in_clause("p", param_keys)
+            params = db.query(
+                "SELECT p.run_uuid, p.key, p.value FROM params p "
+                "JOIN runs r ON r.run_uuid = p.run_uuid "
+                f"WHERE {run_filter} AND p.key IN ({p_in})", {**exp, **p_params},
+            )
+        conds: list[str] = []
+        m_params: dict[str, object] = {}
+        if metric_keys is not None:
+            if metric_keys:
+                m_in, m_params = _in_clause("m", metric_keys)
+                conds.append(f"m.key IN ({m_in})")
+            for i, prefix in enumerate(metric_prefixes):
+                m_params[f"pre{i}"] = prefix + "%"
+                conds.append(f"m.key LIKE :pre{i}")
+        where = f" AND ({' OR '.join(conds)})" if conds else ""
+        metrics: list[tuple] = []
+        if metric_keys is None or conds:
+            metrics = db.query(
+                "SELECT m.run_uuid, m.key, m.value, CASE WHEN m.is_nan THEN 1 ELSE 0 END "
+                f"FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid WHERE {run_filter}{where}",
+                {**exp, **m_params},
+            )
+    nan = float("nan")
+    return RunRows(runs=runs, tags=tags, params=params,
+                   metrics=[(r, k, nan if is_nan else v) for r, k, v, is_nan in metrics])
+
+
+def _read_rest(
+    uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
+    param_keys: Sequence[str], metric_prefixes: Sequence[str],
+) -> RunRows:
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        exp = client.get_experiment_by_name(study)
+    except Exception as exc:
+        raise StoreError(f"cannot reach the MLflow server at {redact(uri)}: {exc}") from exc
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise StudyNotFound(
+            f"study {study!r} not found on {redact(uri)}; studies there: "
+            + (", ".join(names) if names else "(none)")
+        )
+    wanted_tags = set(tag_keys)
+    wanted_params = set(param_keys)
+    keyset = set(metric_keys) if metric_keys is not None else None
+    out = RunRows(runs=[], tags=[], params=[], metrics=[])
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=1000,
+            page_token=token,
+        )
+        for r in page:
+            rid = r.info.run_id
+            out.runs.append((rid, r.info.status, r.info.start_time, r.info.end_time))
+            out.tags.extend((rid, k, v) for k, v in r.data.tags.items() if k in wanted_tags)
+            out.params.extend((rid, k, v) for k, v in r.data.params.items() if k in wanted_params)
+            for k, v in r.data.metrics.items():
+                if keyset is None or k in keyset or any(k.startswith(p) for p in metric_prefixes):
+                    out.metrics.append((rid, k, float(v)))
+        token = page.token
+        if not token:
+            return out
+
+
+def run_index(tracking_uri: str, experiment_id: str) -> dict[str, tuple[str, int, str | None]] | None:
+    """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None) of
+    every active run of an experiment that has a ``locattn.run_key``, by SQL on a SQLite store;
+    None for any other store (ask MLflow's client there)."""
+    db = sqlite_path(tracking_uri)
+    if db is None or not db.is_file():
+        return None
+    with SQLReader(tracking_uri, timeout=30) as con:
+        exp = {"exp": int(experiment_id)}
+        keys = con.query(
+            "SELECT t.value, r.run_uuid FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+            "WHERE t.key = :key AND r.experiment_id = :exp AND r.lifecycle_stage = 'active'",
+            {"key": schema.RUN_KEY, **exp})
+        m_in, m_params = _in_clause("m", schema.EPOCH_METRICS)
+        steps = dict(con.query(
+            "SELECT m.run_uuid, MAX(m.step) FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+            f"WHERE r.experiment_id = :exp AND m.key IN ({m_in}) GROUP BY m.run_uuid",
+            {**exp, **m_params}))
+        statuses = dict(con.query(
+            "SELECT t.run_uuid, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+            "WHERE t.key = :key AND r.experiment_id = :exp", {"key": schema.STATUS, **exp}))
+    return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id))
+            for key, run_id in keys}
+
+
+def experiment_id(tracking_uri: str, name: str) -> str | None:
+    """Id of the active experiment ``name`` in a SQLite store; None when it is not there, the
+    file is not a store, or the store is not SQLite (no MLflow import)."""
+    db = sqlite_path(tracking_uri)
+    if db is None or not db.is_file():
+        return None
+    try:
+        with SQLReader(tracking_uri) as con:
+            rows = con.query("SELECT experiment_id FROM experiments WHERE name = :name AND "
+                             "lifecycle_stage = 'active'", {"name": name})
+    except StoreError:
+        return None
+    return str(rows[0][0]) if rows else None
+
+
+def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """Artifact location of each run (``runs.artifact_uri``; from the server for http URIs)."""
+    if not run_ids:
+        return {}
+    if is_server(tracking_uri):
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        return {r: client.get_run(r).info.artifact_uri for r in run_ids}
+    r_in, params = _in_clause("r", run_ids)
+    with SQLReader(tracking_uri) as db:
+        rows = db.query(f"SELECT run_uuid, artifact_uri FROM runs WHERE run_uuid IN ({r_in})", params)
+    return {r: a for r, a in rows}
+
+
+# ---------------------------------------------------------------------------- SQL writes
+
+
+def move_artifact_root(db: Path, old: str, new: str) -> None:
+    """Rewrite the artifact locations under ``old`` (an experiment's and its runs') to ``new`` in
+    the SQLite store ``db``: the one edit a moved study folder needs, since MLflow keeps
+    absolute paths."""
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
+                        (new, old))
+            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                        "WHERE substr(artifact_uri, 1, ?) = ?",
+                        (new, len(old) + 1, len(old), old))
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db}: cannot adopt the moved study's store ({exc})") from None
+    finally:
+        con.close()
+
+
+def insert_rows(db: str | Path, tables: Mapping[str, tuple[Sequence[str], Sequence[tuple]]]) -> None:
+    """Bulk-insert rows into MLflow's tables of a SQLite store whose schema MLflow created, in
+    one transaction: ``{table: (columns, rows)}`` (synthetic stores for tests and benchmarks)."""
+    con = sqlite3.connect(str(db))
+    try:
+        with con:
+            for table, (columns, rows) in tables.items():
+                marks = ",".join("?" * len(columns))
+                con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+    finally:
+        con.close()
