@@ -92,24 +92,18 @@ def test_the_fallback_ignores_tunes_snapshot_and_directory_names(tmp_path: Path)
     """#27 item 3, the race made on purpose: a restore from an older snapshot makes Tune reuse
     the names of newer checkpoints, so names, the snapshot's pick and progress disagree. The
     choice is the most advanced checkpoint whose files verify, whatever Tune hands over."""
-    from study.trainable import _stage, read_complete
+    from study.trainable import STATE_DIGEST, read_complete, state_digest
 
     trial = tmp_path / "tune" / "trial_a"
-    staging = tmp_path / "staging"
-    model = tmp_path / "model"
-    model.mkdir()
 
     def stage(name: str, epoch: int, *, with_model: bool = True) -> Path:
-        (model / "state.pt").unlink(missing_ok=True)  # staged as hard links: a new file each time
-        (model / "state.pt").write_bytes(bytes([epoch]) * 64)
         state = {"replicas": {"k1": {"epoch": epoch, "history": [{"epoch": e, "dev_loss": 1.0}
                                                                  for e in range(1, epoch + 1)]}},
                  "done": ["k0"], "scores": {}}
-        path = _stage(staging, state, {f"{RUN_SUBDIR}/k1": model} if with_model else {})
-        target = trial / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        path.rename(target)
-        return target
+        path = write_checkpoint(trial / name, state, {"k1": bytes([epoch]) * 64} if with_model else {})
+        body = json.loads((path / STATE_FILE).read_text())
+        (path / STATE_FILE).write_text(json.dumps({**body, STATE_DIGEST: state_digest(body)}))
+        return path
 
     # Tune's snapshot named checkpoint_000002 (epoch 4); the driver after it wrote epochs 5..23
     # from index 3 on, over names that held epochs of an earlier attempt.
@@ -118,12 +112,10 @@ def test_the_fallback_ignores_tunes_snapshot_and_directory_names(tmp_path: Path)
         stage(f"checkpoint_{index:06d}", epoch)
     stage("checkpoint_000099", 25, with_model=False)  # a state without its model files
     stale = stage("checkpoint_000050", 30)
-    (stale / RUN_SUBDIR / "k1" / "state.pt").unlink()
     (stale / RUN_SUBDIR / "k1" / "state.pt").write_bytes(b"\0" * 64)  # corrupt, same size
     newest = trial / "checkpoint_000022"
     blob = bytearray((newest / RUN_SUBDIR / "k1" / "state.pt").read_bytes())
     blob[:8] = bytes(8)
-    (newest / RUN_SUBDIR / "k1" / "state.pt").unlink()
     (newest / RUN_SUBDIR / "k1" / "state.pt").write_bytes(bytes(blob))
     # The trial's own directory is unknown (no Tune context) or known: the same choice.
     for own in (None, trial):
