@@ -20,6 +20,8 @@ from locattn.tasks.config import DATA_VERSIONS, TaskConfig
 DevScoring = Literal["teacher_forced", "greedy"]
 SelectOn = Literal["dev_acc", "dev_loss"]
 RaffelProtocol = Literal["paper", "dev"]
+TrainStep = Literal["eager", "graphed"]
+Precision = Literal["fp32", "tf32", "bf16"]
 
 #: Fields that never change what a run computes; excluded from its identity.
 OPERATIONAL_FIELDS = frozenset({
@@ -88,6 +90,15 @@ class OptimConfig:
     that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and the
     checkpoint (best dev), the test set is scored once at the end, and tables pick the learning
     rate by dev. More honest, but its numbers answer another question than the paper's."""
+    train_step: TrainStep = "eager"
+    """Seq2seq training pass: ``eager`` (batches trimmed to their own lengths, every run of a pack
+    exactly its solo run) or ``graphed`` (:mod:`locattn.training.graphed`: batches padded to
+    length buckets, one fused optimizer over the pack, no host sync per step; captured as CUDA
+    graphs on a GPU, the same code uncaptured on CPU). Results differ from ``eager`` beyond
+    rounding (padding), so ``graphed`` is part of the run identity."""
+    precision: Precision = "fp32"
+    """Matmul precision of the ``graphed`` step: ``fp32`` (default), ``tf32`` (TF32 matmuls on
+    a GPU) or ``bf16`` (bfloat16 autocast of the forward pass)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "lr", "batch_size", "dev_batch_size", "clip", "epochs",
@@ -106,6 +117,13 @@ class OptimConfig:
         if self.raffel_protocol not in typing.get_args(RaffelProtocol):
             raise ValueError(f"optim.raffel_protocol={self.raffel_protocol!r}; valid: "
                              f"{list(typing.get_args(RaffelProtocol))}")
+        for name, choices in (("train_step", TrainStep), ("precision", Precision)):
+            if getattr(self, name) not in typing.get_args(choices):
+                raise ValueError(f"optim.{name}={getattr(self, name)!r}; "
+                                 f"valid: {list(typing.get_args(choices))}")
+        if self.precision != "fp32" and self.train_step != "graphed":
+            raise ValueError(f"optim.precision={self.precision!r} needs optim.train_step='graphed' "
+                             "(the eager step trains in fp32)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,6 +401,8 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "optim.select_on": ("dev_acc", None),
     "optim.attn_loss_steps": ("with_eos", None),
     "optim.attn_loss_decode": ("emitted", None),
+    "optim.train_step": ("eager", None),
+    "optim.precision": ("fp32", None),
     "optim.raffel_protocol": ("dev", _regressor),
     "model.regressor_init": ("torch", _regressor),
     "model.attention.location_norm": ("softmax", _location),

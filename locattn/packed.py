@@ -13,10 +13,11 @@ from locattn.training.epoch import (
     packed_train_epoch,
     solo_train_epoch,
 )
-from locattn.training.packed import PACKABLE_FAMILIES, check_packable, train_packed
+from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, check_packable, train_packed
 
 __all__ = [
     "PACKABLE_FAMILIES",
+    "PACKABLE_FIELDS",
     "ParamPack",
     "ReplicaFailed",
     "check_packable",

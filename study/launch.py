@@ -639,7 +639,7 @@ def _run_locked(
                 for t in spec.grid_trials():
                     desc = trial_descriptor(cell=t.cell, task=t.task, variant=t.variant,
                                             overrides=t.overrides, hparams=t.hparams,
-                                            seeds=t.seeds, **common)
+                                            seeds=t.seeds, points=t.points, **common)
                     if all(k in done for _, k in trial_run_keys({"trial": desc})):
                         skipped += 1
                         continue

@@ -243,8 +243,8 @@ class MlflowRecorder(_TuneCallback):
         t = trial.config["trial"]
         from study.trainable import trial_hparams
 
-        hp = trial_hparams(trial.config)
-        cfg = resolve_run_config(trial.config, seed)
+        hp = trial_hparams(trial.config, key)
+        cfg = resolve_run_config(trial.config, seed, key)
         from locattn.config import config_to_dict, flatten
 
         flat = flatten(config_to_dict(cfg))
@@ -594,9 +594,9 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
             seed = int(body["seed"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if dict(trial_run_keys(config)).get(seed) != key:
+        if (seed, key) not in trial_run_keys(config):
             continue
-        result = finished_result(out_dir, resolve_run_config(config, seed))
+        result = finished_result(out_dir, resolve_run_config(config, seed, key))
         if result is None:
             continue
         state = recorder._run_for(SimpleNamespace(config=config), seed, key)

@@ -37,6 +37,9 @@ TOP_KEYS = {
     "max_concurrent": "maximum trials running at once (int, 0 = as many as resources allow)",
     "max_failures": "retries of a failed trial before it is recorded as failed (int)",
     "pack_seeds": "train the seeds of a cell (and hparams point) in one trial as one packed model (bool)",
+    "pack": "axes trained together in one trial as one packed model: seeds and/or hparams axes "
+            "such as optim.lr (list; default with resources.gpus > 0: seeds and every packable "
+            "hparams axis)",
     "profiles": "named profiles (smoke, quick, paper, ...) of overrides to the keys above",
     "default_profile": "profile used when --profile is not given (str)",
     "cost": "cost model for --dry-run: seconds_per_1k_examples (float)",
@@ -52,6 +55,7 @@ PROFILE_KEYS = {
     "max_concurrent",
     "max_failures",
     "pack_seeds",
+    "pack",
     "cost",
     "description",
     "keep",
@@ -130,6 +134,9 @@ class TrialSpec:
     """Per-cell selection hyperparameters (a subset of ``overrides``)."""
     seeds: tuple[int, ...]
     """Seeds this trial trains (one for grid studies, all for a search point or a packed trial)."""
+    points: tuple[dict[str, Any], ...] = ()
+    """Every hparams point this trial trains when hparams axes are packed (``pack``), each with
+    every seed; empty for one point (``hparams``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +190,8 @@ class StudySpec:
     (``locattn.packed.train_packed``); each seed still gets its own run and MLflow record."""
     keep: str = DEFAULT_KEEP
     """What a finished run keeps on disk (:data:`study.retention.KEEP_POLICIES`)."""
+    pack_axes: tuple[str, ...] = ()
+    """Hparams axes whose points one trial trains together as one packed model (``pack``)."""
     resolved: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (profile applied) as saved in the study directory."""
 
@@ -193,13 +202,29 @@ class StudySpec:
         keys = list(self.hparams)
         return [dict(zip(keys, vals)) for vals in itertools.product(*self.hparams.values())]
 
+    @property
+    def packed(self) -> bool:
+        """Whether trials train several runs together as one packed model."""
+        return self.pack_seeds or bool(self.pack_axes)
+
+    def point_groups(self) -> list[list[dict[str, Any]]]:
+        """The hparams points, grouped into the points one trial trains together (``pack_axes``
+        packed; the other axes in grid order); one point per group without packed axes."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for hp in self.hparam_points():
+            rest = {k: v for k, v in hp.items() if k not in self.pack_axes}
+            groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(hp)
+        return list(groups.values())
+
     def grid_trials(self) -> list[TrialSpec]:
         """One trial per (cell, hparams point, seed), in a stable order; with ``pack_seeds``
-        one trial per (cell, hparams point) that trains every seed."""
+        one trial per (cell, hparams point) that trains every seed, and with ``pack_axes`` one
+        trial trains every point of its group (:meth:`point_groups`)."""
         groups = [self.seeds] if self.pack_seeds else [(seed,) for seed in self.seeds]
         out = []
         for cell in self.cells:
-            for hp in self.hparam_points():
+            for points in self.point_groups():
+                hp = points[0]
                 for seeds in groups:
                     out.append(
                         TrialSpec(
@@ -209,6 +234,7 @@ class StudySpec:
                             overrides={**cell.overrides, **hp},
                             hparams=hp,
                             seeds=seeds,
+                            points=tuple(points) if len(points) > 1 else (),
                         )
                     )
         return out
@@ -218,13 +244,13 @@ class StudySpec:
         if self.search is not None:
             return len(self.cells) * len(self.hparam_points()) * self.search.num_samples
         per_point = 1 if self.pack_seeds else len(self.seeds)
-        return len(self.cells) * len(self.hparam_points()) * per_point
+        return len(self.cells) * len(self.point_groups()) * per_point
 
     def n_runs(self) -> int:
-        """MLflow trial runs the study produces (one per seed of each trial)."""
-        if self.search is not None or self.pack_seeds:
+        """MLflow trial runs the study produces (one per seed and hparams point of each trial)."""
+        if self.search is not None:
             return self.n_trials() * len(self.seeds)
-        return self.n_trials()
+        return len(self.cells) * len(self.hparam_points()) * len(self.seeds)
 
     def plan(self) -> str:
         """Human-readable plan: cells, trials and an estimated cost."""
@@ -242,6 +268,9 @@ class StudySpec:
             lines.append(f"hparams  {json.dumps(self.hparams)} (selected per cell by dev)")
         lines.append(f"seeds    {list(self.seeds)}" + (" (packed: one trial trains them together)"
                                                         if self.pack_seeds else ""))
+        if self.pack_axes:
+            lines.append(f"pack     {list(self.pack_axes)}: one trial trains every point of these axes "
+                         "together as one packed model")
         if self.search:
             lines.append(
                 f"search   optuna {self.search.sampler}: {self.search.num_samples} points/cell over "
@@ -563,6 +592,7 @@ def resolve_spec(
     pack_seeds = merged.get("pack_seeds", False)
     if not isinstance(pack_seeds, bool):
         raise _err(path, "pack_seeds", f"expected true or false, got {pack_seeds!r}")
+    pack_seeds, pack_axes, auto_pack = _parse_pack(path, merged, hparams, search, gpus, pack_seeds)
     cost_raw = _check_mapping(path, "cost", merged.get("cost") or {})
     bad = sorted(set(cost_raw) - COST_KEYS)
     if bad:
@@ -573,7 +603,9 @@ def resolve_spec(
         raise _err(path, "keep", f"unknown policy {_short(keep)}", list(KEEP_POLICIES))
 
     # Every trial config must resolve (catches bad dotted paths and bad values early).
-    _validate_configs(path, cells, hparams, search, pack_seeds=pack_seeds)
+    _validate_configs(path, cells, hparams, search, pack_seeds=pack_seeds or bool(pack_axes))
+    if auto_pack is not None:
+        pack_seeds, pack_axes = auto_pack(cells)
 
     resolved = {
         "name": name,
@@ -595,6 +627,8 @@ def resolve_spec(
         resolved["pack_seeds"] = True
     if keep != DEFAULT_KEEP:  # likewise
         resolved["keep"] = keep
+    if pack_axes:
+        resolved["pack"] = list(pack_axes)
     return StudySpec(
         path=path,
         name=name,
@@ -612,8 +646,56 @@ def resolve_spec(
         seconds_per_1k_examples=spk,
         pack_seeds=pack_seeds,
         keep=keep,
+        pack_axes=pack_axes,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
+
+
+def _parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any, gpus: float,
+                pack_seeds: bool) -> tuple[bool, tuple[str, ...], Any]:
+    """(pack seeds, packed hparams axes, auto) from ``pack`` and ``pack_seeds``.
+
+    ``pack`` lists ``seeds`` and/or hparams axes that :data:`locattn.packed.PACKABLE_FIELDS`
+    allows to differ inside a pack; ``pack_seeds: true`` is the older spelling of
+    ``pack: [seeds]``. Without either, a spec whose trials get a GPU packs on its own: ``auto``
+    is then a function of the cells returning what to pack (seeds and every packable hparams
+    axis, or nothing when a cell's model cannot be packed); else ``auto`` is None.
+    """
+    from locattn.packed import PACKABLE_FIELDS
+
+    raw = merged.get("pack")
+    valid = ["seeds", *[k for k in hparams if k in PACKABLE_FIELDS]]
+    if raw is None:
+        if "pack_seeds" in merged or gpus <= 0:
+            return pack_seeds, (), None
+        axes = tuple(k for k in hparams if k in PACKABLE_FIELDS) if search is None else ()
+
+        def auto(cells: list[Cell]) -> tuple[bool, tuple[str, ...]]:
+            from locattn.config import make_run_config
+
+            try:
+                for cell in cells:
+                    _check_packable(path, cell, make_run_config(task=cell.task, variant=cell.variant,
+                                                                overrides=cell.overrides))
+            except SpecError:
+                return False, ()
+            return True, axes
+
+        return pack_seeds, (), auto
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise _err(path, "pack", f"expected a list of axes, got {raw!r}", valid)
+    for axis in raw:
+        if axis not in valid:
+            why = ("not an hparams axis of this spec/profile" if axis not in hparams
+                   else "a field packed runs may not differ in")
+            raise _err(path, "pack", f"{axis!r}: {why}", valid)
+    if "pack_seeds" in merged and merged["pack_seeds"] != ("seeds" in raw):
+        raise _err(path, "pack_seeds", f"{merged['pack_seeds']!r} contradicts pack: {raw!r}; keep one")
+    axes = tuple(a for a in raw if a != "seeds")
+    if axes and search is not None:
+        raise _err(path, "pack", f"{axes[0]!r}: hparams axes pack only in grid studies (search "
+                   "points are sampled one trial at a time); pack: [seeds] packs a point's seeds")
+    return "seeds" in raw, axes, None
 
 
 def _expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
@@ -822,7 +904,7 @@ def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
 
 
 def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
-    """``pack_seeds`` needs a model the packed trainer handles (seq2seq, a packable attender)."""
+    """``pack_seeds`` / ``pack`` need a model the packed trainer handles (seq2seq, a packable attender)."""
     from locattn.packed import PACKABLE_FAMILIES
 
     family = cfg.model.attention.family

@@ -66,9 +66,14 @@ def trial_descriptor(
     train_fn: str,
     gpus: float = 0.0,
     pack: bool = False,
+    points: Any = (),
 ) -> dict[str, Any]:
-    """The JSON-safe description of one trial placed in its Tune config."""
-    return {
+    """The JSON-safe description of one trial placed in its Tune config.
+
+    ``points``: the hparams points a packed trial trains (each with every seed), when it packs
+    hparams axes; ``hparams`` is then the first of them. Left out of the descriptor otherwise,
+    so trials planned before packed hparams existed keep their descriptors."""
+    out = {
         "study": study,
         "study_dir": str(study_dir),
         "cell": cell,
@@ -81,27 +86,41 @@ def trial_descriptor(
         "gpus": float(gpus),
         "metric": metric,
         "train_fn": train_fn,
-        "pack": bool(pack),
+        "pack": bool(pack) or len(points) > 1,
     }
+    if len(points) > 1:
+        out["points"] = [dict(p) for p in points]
+    return out
 
 
 def is_packed(config: Mapping[str, Any]) -> bool:
-    """Whether the trial trains its seeds together as one packed model."""
+    """Whether the trial trains its runs (seeds, hparams points) together as one packed model."""
     t = config["trial"]
-    return bool(t.get("pack")) and len(t["seeds"]) > 1
+    return bool(t.get("pack")) and len(t["seeds"]) * len(t.get("points") or [None]) > 1
 
 
-def trial_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Selection hyperparameters of a trial: grid hparams plus the Optuna-sampled values."""
+def trial_members(config: Mapping[str, Any]) -> list[tuple[int, str, dict[str, Any]]]:
+    """(seed, run key, hparams) of every run this trial trains, in training order: per hparams
+    point (one unless the trial packs hparams axes) every seed. The hparams are the grid
+    hparams plus the Optuna-sampled values."""
     t = config["trial"]
-    return {**t["hparams"], **(config.get("search") or {})}
+    search = config.get("search") or {}
+    out = []
+    for point in t.get("points") or [t["hparams"]]:
+        hp = {**point, **search}
+        out += [(seed, run_key(t["study"], t["cell"], hp, seed), hp) for seed in t["seeds"]]
+    return out
+
+
+def trial_hparams(config: Mapping[str, Any], key: str | None = None) -> dict[str, Any]:
+    """Selection hyperparameters of the trial's run ``key`` (default: its first run)."""
+    members = trial_members(config)
+    return next((hp for _, k, hp in members if k == key), members[0][2])
 
 
 def trial_run_keys(config: Mapping[str, Any]) -> list[tuple[int, str]]:
-    """(seed, run key) of every seed this trial trains, in training order."""
-    t = config["trial"]
-    hp = trial_hparams(config)
-    return [(seed, run_key(t["study"], t["cell"], hp, seed)) for seed in t["seeds"]]
+    """(seed, run key) of every run this trial trains, in training order."""
+    return [(seed, key) for seed, key, _ in trial_members(config)]
 
 
 def run_dir(study_dir: str | Path, key: str) -> Path:
@@ -109,14 +128,15 @@ def run_dir(study_dir: str | Path, key: str) -> Path:
     return Path(study_dir).resolve() / layout.RUNS_DIR / key
 
 
-def resolve_run_config(config: Mapping[str, Any], seed: int) -> Any:
-    """The resolved ``RunConfig`` of one seed of a trial (also used by the driver for params)."""
+def resolve_run_config(config: Mapping[str, Any], seed: int, key: str | None = None) -> Any:
+    """The resolved ``RunConfig`` of one seed of a trial, of its run ``key`` when the trial packs
+    hparams points (also used by the driver for params)."""
     from dataclasses import replace
 
     from locattn.config import make_run_config
 
     t = config["trial"]
-    overrides = {**t["overrides"], **(config.get("search") or {})}
+    overrides = {**t["overrides"], **trial_hparams(config, key)}
     cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
     device = "cuda" if float(t.get("gpus", 0.0)) > 0 else cfg.device
     return replace(cfg, num_threads=max(1, int(t["cpus"])), device=device)
@@ -428,7 +448,7 @@ class Trial:
                 source = sources.get(key)
                 if key in self.state["done"] or replica is None or source is None or not source.is_dir():
                     self.state["replicas"].pop(key, None)
-                    if finished_result(self.out_dirs[key], resolve_run_config(self.config, seed)) is None:
+                    if finished_result(self.out_dirs[key], resolve_run_config(self.config, seed, key)) is None:
                         _restore(self.out_dirs[key], None)
                     continue
                 _restore(self.out_dirs[key], source)
@@ -445,7 +465,7 @@ class Trial:
         killed driver may not have recorded them."""
         todo = []
         for seed, key in self.keys:
-            cfg = resolve_run_config(self.config, seed)
+            cfg = resolve_run_config(self.config, seed, key)
             done = finished_result(self.out_dirs[key], cfg)
             if done is not None:
                 self.finish(seed, key, done, skipped=True)
@@ -492,7 +512,7 @@ class Trial:
         final = final_metrics(self.out_dirs[key], result)
         if skipped:  # this attempt trained none of its epochs: it resumed from the last one
             self.resumed.setdefault(key, int(final.get("epochs_run", 0)))
-        self.state["scores"][str(seed)] = final.get(self.t["metric"])
+        self.state["scores"][self.score_key(seed, key)] = final.get(self.t["metric"])
         if key not in self.state["done"]:
             self.state["done"].append(key)
         history = self.state["replicas"].pop(key, {}).get("history", [])
@@ -503,12 +523,17 @@ class Trial:
         elif key in self.replay:  # restored at its last epoch: nothing else replays its history
             report["history"] = [dict(h) for h in history]
         if len(self.state["done"]) == len(self.keys):
-            scores = [self.state["scores"].get(str(s)) for s, _ in self.keys]
+            scores = [self.state["scores"].get(self.score_key(s, k)) for s, k in self.keys]
             if all(isinstance(v, (int, float)) for v in scores):
                 report[OBJECTIVE] = float(statistics.median(scores))
             report["seeds_done"] = len(self.keys)
         self.report(key, report)
         prune_finished_run(self.out_dirs[key], self.keep)
+
+    def score_key(self, seed: int, key: str) -> str:
+        """Where ``state["scores"]`` keeps a run's search metric: its seed (a trial's seeds are
+        distinct), or its run key when the trial packs hparams points (seeds repeat)."""
+        return key if self.t.get("points") else str(seed)
 
     def close(self) -> None:
         """Every seed finished: drop the model files from the trial's Tune checkpoints."""

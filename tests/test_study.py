@@ -227,27 +227,33 @@ def _checkpoint_epochs(study_dir: Path) -> list[int]:
     return out
 
 
+def _kill_packed_mid_training_then_resume(spec: Path, study_dir: Path, ray_address: str, tmp_path: Path,
+                                          *, runs: int, lo: int, hi: int) -> None:
+    """Launch a packed one-trial ``spec``, ``kill -9`` its driver once all ``runs`` checkpoints
+    stand between epochs ``lo`` and ``hi``, then resume it to the end."""
+    import ray
+
+    def mid_training() -> bool:
+        eps = mid_training.last = _checkpoint_epochs(study_dir)
+        return len(eps) == runs and lo <= min(eps) and max(eps) <= hi
+
+    _launch_then_kill(spec, study_dir.parent, ray_address, tmp_path / "driver.log", mid_training,
+                      f"{runs} checkpoints at epochs {lo}..{hi}")
+    wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
+    summary = resume(study_dir, progress_seconds=60)
+    assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for every run
+
+
 def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_path: Path) -> None:
     """pack_seeds: one trial trains three seeds as one packed model, one MLflow run per seed.
     Killed mid-training and resumed, every seed's record equals the same seed trained alone."""
-    import ray
-
     body = dict(grid={"task": ["copy"], "variant": ["onestep"]}, seeds=3,
                 overrides={**SMOKE, "optim.epochs": 16, "task.train_size": 300})
     epochs = 16
     packed = write_spec(tmp_path, "pk", pack_seeds=True, **body)
     root = tmp_path / "s"
     study_dir = root / "pk-smoke"
-
-    def mid_training() -> bool:
-        eps = mid_training.last = _checkpoint_epochs(study_dir)
-        return len(eps) == 3 and 3 <= min(eps) and max(eps) <= epochs - 4
-
-    _launch_then_kill(packed, root, ray_address, tmp_path / "driver.log", mid_training,
-                      f"three checkpoints at epochs 3..{epochs - 4}")
-    wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
-    summary = resume(study_dir, progress_seconds=60)
-    assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for the three seeds
+    _kill_packed_mid_training_then_resume(packed, study_dir, ray_address, tmp_path, runs=3, lo=3, hi=epochs - 4)
 
     sequential = write_spec(tmp_path, "seq", **body)
     assert launch(sequential, root=root, progress_seconds=60)["trials"] == 3
@@ -269,6 +275,39 @@ def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_pat
     assert len({tuple(r["metrics"]["train_loss"]) for r in pk.values()}) == 3  # seeds differ
     rows = status(study_dir)
     assert rows[0]["done"] == 3 and rows[0]["seeds_done"] == [0, 1, 2]
+
+
+def test_packed_learning_rates_by_seeds_killed_resumed_equal_unpacked_runs(ray_address, tmp_path: Path) -> None:
+    """pack: [seeds, optim.lr]: one trial trains 2 learning rates x 2 seeds as one packed model,
+    one MLflow run each (its own hparams tag). Killed mid-training (kill -9 of the driver) and
+    resumed, every run's record equals the same run trained alone."""
+    epochs = 12
+    body = dict(grid={"task": ["copy"], "variant": ["onestep"]}, seeds=2,
+                hparams={"optim.lr": [1e-3, 3e-3]},
+                overrides={**SMOKE, "optim.epochs": epochs, "task.train_size": 300})
+    packed = write_spec(tmp_path, "pklr", pack=["seeds", "optim.lr"], **body)
+    root = tmp_path / "s"
+    study_dir = root / "pklr-smoke"
+    _kill_packed_mid_training_then_resume(packed, study_dir, ray_address, tmp_path, runs=4, lo=2, hi=epochs - 4)
+
+    sequential = write_spec(tmp_path, "seqlr", **body)
+    assert launch(sequential, root=root, progress_seconds=60)["trials"] == 4
+
+    def by_run(db: Path) -> dict[tuple[str, float], dict]:
+        return {(r["tags"][schema.SEED], json.loads(r["tags"][schema.HPARAMS])["optim.lr"]): r
+                for r in trial_runs(db).values()}
+
+    pk, seq = by_run(study_dir / "mlflow.db"), by_run(root / "seqlr-smoke" / "mlflow.db")
+    assert sorted(pk) == sorted(seq) == [("0", 1e-3), ("0", 3e-3), ("1", 1e-3), ("1", 3e-3)]
+    for run_id, run in pk.items():
+        assert run["status"] == "FINISHED" and int(run["tags"][schema.RESUMED_FROM]) >= 1
+        steps = [s for s, _ in run["metrics"]["train_loss"]]
+        assert steps == list(range(1, epochs + 1))  # every epoch logged once, none lost
+        for key in ("train_loss", "dev_loss", "dev_score", "lr", "best_dev_score", "test.len15.seq_acc"):
+            assert run["metrics"][key] == seq[run_id]["metrics"][key], (run_id, key)
+    assert len({tuple(r["metrics"]["train_loss"]) for r in pk.values()}) == 4  # runs differ
+    rows = status(study_dir)
+    assert rows[0]["done"] == 4
 
 
 def test_packed_trial_records_every_failed_seed(ray_address, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Floor 4 of a training run: K runs of one cell (seeds, learning rates) trained as one pack.
 
-``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed`` and
-``optim.lr``. Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
+``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed`` and the
+per-replica optimizer fields :data:`PACKABLE_FIELDS` (learning rate, weight decay, clipping,
+schedule, patience, epochs, dev scoring). Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
 
 * it *is* a solo run object (:class:`~locattn.training.seq2seq.Seq2SeqRun`): its own model
   initialised from its seed, its own ``torch.optim.AdamW``, ``ReduceLROnPlateau``, best-model
@@ -29,13 +30,21 @@ from locattn.config import RunConfig, config_to_dict, flatten, identity_dict, ru
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
 from locattn.training.epoch import ReplicaFailed, packed_train_epoch
+from locattn.training.graphed import graphed_train_epoch, measure_bytes_per_replica, pick_pack_size
 from locattn.training.recorders import NullRecorder
 from locattn.training.results import CONFIG_FILE, RESULT_FILE
 from locattn.training.seq2seq import Seq2SeqRun
 
 PACKABLE_FAMILIES = ("content", "positional", "location")
 """Attention families whose modules are written for packed parameters."""
-_MAY_DIFFER = ("seed", "optim.lr")
+PACKABLE_FIELDS = (
+    "seed", "optim.lr", "optim.weight_decay", "optim.clip", "optim.epochs", "optim.patience",
+    "optim.plateau_patience", "optim.plateau_factor", "optim.tie_tolerance",
+    "optim.schedule_from_epoch", "optim.select_on", "optim.dev_scoring",
+)
+"""Config fields in which the runs of one pack may differ: each replica keeps its own optimizer,
+scheduler, clipping, early stopping and dev scoring; only the training pass is shared."""
+_MAY_DIFFER = PACKABLE_FIELDS
 
 
 def _flat_identity(cfg: RunConfig) -> dict[str, Any]:
@@ -43,7 +52,7 @@ def _flat_identity(cfg: RunConfig) -> dict[str, Any]:
 
 
 def check_packable(cfgs: Sequence[RunConfig]) -> None:
-    """Raise ``ValueError`` unless ``cfgs`` are one cell: equal except ``seed`` and ``optim.lr``."""
+    """Raise ``ValueError`` unless ``cfgs`` are one cell: equal except :data:`PACKABLE_FIELDS`."""
     if not cfgs:
         raise ValueError("train_packed needs at least one RunConfig")
     ref = _flat_identity(cfgs[0])
@@ -63,8 +72,9 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
             f"packable: seq2seq with attention.family in {list(PACKABLE_FAMILIES)}"
         )
     seeds = [c.seed for c in cfgs]
-    if len(set(zip(seeds, (c.optim.lr for c in cfgs)))) != len(cfgs):
-        raise ValueError(f"packed runs must differ in seed or optim.lr, got seeds {seeds}")
+    if len({run_identity(c) for c in cfgs}) != len(cfgs):
+        raise ValueError(f"packed runs must differ in seed or in one of {list(PACKABLE_FIELDS[1:])}, "
+                         f"got seeds {seeds} and two equal runs")
 
 
 def train_packed(
@@ -73,8 +83,9 @@ def train_packed(
     recorders: Sequence[Any] | None = None,
     *,
     resume: bool = True,
+    max_pack: int | None = None,
 ) -> list[Any]:
-    """Train the runs ``cfgs`` (one cell: equal except ``seed`` / ``optim.lr``) as one pack.
+    """Train the runs ``cfgs`` (one cell: equal except :data:`PACKABLE_FIELDS`) as one pack.
 
     ``out_dirs[k]`` receives exactly what ``train(cfgs[k], out_dirs[k])`` writes (config,
     per-epoch checkpoint, result, best model, attention figure) and ``recorders[k]`` hears the
@@ -82,6 +93,12 @@ def train_packed(
     solo format (a run may switch between solo and packed training at any epoch boundary).
     Replicas standing at different epochs are trained in groups of equal epoch, lowest first,
     so a lagging replica trains alone (or with its peers) until it catches up.
+
+    With ``optim.train_step: graphed`` the training pass is
+    :class:`~locattn.training.graphed.GraphedStep` (CUDA graphs on a GPU). ``max_pack`` caps
+    how many runs train at once (the rest train in later packs of that size); on a CUDA device
+    with the graphed step it defaults to what fits the device's free memory
+    (:func:`~locattn.training.graphed.pick_pack_size`).
 
     Returns one entry per run: its :class:`~locattn.training.results.RunResult`, or the exception that
     ended it (e.g. ``NonFiniteLossError``), so one diverging seed does not cost the others.
@@ -100,6 +117,22 @@ def train_packed(
     if data.kind != "seq2seq":
         raise ValueError(f"task {cfgs[0].task.name!r} is a {data.kind} task; only seq2seq runs are packed")
 
+    if max_pack is None and cfgs[0].optim.train_step == "graphed" and torch.device(cfgs[0].device).type == "cuda":
+        probe = Seq2SeqRun(cfgs[0], data, Path(out_dirs[0]))
+        per, fixed = measure_bytes_per_replica(probe)
+        free, _ = torch.cuda.mem_get_info(probe.device)
+        max_pack = pick_pack_size(free, per, fixed_bytes=fixed)
+        del probe
+    size = max_pack or len(cfgs)
+    results: list[Any] = []
+    for at in range(0, len(cfgs), size):
+        part = slice(at, at + size)
+        results += _train_pack(cfgs[part], list(out_dirs)[part], recs[part], data, resume)
+    return results
+
+
+def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], data: Any, resume: bool) -> list[Any]:
+    """:func:`train_packed` for one pack that trains at once."""
     runs: list[Any] = []
     for cfg, out in zip(cfgs, out_dirs):
         out = Path(out)
@@ -118,6 +151,7 @@ def train_packed(
         runs.append(run)
 
     results: list[Any] = [None] * len(runs)
+    graphed: dict[Any, Any] | None = {} if cfgs[0].optim.train_step == "graphed" else None
     active = [k for k, r in enumerate(runs) if r.stop_reason is None and r.epoch < r.cfg.optim.epochs]
     while active:
         # replicas at the lowest epoch train together (all of them unless resumed unevenly)
@@ -127,7 +161,10 @@ def train_packed(
             runs[k].epoch += 1
         start = time.perf_counter()
         try:
-            losses = packed_train_epoch([runs[k] for k in group], low + 1)
+            if graphed is not None:
+                losses = graphed_train_epoch([runs[k] for k in group], low + 1, graphed)
+            else:
+                losses = packed_train_epoch([runs[k] for k in group], low + 1)
         except ReplicaFailed as failed:
             k = group[failed.index]
             results[k] = failed.error
@@ -162,4 +199,4 @@ def _reload(run: Any) -> None:
         run.__dict__.update(fresh.__dict__)
 
 
-__all__ = ["PACKABLE_FAMILIES", "check_packable", "train_packed"]
+__all__ = ["PACKABLE_FAMILIES", "PACKABLE_FIELDS", "check_packable", "train_packed"]

@@ -18,6 +18,7 @@ from locattn.training.attention import attention_record, longest_split, write_at
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
+from locattn.training.graphed import solo_graphed_epoch
 from locattn.training.examples import EXAMPLES_JSON, check_trace_choice
 from locattn.training.recorders import Recorder
 from locattn.training.results import BEST_MODEL_FILE, RunResult, is_new_best
@@ -108,6 +109,8 @@ class Seq2SeqRun:
         Runs as a pack of one (:func:`locattn.training.epoch.solo_train_epoch`): a solo run and the
         same run inside a pack of K execute the same kernels and draw the same dropout masks.
         """
+        if self.cfg.optim.train_step == "graphed":  # the device path: locattn.training.graphed
+            return solo_graphed_epoch(self)
         return solo_train_epoch(self)
 
     def dev_scores(self) -> tuple[float, float]:

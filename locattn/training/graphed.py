@@ -1,0 +1,399 @@
+"""Floor 3, device path: the packed training pass as one static-shape step (``optim.train_step:
+graphed``), captured as CUDA graphs on a GPU and run uncaptured on CPU.
+
+These models are launch-bound (about 2,900 small ops per batch), so a GPU fills only with many
+replicas in one process and the per-step launches recorded once. The eager pass
+(:mod:`locattn.training.epoch`) cannot be captured: it trims every batch to its own lengths,
+groups replicas by shape, and runs K optimizers, K clips and a finiteness check (a host sync)
+per step. :class:`GraphedStep` keeps everything static instead:
+
+* the training split lives on the device, padded, with one all-padding row that fills an
+  epoch's last, partial batch up to the batch size (it adds no token and no gradient);
+* each step's batch is gathered on the device from an index row (the replicas' own data
+  orders, uploaded once per epoch); sources and targets are cut to a *length bucket* (the
+  step's longest, rounded up to a multiple of ``bucket``), chosen on the host from the known
+  lengths, so one graph per bucket serves every step of that shape;
+* one optimizer (:class:`StackedAdamW`) updates the stacked (K, ...) parameters with a
+  per-replica learning rate, weight decay and gradient-norm clip, as tensor ops;
+* losses, token counts and the first non-finite step per replica accumulate on the device and
+  are read once per epoch (a replica whose loss turned non-finite fails then, alone).
+
+Each replica's weights, AdamW moments and step count are copied out of the pack at the end of
+every epoch into its own :class:`~locattn.training.seq2seq.Seq2SeqRun` (the solo checkpoint
+format) and in again at the start, so scheduling, early stopping, checkpoints and resume stay
+per replica. Within this path a packed replica equals its solo run bit for bit (the same padded
+shapes and per-element operations); against the eager path it agrees to rounding at first and
+then drifts as training amplifies it (``tests/test_graphed.py`` states the tolerances).
+
+On CPU (or with ``capture=False``) the very same step runs without capture: that fallback is
+what the CPU tests exercise. What only a GPU can show (capture, replay, memory, speed) is in
+the ``gpu`` tests and ``benchmarks/bench_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from locattn.training.data import epoch_order
+from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise
+from locattn.training.results import NonFiniteLossError
+
+BUCKET = 8
+"""Length buckets: a step's longest source (target) is rounded up to a multiple of this."""
+
+
+def bucket_length(n: int, step: int, cap: int) -> int:
+    """``n`` rounded up to a multiple of ``step``, at most ``cap`` (the split's longest)."""
+    return min(cap, -(-n // step) * step)
+
+
+def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int = 0,
+                   headroom: float = 0.1, limit: int | None = None) -> int:
+    """How many replicas fit one device: ``(free * (1 - headroom) - fixed) // per replica``,
+    at least 1 (a lone replica is tried even where it may not fit), at most ``limit``.
+
+    ``free_bytes`` is the device's free memory, ``bytes_per_replica`` the measured growth of the
+    peak memory per added replica (:func:`measure_bytes_per_replica`), ``fixed_bytes`` what
+    does not grow with the pack (the split on the device, the CUDA context)."""
+    if bytes_per_replica <= 0:
+        raise ValueError(f"bytes_per_replica must be > 0, got {bytes_per_replica!r}")
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom!r}")
+    usable = free_bytes * (1.0 - headroom) - fixed_bytes
+    k = max(1, int(usable // bytes_per_replica))
+    return min(k, limit) if limit is not None else k
+
+
+class StackedAdamW:
+    """``torch.optim.AdamW`` plus ``clip_grad_norm_`` for K replicas' stacked parameters.
+
+    ``params`` are (K, ...) tensors; ``lr``, ``weight_decay``, ``clip`` are (K,) per replica.
+    Per replica k: its gradient norm over all its slices, the clip coefficient
+    ``min(1, clip / (norm + 1e-6))``, then the decoupled-weight-decay Adam update with bias
+    corrections from its own step count. All tensor ops, no host read: capturable. It equals
+    torch's fused AdamW and clipping up to rounding (the norm is summed in another order)."""
+
+    def __init__(self, params: Sequence[torch.Tensor], *, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.params = list(params)
+        K = self.params[0].shape[0]
+        dev = self.params[0].device
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        # per-replica scalars in float64, as torch computes them in Python floats (the bias
+        # correction 1 - 0.999**t loses 1e-5 of its value in float32)
+        self.lr = torch.zeros(K, dtype=torch.float64, device=dev)
+        self.weight_decay = torch.zeros(K, dtype=torch.float64, device=dev)
+        self.clip = torch.zeros(K, dtype=torch.float64, device=dev)
+        self.step_count = torch.zeros(K, dtype=torch.float64, device=dev)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    @staticmethod
+    def _per(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return x.view(-1, *([1] * (like.dim() - 1)))  # (K, 1, ...)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        K = self.step_count.shape[0]
+        sq = torch.stack([g.reshape(K, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
+        coef = (self.clip.float() / (sq.sqrt() + 1e-6)).clamp(max=1.0)  # (K,)
+        self.step_count += 1
+        bc1 = 1 - self.beta1 ** self.step_count  # (K,) float64
+        bc2_sqrt = (1 - self.beta2 ** self.step_count).sqrt().float()  # (K,)
+        step_size = (self.lr / bc1).float()  # (K,)
+        decay = (1 - self.lr * self.weight_decay).float()  # (K,)
+        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+            g = g * self._per(coef, g)
+            p.mul_(self._per(decay, p))
+            m.lerp_(g, 1 - self.beta1)
+            v.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
+            denom = (v.sqrt() / self._per(bc2_sqrt, v)).add_(self.eps)
+            p.sub_(self._per(step_size, p) * m / denom)
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """``fp32``: as is. ``tf32``: TF32 matmuls (a GPU's tensor cores) while inside. ``bf16``:
+    bfloat16 autocast of the forward pass while inside. The previous setting comes back after."""
+    if precision == "fp32":
+        yield
+        return
+    if precision == "tf32":
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
+        return
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+        yield
+
+
+def _no_check(*args: Any, **kwargs: Any) -> None:
+    """The packed copy's input checks read lengths back to the host (a sync, which a capture
+    refuses); the graphed step's gathered inputs are valid by construction."""
+
+
+class GraphedStep:
+    """K replicas (:class:`~locattn.training.seq2seq.Seq2SeqRun` of one cell, at one epoch)
+    trained by one static-shape step; see the module docstring.
+
+    ``capture`` (default: when the device is CUDA) records one CUDA graph per length bucket on
+    first use and replays it; without it the same step runs eagerly. Reuse one object across
+    epochs while the replicas stay the same (the graphs stay valid: every buffer is updated in
+    place)."""
+
+    def __init__(self, runs: list[Any], *, capture: bool | None = None, bucket: int = BUCKET) -> None:
+        self.runs = runs
+        cfg = runs[0].cfg
+        self.device = runs[0].device
+        self.capture = (self.device.type == "cuda") if capture is None else capture
+        if self.capture and self.device.type != "cuda":
+            raise ValueError(f"CUDA graph capture needs a CUDA device, got {self.device}")
+        self.precision = cfg.optim.precision
+        self.bucket = bucket
+        self.K, self.B = len(runs), cfg.optim.batch_size
+        split = runs[0].train_split
+        self.pad, self.sos = split.pad_id, split.sos_id
+        self.n = len(split)
+        # the split on the device plus one all-padding row (index n) that fills partial batches
+        self.src_all = F.pad(split.src, (0, 0, 0, 1), value=self.pad)  # (N+1, S_max)
+        self.len_all = F.pad(split.src_len, (0, 1), value=1)  # (N+1,)
+        self.tgt_all = F.pad(split.tgt, (0, 0, 0, 1), value=self.pad)  # (N+1, T_max)
+        self.src_len_np = np.append(split.src_len_np, 1)
+        self.tgt_len_np = np.append(split.tgt_len_np, 0)
+        self.s_max, self.t_max = int(self.src_all.shape[1]), int(self.tgt_all.shape[1])
+
+        pack = ParamPack(runs)  # the stacked model; the solo parameters keep their own storage
+        pack.release()
+        self.model = pack.model.train()
+        self.model._check = _no_check
+        self.names = pack.names
+        self.stacked = pack.stacked
+        self.opt = StackedAdamW(self.stacked)
+        # dropout: one generator per replica, reseeded each epoch as the eager pass seeds it
+        noise = epoch_dropout_noise([r.cfg.seed for r in runs], 0, self.device)
+        self.gens = noise.generators
+        self.model.noise = noise
+        # device-side inputs and accumulators, updated in place (graph-safe)
+        self.idx = torch.zeros(self.K * self.B, dtype=torch.long, device=self.device)
+        self.loss_sum = torch.zeros(self.K, dtype=torch.float64, device=self.device)
+        self.first_bad = torch.zeros(self.K, dtype=torch.long, device=self.device)
+        self.step_no = torch.zeros((), dtype=torch.long, device=self.device)
+        self.graphs: dict[tuple[int, int], Any] = {}
+        self.pool: Any = None
+
+    # ---------------------------------------------------------------- in and out of the pack
+
+    @torch.no_grad()
+    def load(self, epoch: int) -> None:
+        """Copy every replica's weights, AdamW state and learning rate into the pack, reseed
+        dropout for ``epoch`` and zero the accumulators."""
+        for k, r in enumerate(self.runs):
+            params = dict(r.model.named_parameters())
+            group = r.optimizer.param_groups[0]
+            self.opt.lr[k] = group["lr"]
+            self.opt.weight_decay[k] = group["weight_decay"]
+            self.opt.clip[k] = r.cfg.optim.clip
+            steps = 0.0
+            for i, name in enumerate(self.names):
+                p = params[name]
+                self.stacked[i][k].copy_(p)
+                state = r.optimizer.state.get(p) or {}
+                for mine, key in ((self.opt.exp_avg[i], "exp_avg"), (self.opt.exp_avg_sq[i], "exp_avg_sq")):
+                    if key in state:
+                        mine[k].copy_(state[key])
+                    else:
+                        mine[k].zero_()
+                steps = float(state["step"]) if "step" in state else 0.0
+            self.opt.step_count[k] = steps
+        fresh = epoch_dropout_noise([r.cfg.seed for r in self.runs], epoch, self.device).generators
+        for g, f in zip(self.gens, fresh):
+            g.set_state(f.get_state())
+        self.loss_sum.zero_()
+        self.first_bad.zero_()
+        self.step_no.zero_()
+
+    @torch.no_grad()
+    def store(self) -> None:
+        """Copy every replica's slice back into its own model and AdamW state (solo format)."""
+        steps = self.opt.step_count.cpu()
+        for k, r in enumerate(self.runs):
+            params = dict(r.model.named_parameters())
+            for i, name in enumerate(self.names):
+                p = params[name]
+                p.copy_(self.stacked[i][k])
+                p.grad = None
+                r.optimizer.state[p] = {
+                    "step": torch.tensor(float(steps[k]), dtype=torch.float32, device=p.device),
+                    "exp_avg": self.opt.exp_avg[i][k].clone(),
+                    "exp_avg_sq": self.opt.exp_avg_sq[i][k].clone(),
+                }
+
+    # ---------------------------------------------------------------- the step
+
+    def _body(self, S: int, T: int) -> None:
+        """One training step on the batch at ``self.idx``, cut to (S, T): all device work."""
+        for p in self.stacked:
+            p.grad = None
+        idx = self.idx
+        src = self.src_all[idx, :S]  # (K*B, S)
+        src_len = self.len_all[idx]  # (K*B,)
+        tgt_out = self.tgt_all[idx, :T]  # (K*B, T)
+        sos = torch.full_like(tgt_out[:, :1], self.sos)
+        tgt_in = torch.cat([sos, tgt_out[:, :-1]], dim=1)  # (K*B, T)
+        with matmul_precision(self.precision, self.device):
+            logits = self.model(src, src_len, tgt_in).logits  # (K*B, T, V)
+        nll = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=self.pad,
+            reduction="none",
+        ).view(self.K, -1).sum(1)  # (K,)
+        n_tok = (tgt_out != self.pad).view(self.K, -1).sum(1)  # (K,)
+        loss = nll / n_tok  # (K,) token-level mean per replica
+        loss.sum().backward()
+        self.opt.step()
+        with torch.no_grad():
+            self.step_no += 1
+            self.loss_sum += nll.detach().double()
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad == 0)
+            self.first_bad.copy_(torch.where(bad, self.step_no, self.first_bad))
+
+    def _graph(self, shape: tuple[int, int]) -> Any:
+        """The CUDA graph of the step at ``shape``, recorded on first use.
+
+        A warm-up step runs first on a side stream (as capture requires); it trains, so every
+        piece of state it touches is saved before and put back after."""
+        graph = self.graphs.get(shape)
+        if graph is not None:
+            return graph
+        saved = [t.detach().clone() for t in self._state_tensors()]
+        rng = [g.get_state() for g in self.gens]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._body(*shape)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            for t, s in zip(self._state_tensors(), saved):
+                t.copy_(s)
+        for g, s in zip(self.gens, rng):
+            g.set_state(s)
+        graph = torch.cuda.CUDAGraph()
+        register = getattr(graph, "register_generator_state", None)
+        if register is not None:
+            for g in self.gens:
+                register(g)
+        for p in self.stacked:
+            p.grad = None
+        with torch.cuda.graph(graph, pool=self.pool):
+            self._body(*shape)
+        self.pool = graph.pool()
+        self.graphs[shape] = graph
+        return graph
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        return [*self.stacked, *self.opt.exp_avg, *self.opt.exp_avg_sq, self.opt.step_count,
+                self.loss_sum, self.first_bad, self.step_no]
+
+    def epoch_plan(self, epoch: int) -> tuple[np.ndarray, list[tuple[int, int]], list[np.ndarray]]:
+        """(index rows (steps, K*B), the length bucket of each step, per replica its batches'
+        indices) for ``epoch``: replica k's batch i is its solo run's batch i, padded with the
+        all-padding row to the batch size."""
+        orders = [epoch_order(r.cfg.seed, epoch, self.n).numpy() for r in self.runs]
+        steps = -(-self.n // self.B)
+        rows = np.full((steps, self.K, self.B), self.n, dtype=np.int64)
+        for k, order in enumerate(orders):
+            flat = rows[:, k, :].reshape(-1)
+            flat[: self.n] = order
+            rows[:, k, :] = flat.reshape(steps, self.B)
+        rows = rows.reshape(steps, self.K * self.B)
+        shapes = [(bucket_length(int(self.src_len_np[r].max()), self.bucket, self.s_max),
+                   bucket_length(int(self.tgt_len_np[r].max()), self.bucket, self.t_max)) for r in rows]
+        return rows, shapes, orders
+
+    def train_epoch(self, epoch: int) -> list[float]:
+        """One training pass of every replica; per replica its token-weighted mean loss.
+
+        Raises :class:`~locattn.training.epoch.ReplicaFailed` after the pass when a replica's
+        loss became non-finite at some step (its batch number in the message); the other
+        replicas' states are then at the end of the epoch, not stored."""
+        self.load(epoch)
+        rows, shapes, _ = self.epoch_plan(epoch)
+        rows_dev = torch.from_numpy(rows).to(self.device)  # one upload per epoch
+        for i, shape in enumerate(shapes):
+            self.idx.copy_(rows_dev[i], non_blocking=True)
+            if self.capture:
+                self._graph(shape).replay()
+            else:
+                self._body(*shape)
+        first_bad = self.first_bad.cpu().tolist()  # the epoch's one read-back
+        for k, step in enumerate(first_bad):
+            if step:
+                r = self.runs[k]
+                raise ReplicaFailed(k, NonFiniteLossError(
+                    f"non-finite training loss at epoch {epoch}, batch {step} "
+                    f"(task={r.cfg.task.name}, variant={r.cfg.variant}, lr={r.cfg.optim.lr}, "
+                    f"seed={r.cfg.seed}; graphed packed run)"
+                ))
+        self.store()
+        sums = self.loss_sum.cpu().tolist()
+        tokens = int(self.runs[0].train_split.tgt_len_np.sum())
+        return [s / tokens for s in sums]
+
+
+def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedStep] | None = None) -> list[float]:
+    """:meth:`GraphedStep.train_epoch` for ``runs``, reusing the step in ``cache`` while the
+    same replicas train together (graphs are recorded once, not once per epoch)."""
+    key = tuple(id(r) for r in runs)
+    if cache is None:
+        return GraphedStep(runs).train_epoch(epoch)
+    step = cache.get(key)
+    if step is None:
+        cache.clear()  # a different group: the old graphs' memory goes back
+        step = cache[key] = GraphedStep(runs)
+    return step.train_epoch(epoch)
+
+
+def solo_graphed_epoch(run: Any) -> float:
+    """A solo run's graphed training pass: a pack of one (its step kept on the run, so its
+    graphs are recorded once)."""
+    cache = run.__dict__.setdefault("graphed_cache", {})
+    try:
+        return graphed_train_epoch([run], run.epoch, cache)[0]
+    except ReplicaFailed as failed:
+        raise failed.error from None
+
+
+def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
+    """(bytes per replica, fixed bytes) of the graphed step for ``run``'s cell on its CUDA device:
+    the peak memory of one uncaptured step at the split's longest bucket with 1 and with
+    ``1 + probe`` copies of ``run`` (then thrown away; ``run`` is not trained)."""
+    if run.device.type != "cuda":
+        raise ValueError(f"measuring device memory needs a CUDA run, got {run.device}")
+    peaks = []
+    for k in (1, 1 + probe):
+        torch.cuda.synchronize(run.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(run.device)
+        base = torch.cuda.memory_allocated(run.device)
+        step = GraphedStep([run] * k, capture=False)
+        step.idx.zero_()
+        step._body(step.s_max, step.t_max)
+        torch.cuda.synchronize(run.device)
+        peaks.append(torch.cuda.max_memory_allocated(run.device) - base)
+        del step
+    per = max(1, math.ceil((peaks[1] - peaks[0]) / probe))
+    return per, max(0, peaks[0] - per)
+
+
+__all__ = ["BUCKET", "GraphedStep", "StackedAdamW", "bucket_length", "graphed_train_epoch",
+           "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]

@@ -1,0 +1,174 @@
+"""The graphed training step (``optim.train_step: graphed``, locattn.training.graphed).
+
+On CPU the step runs without capture (the fallback); that is what these tests exercise. Within
+the graphed path a packed replica equals its solo run bit for bit, as in the eager path. Against
+the eager path the tolerances are: the stacked optimizer equals torch's AdamW + clipping to
+1e-6 (relative) per step; the first epoch's training loss agrees to 1e-4 (relative; batches are
+padded to length buckets, which changes the rounding of a few reductions) and later epochs
+drift as training amplifies that, so they are not compared. The ``gpu`` tests run only with
+CUDA: capture + replay equals the uncaptured step on the same GPU, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from locattn.config import make_run_config, run_identity
+from locattn.packed import train_packed
+from locattn.train import NonFiniteLossError, RunResult, train
+from locattn.training.graphed import GraphedStep, StackedAdamW, bucket_length, pick_pack_size
+from test_packed import TINY, assert_same_run
+
+GRAPHED = {"optim.train_step": "graphed"}
+
+
+def cfg(tmp: Path, seed: int = 0, device: str = "cpu", **extra):
+    over = {**TINY, "task.train_size": 200, "cache_dir": str(tmp / "cache"), "device": device,
+            **GRAPHED, **extra}
+    return make_run_config(task="copy", variant="onestep", seed=seed, overrides=over)
+
+
+def test_pack_size_is_what_fits_the_free_memory() -> None:
+    gib = 1 << 30
+    assert pick_pack_size(80 * gib, gib) == 72  # 10 % headroom
+    assert pick_pack_size(80 * gib, gib, fixed_bytes=2 * gib, headroom=0.0) == 78
+    assert pick_pack_size(80 * gib, 30 << 20, limit=256) == 256
+    assert pick_pack_size(80 * gib, 30 << 20) == 2457
+    assert pick_pack_size(gib // 2, gib) == 1  # a lone replica is still tried
+    with pytest.raises(ValueError, match="bytes_per_replica"):
+        pick_pack_size(gib, 0)
+    with pytest.raises(ValueError, match="headroom"):
+        pick_pack_size(gib, 1, headroom=1.0)
+
+
+def test_length_buckets_round_up_and_stop_at_the_longest() -> None:
+    assert [bucket_length(n, 8, 30) for n in (1, 8, 9, 24, 25, 30)] == [8, 8, 16, 24, 30, 30]
+
+
+def test_the_stacked_optimizer_equals_adamw_with_clipping_per_replica() -> None:
+    torch.manual_seed(0)
+    K = 3
+    lrs, decays, clips = [1e-3, 3e-2, 1e-2], [0.0, 0.01, 0.1], [5.0, 0.05, 1.0]
+    solo = [[torch.nn.Parameter(torch.randn(4, 5)), torch.nn.Parameter(torch.randn(7))] for _ in range(K)]
+    stacked = [torch.nn.Parameter(torch.stack([s[i].detach() for s in solo])) for i in range(2)]
+    opts = [torch.optim.AdamW(s, lr=lr, weight_decay=wd, fused=True) for s, lr, wd in zip(solo, lrs, decays)]
+    mine = StackedAdamW(stacked)
+    mine.lr.copy_(torch.tensor(lrs))
+    mine.weight_decay.copy_(torch.tensor(decays))
+    mine.clip.copy_(torch.tensor(clips))
+    for _ in range(5):
+        grads = [torch.randn(K, 4, 5), torch.randn(K, 7)]
+        for k, (s, opt) in enumerate(zip(solo, opts)):
+            for p, g in zip(s, grads):
+                p.grad = g[k].clone()
+            torch.nn.utils.clip_grad_norm_(s, clips[k])
+            opt.step()
+        for p, g in zip(stacked, grads):
+            p.grad = g.clone()
+        mine.step()
+    for k in range(K):
+        for i in range(2):
+            torch.testing.assert_close(stacked[i][k], solo[k][i].detach(), rtol=1e-6, atol=1e-7)
+    assert not torch.equal(stacked[0][0], stacked[0][1])
+
+
+def test_graphed_packs_of_seeds_by_learning_rates_equal_graphed_solo_runs(tmp_path: Path) -> None:
+    cfgs = [cfg(tmp_path, seed=s, **{"optim.lr": lr}) for lr in (1e-3, 3e-3) for s in (0, 1)]
+    solos = [train(c, tmp_path / f"solo{i}") for i, c in enumerate(cfgs)]
+    packed = train_packed(cfgs, [tmp_path / f"pack{i}" for i in range(len(cfgs))])
+    for solo, pk in zip(solos, packed):
+        assert_same_run(solo, pk)
+    assert len({r.history[-1]["train_loss"] for r in packed}) == 4
+    # and packs trained in chunks (what a GPU's memory decides) are the same runs again
+    chunked = train_packed(cfgs, [tmp_path / f"chunk{i}" for i in range(len(cfgs))], max_pack=3)
+    for solo, pk in zip(solos, chunked):
+        assert_same_run(solo, pk)
+
+
+def test_the_graphed_step_agrees_with_the_eager_step_and_is_another_run(tmp_path: Path) -> None:
+    eager_cfg = make_run_config(task="copy", variant="onestep", seed=0,
+                                overrides={**TINY, "task.train_size": 200, "cache_dir": str(tmp_path / "cache")})
+    graphed_cfg = cfg(tmp_path)
+    assert run_identity(eager_cfg) != run_identity(graphed_cfg)  # recorded: the path trained it
+    eager = train(eager_cfg, tmp_path / "eager")
+    graphed = train(graphed_cfg, tmp_path / "graphed")
+    first_e, first_g = eager.history[0]["train_loss"], graphed.history[0]["train_loss"]
+    assert math.isclose(first_e, first_g, rel_tol=1e-4) and first_e != first_g
+    assert graphed.config["optim"]["train_step"] == "graphed"
+
+
+def test_a_diverging_replica_fails_alone_in_the_graphed_pack(tmp_path: Path) -> None:
+    cfgs = [cfg(tmp_path, **{"optim.epochs": 1}), cfg(tmp_path, **{"optim.epochs": 1, "optim.lr": 1e15})]
+    solo = train(cfgs[0], tmp_path / "solo")
+    ok, bad = train_packed(cfgs, [tmp_path / "ok", tmp_path / "bad"])
+    assert isinstance(bad, NonFiniteLossError) and "graphed packed run" in str(bad)
+    assert "epoch 1, batch" in str(bad) and f"lr={1e15}" in str(bad)
+    assert isinstance(ok, RunResult)
+    assert_same_run(solo, ok)
+
+
+def test_precision_is_a_field_of_the_graphed_step_only(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="optim.precision='bf16' needs optim.train_step='graphed'"):
+        make_run_config(task="copy", variant="onestep", overrides={"optim.precision": "bf16"})
+    with pytest.raises(ValueError, match="valid: \\['fp32', 'tf32', 'bf16'\\]"):
+        cfg(tmp_path, **{"optim.precision": "fp16"})
+    assert run_identity(cfg(tmp_path, **{"optim.precision": "bf16"})) != run_identity(cfg(tmp_path))
+
+
+def test_bf16_autocast_trains_close_to_fp32_on_cpu(tmp_path: Path) -> None:
+    fp32 = train(cfg(tmp_path, **{"optim.epochs": 1}), tmp_path / "fp32")
+    bf16 = train(cfg(tmp_path, **{"optim.epochs": 1, "optim.precision": "bf16"}), tmp_path / "bf16")
+    a, b = fp32.history[0]["train_loss"], bf16.history[0]["train_loss"]
+    assert a != b and math.isclose(a, b, rel_tol=2e-2)
+
+
+def test_capture_needs_cuda(tmp_path: Path) -> None:
+    from locattn.tasks import load_task
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    c = cfg(tmp_path)
+    run = Seq2SeqRun(c, load_task(c.task, cache_dir=c.cache_dir), tmp_path)
+    assert GraphedStep([run]).capture is False  # CPU: the uncaptured fallback
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        GraphedStep([run], capture=True)
+
+
+# ----------------------------------------------------------------------------- GPU only
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@cuda
+def test_captured_steps_equal_the_uncaptured_step_on_the_gpu(tmp_path: Path) -> None:
+    from locattn.tasks import load_task
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    c = cfg(tmp_path, device="cuda", **{"optim.lr": 3e-3})
+    data = load_task(c.task, cache_dir=c.cache_dir)
+    losses = []
+    for capture in (False, True):
+        runs = [Seq2SeqRun(c, data, tmp_path / f"r{capture}{k}") for k in range(2)]
+        step = GraphedStep(runs, capture=capture)
+        losses.append([step.train_epoch(e) for e in (1, 2)])
+        assert bool(step.graphs) == capture
+    assert losses[0] == losses[1]
+
+
+@pytest.mark.gpu
+@cuda
+def test_the_pack_size_comes_from_the_gpu_memory(tmp_path: Path) -> None:
+    from locattn.tasks import load_task
+    from locattn.training.graphed import measure_bytes_per_replica
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    c = cfg(tmp_path, device="cuda")
+    run = Seq2SeqRun(c, load_task(c.task, cache_dir=c.cache_dir), tmp_path)
+    per, fixed = measure_bytes_per_replica(run)
+    free, _ = torch.cuda.mem_get_info()
+    k = pick_pack_size(free, per, fixed_bytes=fixed)
+    assert 0 < per < 1 << 30 and k >= 8

@@ -1,0 +1,110 @@
+"""``pack:`` in study specs: which axes a trial trains together, and how a packed trial's runs
+(seeds x hparams points) are named, configured and recorded. Pure Python, no Ray (the end to
+end kill/resume of an lr x seed pack is in test_study.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.spec import SpecError, load_spec, run_key
+from study.trainable import (is_packed, resolve_run_config, trial_descriptor, trial_hparams,
+                             trial_members, trial_run_keys)
+
+BASE = {
+    "name": "t",
+    "grid": {"task": ["copy"], "variant": ["onestep", "mono"]},
+    "hparams": {"optim.lr": [1e-3, 3e-4], "optim.batch_size": [16, 32]},
+    "seeds": 3,
+    "profiles": {"smoke": {"overrides": {"optim.epochs": 1}}},
+}
+
+
+def load(tmp_path: Path, **changes):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **changes}))
+    return load_spec(path, "smoke")
+
+
+def refused(tmp_path: Path, **changes) -> str:
+    with pytest.raises(SpecError) as info:
+        load(tmp_path, **changes)
+    assert str(tmp_path / "spec.yaml") in str(info.value)
+    return str(info.value)
+
+
+def descriptors(spec) -> list[dict]:
+    common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, gpus=spec.gpus, metric="best_dev_score",
+                  train_fn="locattn.train:train", pack=spec.pack_seeds)
+    return [{"trial": trial_descriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
+                                       hparams=t.hparams, seeds=t.seeds, points=t.points, **common)}
+            for t in spec.grid_trials()]
+
+
+def test_packing_seeds_and_learning_rates_keeps_every_run_and_its_key(tmp_path: Path) -> None:
+    plain = load(tmp_path)
+    packed = load(tmp_path, pack=["seeds", "optim.lr"])
+    assert packed.resolved["pack"] == ["optim.lr"] and packed.resolved["pack_seeds"] is True
+    assert "pack" not in plain.resolved and "pack_seeds" not in plain.resolved
+    # 2 cells x 2 batch sizes; each trial trains 2 lrs x 3 seeds
+    assert packed.n_trials() == len(packed.grid_trials()) == 4
+    assert packed.n_runs() == plain.n_runs() == plain.n_trials() == 2 * 4 * 3
+    assert "pack     ['optim.lr']" in packed.plan()
+    runs_plain = {k for d in descriptors(plain) for _, k in trial_run_keys(d)}
+    runs_packed = [k for d in descriptors(packed) for _, k in trial_run_keys(d)]
+    assert sorted(runs_packed) == sorted(runs_plain)  # the same run keys: the same runs
+
+    config = descriptors(packed)[0]
+    assert is_packed(config)
+    members = trial_members(config)
+    assert [(s, hp["optim.lr"]) for s, _, hp in members] == [(s, lr) for lr in (1e-3, 3e-4) for s in (0, 1, 2)]
+    t = config["trial"]
+    for seed, key, hp in members:
+        assert key == run_key(t["study"], t["cell"], hp, seed)
+        assert trial_hparams(config, key) == hp
+        cfg = resolve_run_config(config, seed, key)
+        assert (cfg.seed, cfg.optim.lr, cfg.optim.batch_size) == (seed, hp["optim.lr"], hp["optim.batch_size"])
+    from locattn.packed import check_packable
+
+    check_packable([resolve_run_config(config, s, k) for s, k, _ in members])
+
+
+def test_learning_rates_alone_pack_one_trial_per_seed(tmp_path: Path) -> None:
+    spec = load(tmp_path, pack=["optim.lr"])
+    assert not spec.pack_seeds and spec.n_trials() == 2 * 2 * 3
+    config = descriptors(spec)[0]
+    assert is_packed(config) and [s for s, _ in trial_run_keys(config)] == [0, 0]
+    # an unpacked trial's descriptor is what it was before packs of hparams existed
+    old = descriptors(load(tmp_path))[0]["trial"]
+    assert "points" not in old and old["pack"] is False
+
+
+def test_pack_refuses_unknown_axes_contradictions_and_search(tmp_path: Path) -> None:
+    msg = refused(tmp_path, pack=["optim.batch_size"])
+    assert "'optim.batch_size'" in msg and "may not differ" in msg and "['seeds', 'optim.lr']" in msg
+    msg = refused(tmp_path, pack=["optim.clip"])
+    assert "not an hparams axis" in msg
+    msg = refused(tmp_path, pack="seeds")
+    assert "expected a list" in msg
+    msg = refused(tmp_path, pack=["optim.lr"], pack_seeds=True)
+    assert "contradicts" in msg
+    msg = refused(tmp_path, hparams={"optim.lr": [1e-3]}, pack=["optim.lr"],
+                  search={"space": {"optim.clip": {"type": "uniform", "low": 1, "high": 5}}, "num_samples": 2})
+    assert "only in grid studies" in msg
+    msg = refused(tmp_path, grid={"task": ["raffel_add"], "variant": ["ffattn"]}, pack=["seeds"])
+    assert "cannot be packed" in msg
+
+
+def test_a_gpu_spec_packs_on_its_own_unless_told(tmp_path: Path) -> None:
+    gpu = load(tmp_path, resources={"cpus": 1, "gpus": 1})
+    assert gpu.pack_seeds and gpu.pack_axes == ("optim.lr",) and gpu.n_trials() == 4
+    told = load(tmp_path, resources={"cpus": 1, "gpus": 1}, pack_seeds=False)
+    assert not told.packed and told.n_trials() == 2 * 4 * 3
+    # a model the packed trainer cannot train: a GPU spec then runs its trials unpacked
+    ff = load(tmp_path, resources={"cpus": 1, "gpus": 1}, grid={"task": ["raffel_add"], "variant": ["ffattn"]},
+              hparams={"optim.lr": [1e-3]})
+    assert not ff.packed
+    cpu = load(tmp_path)
+    assert not cpu.packed
