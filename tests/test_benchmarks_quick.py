@@ -46,6 +46,12 @@ CASES = [
         rf"^  len100\s+n=50\s+cpu\s+{F} s\s+wall\s+{F} s",
         rf"^total: cpu {F} s, wall {F} s, maxrss \d+ MB",
     ]),
+    ("bench_gpu.py", None, (), [
+        r"^device: (CPU \(no CUDA here\): .* these numbers are CPU numbers|.*; graphs captured)",
+        rf"^\[(CPU|GPU)\] solo eager trial: epoch wall {F} s \(cpu {F} s\) -> {F} seed-epochs/s$",
+        rf"^\[(CPU|GPU)\] K=2\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
+        rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
+    ]),
     ("bench_packed.py", None, (), [
         rf"^copy/onestep: 2 solo epochs cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| packed "
         rf"cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| speed-up x{F} \| "

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -268,13 +269,23 @@ class GraphedStep:
             self.first_bad.copy_(torch.where(bad, self.step_no, self.first_bad))
 
     def _graph(self, shape: tuple[int, int]) -> Any:
-        """The CUDA graph of the step at ``shape``, recorded on first use.
+        """The CUDA graph of the step at ``shape``, recorded on first use; None (and capture
+        off from then on, with a warning) where this torch cannot record the replicas' own
+        dropout generators in a graph.
 
         A warm-up step runs first on a side stream (as capture requires); it trains, so every
         piece of state it touches is saved before and put back after."""
         graph = self.graphs.get(shape)
         if graph is not None:
             return graph
+        graph = torch.cuda.CUDAGraph()
+        register = getattr(graph, "register_generator_state", None)
+        if register is None and self.model.dropout_p > 0:
+            warnings.warn(f"torch {torch.__version__} cannot record per-replica dropout generators in a "
+                          "CUDA graph (no CUDAGraph.register_generator_state): the graphed step runs "
+                          "uncaptured", RuntimeWarning, stacklevel=2)
+            self.capture = False
+            return None
         saved = [t.detach().clone() for t in self._state_tensors()]
         rng = [g.get_state() for g in self.gens]
         side = torch.cuda.Stream()
@@ -287,8 +298,6 @@ class GraphedStep:
                 t.copy_(s)
         for g, s in zip(self.gens, rng):
             g.set_state(s)
-        graph = torch.cuda.CUDAGraph()
-        register = getattr(graph, "register_generator_state", None)
         if register is not None:
             for g in self.gens:
                 register(g)
@@ -331,8 +340,9 @@ class GraphedStep:
         rows_dev = torch.from_numpy(rows).to(self.device)  # one upload per epoch
         for i, shape in enumerate(shapes):
             self.idx.copy_(rows_dev[i], non_blocking=True)
-            if self.capture:
-                self._graph(shape).replay()
+            graph = self._graph(shape) if self.capture else None
+            if graph is not None:
+                graph.replay()
             else:
                 self._body(*shape)
         first_bad = self.first_bad.cpu().tolist()  # the epoch's one read-back
@@ -361,6 +371,34 @@ def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedSte
         cache.clear()  # a different group: the old graphs' memory goes back
         step = cache[key] = GraphedStep(runs)
     return step.train_epoch(epoch)
+
+
+@torch.no_grad()
+def graphed_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
+    """Teacher-forced (dev loss, dev sequence accuracy) of every run, in one packed forward per
+    dev batch: what :func:`~locattn.training.evaluate.teacher_forced` computes per run, with
+    the losses summed per replica (a solo graphed run is scored as a pack of one, so packed and
+    solo scores stay equal to the bit)."""
+    pack = ParamPack(runs)
+    pack.release()
+    model = pack.model.eval()
+    model._check = _no_check
+    split, K = runs[0].dev_split, len(runs)
+    nll = torch.zeros(K, dtype=torch.float64, device=split.device)
+    correct = torch.zeros(K, dtype=torch.long, device=split.device)
+    n_tokens = 0
+    for index in split.sorted_batches(runs[0].cfg.optim.dev_batch_size):
+        b = split.batch(index)
+        tgt_out = b.tgt_out.repeat(K, 1)  # (K*B, T)
+        logits = model(b.src.repeat(K, 1), b.src_len.repeat(K), b.tgt_in.repeat(K, 1)).logits  # (K*B, T, V)
+        nll += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=split.pad_id,
+            reduction="none",
+        ).view(K, -1).sum(1).double()
+        hit = (logits.argmax(-1) == tgt_out) | (tgt_out == split.pad_id)  # (K*B, T)
+        correct += hit.all(dim=1).view(K, -1).sum(1)
+        n_tokens += b.n_tokens
+    return [(float(a) / n_tokens, int(c) / len(split)) for a, c in zip(nll.tolist(), correct.tolist())]
 
 
 def solo_graphed_epoch(run: Any) -> float:
@@ -396,4 +434,4 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
 
 
 __all__ = ["BUCKET", "GraphedStep", "StackedAdamW", "bucket_length", "graphed_train_epoch",
-           "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]
+           "graphed_dev_scores", "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]

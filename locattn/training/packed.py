@@ -30,7 +30,8 @@ from locattn.config import RunConfig, config_to_dict, flatten, identity_dict, ru
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
 from locattn.training.epoch import ReplicaFailed, packed_train_epoch
-from locattn.training.graphed import graphed_train_epoch, measure_bytes_per_replica, pick_pack_size
+from locattn.training.graphed import (graphed_dev_scores, graphed_train_epoch, measure_bytes_per_replica,
+                                     pick_pack_size)
 from locattn.training.recorders import NullRecorder
 from locattn.training.results import CONFIG_FILE, RESULT_FILE
 from locattn.training.seq2seq import Seq2SeqRun
@@ -163,8 +164,10 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
         try:
             if graphed is not None:
                 losses = graphed_train_epoch([runs[k] for k in group], low + 1, graphed)
+                scored = [k for k in group if runs[k].cfg.optim.dev_scoring == "teacher_forced"]
+                devs = dict(zip(scored, graphed_dev_scores([runs[k] for k in scored]))) if scored else {}
             else:
-                losses = packed_train_epoch([runs[k] for k in group], low + 1)
+                losses, devs = packed_train_epoch([runs[k] for k in group], low + 1), {}
         except ReplicaFailed as failed:
             k = group[failed.index]
             results[k] = failed.error
@@ -176,7 +179,7 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
             continue
         seconds = (time.perf_counter() - start) / len(group)  # each replica's share
         for k, loss in zip(group, losses):
-            runs[k].end_epoch(loss, seconds, recs[k])
+            runs[k].end_epoch(loss, seconds, recs[k], dev=devs.get(k))
             if runs[k].stop_reason is not None:
                 active.remove(k)
     for k, run in enumerate(runs):

@@ -18,7 +18,7 @@ from locattn.training.attention import attention_record, longest_split, write_at
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
-from locattn.training.graphed import solo_graphed_epoch
+from locattn.training.graphed import graphed_dev_scores, solo_graphed_epoch
 from locattn.training.examples import EXAMPLES_JSON, check_trace_choice
 from locattn.training.recorders import Recorder
 from locattn.training.results import BEST_MODEL_FILE, RunResult, is_new_best
@@ -116,6 +116,8 @@ class Seq2SeqRun:
     def dev_scores(self) -> tuple[float, float]:
         """(dev loss, dev sequence accuracy under ``optim.dev_scoring``)."""
         o = self.cfg.optim
+        if o.train_step == "graphed" and o.dev_scoring == "teacher_forced":  # scored as a pack of one
+            return graphed_dev_scores([self])[0]
         dev_loss, tf_acc = teacher_forced(self.model, self.dev_split, o.dev_batch_size)
         if o.dev_scoring == "teacher_forced":
             return dev_loss, tf_acc
@@ -140,12 +142,14 @@ class Seq2SeqRun:
             self.end_epoch(train_loss, time.perf_counter() - start, recorder)
         return self.finish(on_test_split=getattr(recorder, "on_test_split", None))
 
-    def end_epoch(self, train_loss: float, train_seconds: float, recorder: Recorder) -> None:
-        """After an epoch's training pass (solo or packed): dev scores, scheduler, best model,
-        early stopping, history, then the checkpoint, and only then the recorder."""
+    def end_epoch(self, train_loss: float, train_seconds: float, recorder: Recorder,
+                  dev: tuple[float, float] | None = None) -> None:
+        """After an epoch's training pass (solo or packed): dev scores (``dev`` when the pack
+        scored them already), scheduler, best model, early stopping, history, then the
+        checkpoint, and only then the recorder."""
         o = self.cfg.optim
         start = time.perf_counter()
-        dev_loss, dev_acc = self.dev_scores()
+        dev_loss, dev_acc = dev if dev is not None else self.dev_scores()
         lr = float(self.optimizer.param_groups[0]["lr"])
         counts = self.epoch >= o.schedule_from_epoch  # the reference skips its first epoch
         # optim.select_on: higher is better for both (the scheduler runs in mode "max")

@@ -1,0 +1,194 @@
+"""Seed-epochs per second of OneStep/Copy (train 10k + dev 2k) on one GPU: packs of K runs
+through the graphed step, against a solo trial and the reference code on the same device.
+
+    python benchmarks/bench_gpu.py [--device cuda] [--ks 1,8,64,256] [--train-size 10000]
+        [--dev-size 2000] [--epochs 2] [--precision fp32] [--reference PATH] [--quick]
+
+Per K: K runs (seeds 0..K-1) in one :class:`locattn.training.graphed.GraphedStep`. The first
+epoch records the CUDA graphs (reported apart, as "first"); the next ``--epochs`` are timed:
+the training pass plus the packed teacher-forced dev scoring, synchronised, i.e. what
+``train_packed`` does per epoch before its per-replica bookkeeping. seed-epochs/s = K x epochs
+/ wall seconds. Solo: one epoch of one eager run (``Seq2SeqRun.train_epoch`` + ``dev_scores``)
+on the same device, i.e. one unpacked trial. Reference: the OneStep model and agent of
+JRC1995/MonotonicLocationAttention (a checkout at ``--reference PATH``, e.g. from the fetch
+tool) trained for one epoch on the same examples, batches and device, plus its dev forward.
+
+Equivalence: replica 0 (seed 0) has the same epoch losses in every pack (the graphed path
+packs bit for bit); the script exits 1 when it does not. Without CUDA (or ``--device cpu``)
+the same code runs uncaptured and every result line is marked CPU: those numbers say nothing
+about a GPU. Targets on one H100: >= 50 seed-epochs/s, >= 30x a solo trial (unmeasured until a
+GPU run). ``--quick``: K = 1, 2 on 200 train / 40 dev examples, one timed epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from benchmarks._common import Timing, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
+from locattn.config import make_run_config  # noqa: E402
+from locattn.tasks import load_task  # noqa: E402
+from locattn.train import Seq2SeqRun  # noqa: E402
+from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E402
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(device: torch.device, fn: Any) -> tuple[Timing, Any]:
+    """(wall and CPU seconds, result) of ``fn()``, the device synchronised before and after."""
+    sync(device)
+    with timed() as t:
+        out = fn()
+        sync(device)
+    return t, out
+
+
+def run_reference(path: Path, data: Any, device: torch.device, batch_size: int) -> Timing:
+    """Seconds of one reference epoch (training pass + dev forward) of its OneStep model on
+    ``data``'s Copy splits: its own model, loss, AdamW and clipping (agents/seq2seq_agent.py)."""
+    sys.path.insert(0, str(path))
+    if importlib.util.find_spec("nltk") is None:  # the agent imports it for an edit distance not used here
+        sys.modules["nltk"] = types.ModuleType("nltk")
+    configs = importlib.import_module("configs.copy_configs")
+    framework = importlib.import_module("models.seq2seq_framework")
+    agent_mod = importlib.import_module("agents.seq2seq_agent")
+    vocab = data.vocab
+    cfg = vars(configs.BiGRU_OneStep_config())
+    pad = vocab.pad_id
+    cfg.update({"vocab2idx": dict(vocab.stoi), "vocab_len": len(vocab), "PAD_id": pad,
+                "UNK_id": vocab.unk_id, "SOS_id": vocab.sos_id, "EOS_id": vocab.eos_id,
+                "generate": False, "max_decode_len": 500, "DataParallel": False})
+    torch.manual_seed(0)
+    model = framework.seq2seq_framework(None, cfg).to(device)
+    agent = agent_mod.seq2seq_agent(model, cfg, device)
+
+    def batches(split: str, size: int) -> list[dict[str, Any]]:
+        exs = data.splits[split]
+        out = []
+        for at in range(0, len(exs), size):
+            part = exs[at:at + size]
+            src = [list(vocab.encode(e.src)) for e in part]
+            trg = [list(vocab.encode(e.tgt)) + [vocab.eos_id] for e in part]
+            S, T = max(map(len, src)), max(map(len, trg))
+            out.append({
+                "src": [list(e.src) for e in part], "trg": [list(e.tgt) + ["<eos>"] for e in part],
+                "src_vec": torch.tensor([s + [pad] * (S - len(s)) for s in src]),
+                "ptr_src_vec": torch.tensor([s + [pad] * (S - len(s)) for s in src]),
+                "src_mask": torch.tensor([[1] * len(s) + [0] * (S - len(s)) for s in src]),
+                "trg_vec": torch.tensor([t + [pad] * (T - len(t)) for t in trg]),
+                "labels": torch.tensor([t + [pad] * (T - len(t)) for t in trg]),
+                "trg_mask": torch.tensor([[1] * len(t) + [0] * (T - len(t)) for t in trg]),
+                "max_oov_num": 0,
+            })
+        return out
+
+    train, dev = batches("train", batch_size), batches("dev", 256)
+
+    def epoch() -> None:
+        for b in train:
+            item = agent.run(dict(b), train=True)
+            agent.backward(item["loss"])
+            agent.step()
+        with torch.no_grad():
+            for b in dev:
+                agent.run(dict(b), train=False)
+
+    return measure(device, epoch)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--ks", default="1,8,64,256", help="pack sizes (comma-separated)")
+    parser.add_argument("--train-size", type=int, default=10_000)
+    parser.add_argument("--dev-size", type=int, default=2_000)
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs per K, after the first")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="a checkout of JRC1995/MonotonicLocationAttention to time on the same device")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parse_args(parser, {"ks": "1,2", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
+                      what="K = 1, 2 on 200 train / 40 dev examples")
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    on = "GPU" if device.type == "cuda" else "CPU"
+    print(machine_line(), flush=True)
+    if device.type == "cuda":
+        print(f"device: {torch.cuda.get_device_name(device)}; graphs captured", flush=True)
+    else:
+        print("device: CPU (no CUDA here): the graphed step runs uncaptured; these numbers are CPU "
+              "numbers and say nothing about a GPU", flush=True)
+    ks = [int(k) for k in args.ks.split(",")]
+    over = {"task.train_size": args.train_size, "task.dev_size": args.dev_size, "task.test_size": 10,
+            "num_threads": args.threads, "device": str(device)}
+    graphed = {**over, "optim.train_step": "graphed", "optim.precision": args.precision}
+    cfg0 = make_run_config(task="copy", variant="onestep", seed=0, overrides=graphed)
+    data = load_task(cfg0.task, cache_dir=cfg0.cache_dir)
+    print(f"copy/onestep: train {args.train_size}, dev {args.dev_size}, batch {cfg0.optim.batch_size}, "
+          f"precision {args.precision}; {args.epochs} timed epoch(s) per K after the first", flush=True)
+    failed = False
+    with tempfile.TemporaryDirectory() as tmp:
+        solo_cfg = make_run_config(task="copy", variant="onestep", seed=0, overrides=over)
+        solo = Seq2SeqRun(solo_cfg, data, Path(tmp) / "solo")
+        solo.epoch = 1
+        solo.train_epoch()  # warm-up (allocator, kernels)
+        solo.epoch = 2
+        solo_t, _ = measure(device, lambda: (solo.train_epoch(), solo.dev_scores()))
+        solo_rate = 1.0 / solo_t.wall
+        print(f"[{on}] solo eager trial: epoch wall {solo_t.wall:.2f} s (cpu {solo_t.cpu:.2f} s) -> "
+              f"{solo_rate:.3f} seed-epochs/s", flush=True)
+        base: list[float] | None = None
+        for K in ks:
+            cfgs = [make_run_config(task="copy", variant="onestep", seed=s, overrides=graphed) for s in range(K)]
+            runs = [Seq2SeqRun(c, data, Path(tmp) / f"k{K}-{c.seed}") for c in cfgs]
+            step = GraphedStep(runs)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            first, out = measure(device, lambda: (step.train_epoch(1), graphed_dev_scores(runs)))
+            losses = [out[0][0]]
+            timings = []
+            for e in range(2, 2 + args.epochs):
+                t, out = measure(device, lambda: (step.train_epoch(e), graphed_dev_scores(runs)))
+                losses.append(out[0][0])
+                timings.append(t)
+            seconds = sum(t.wall for t in timings)
+            cpu = sum(t.cpu for t in timings)
+            rate = K * args.epochs / seconds
+            same = base is None or losses == base
+            base = losses if base is None else base
+            failed |= not same
+            mem = (f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB peak"
+                   if device.type == "cuda" else f"maxrss {peak_rss_mb():.0f} MB")
+            print(f"[{on}] K={K:<4d} graphed: first epoch {first.wall:.2f} s, then wall {seconds / args.epochs:.2f} s "
+                  f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
+                  f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
+                  f"seed 0 losses equal to K={ks[0]}: {same}", flush=True)
+            del step, runs
+        if args.reference is not None:
+            ref = run_reference(args.reference, data, device, cfg0.optim.batch_size)
+            print(f"[{on}] reference code (JRC1995/MonotonicLocationAttention OneStep): epoch wall "
+                  f"{ref.wall:.2f} s (cpu {ref.cpu:.2f} s) -> {1.0 / ref.wall:.3f} seed-epochs/s", flush=True)
+        else:
+            print("reference code: not run (give --reference PATH to a checkout)", flush=True)
+    print(machine_line(), flush=True)  # the load average after, beside the one before
+    if failed:
+        print("FAILED: replica 0's losses differ between pack sizes", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
