@@ -402,6 +402,31 @@ def format_eta(seconds: float, done: bool) -> str:
     return "ETA " + (f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s")
 
 
+def eta_key(trial: Any) -> str:
+    """The key a trial descriptor (``study.trainable.trial_descriptor``) is priced under: its
+    cell and its selection hyperparameters (an ``optim.epochs`` hparam changes the cost)."""
+    return trial["cell"] + "|" + json.dumps(trial.get("hparams") or {}, sort_keys=True, default=str)
+
+
+def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None) -> "StudyEta":
+    """A :class:`StudyEta` for the trial descriptors a driver session runs (each priced on this
+    CPU; a trial of a search point or packed seeds trains ``len(seeds)`` runs)."""
+    from locattn.config import make_run_config  # here: torch, kept off `study --help`
+
+    cal = cal if cal is not None else load_calibration()
+    costs: dict[str, RunCost] = {}
+    expected: dict[str, int] = {}
+    runs = 1
+    for t in trials:
+        key = eta_key(t)
+        if key not in costs:
+            cfg = make_run_config(task=t["task"], variant=t["variant"], overrides=t["overrides"])
+            costs[key] = run_cost(cfg, cal, "cpu", 1.3)
+        expected[key] = expected.get(key, 0) + 1
+        runs = max(runs, len(t["seeds"]))
+    return StudyEta(costs=costs, expected=expected, runs_per_trial=runs, slots=max(1, slots))
+
+
 @dataclass(kw_only=True)
 class StudyEta:
     """A running study's ETA: the model's remaining work per trial, scaled by the study's own
@@ -421,14 +446,15 @@ class StudyEta:
     predicted: float = 0.0
     """The model's seconds for the same epochs."""
     epochs: int = 0
-    """Epochs observed."""
+    """Epochs (and start-ups) observed."""
 
-    def observe(self, cell: str, epoch_seconds: float) -> None:
-        """One epoch of ``cell`` took ``epoch_seconds`` (wall, as recorded)."""
+    def observe(self, cell: str, epoch_seconds: float, startup: bool = False) -> None:
+        """One epoch of ``cell`` took ``epoch_seconds`` (wall, as recorded); with ``startup``,
+        a trial of ``cell`` took that long from its start to its first epoch."""
         cost = self.costs.get(cell)
         if cost is not None and epoch_seconds > 0:
             self.measured += epoch_seconds
-            self.predicted += cost.epoch
+            self.predicted += cost.startup if startup else cost.epoch
             self.epochs += 1
 
     def ratio(self) -> float:

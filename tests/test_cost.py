@@ -213,3 +213,10 @@ def test_study_eta_counts_unseen_trials_and_blends_measured_epochs() -> None:
     assert eta.ratio() == pytest.approx(1.5)
     assert eta.eta(seen) == pytest.approx(1.5 * eta.left(seen))
     assert eta.eta([("cheap", 4, True, True), ("cheap", 4, True, True), ("dear", 4, True, True)]) == 0.0
+
+
+def test_study_eta_blends_start_ups_too() -> None:
+    eta = cost.StudyEta(costs={"cheap": CHEAP}, expected={"cheap": 1}, slots=1)
+    eta.observe("cheap", 6.0, startup=True)  # the model says 2 s of start-up
+    eta.observe("cheap", 3.0)  # and 1 s per epoch
+    assert eta.ratio() == pytest.approx((4 + 9 / 3 * 2) / 6)
