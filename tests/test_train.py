@@ -120,8 +120,9 @@ def test_same_seed_same_metrics_and_other_seed_differs(tmp_path: Path, finished)
 
 def test_absurd_lr_raises_non_finite_loss(tmp_path: Path) -> None:
     cfg = tiny_cfg(tmp_path, **{"optim.lr": 1e15})
-    with pytest.raises(NonFiniteLossError, match=r"epoch 1, batch \d+"):
+    with pytest.raises(NonFiniteLossError, match=r"epoch 1, batch \d+") as info:
         train(cfg, tmp_path / "nan")
+    assert "packed" not in str(info.value)  # #27 item 16: a solo run is not called packed
     assert not (tmp_path / "nan" / "result.json").exists()
 
 

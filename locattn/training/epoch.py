@@ -159,7 +159,7 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 raise ReplicaFailed(bad, NonFiniteLossError(
                     f"non-finite training loss ({float(losses[bad].detach())}) at epoch {epoch}, batch {step} "
                     f"(task={r.cfg.task.name}, variant={r.cfg.variant}, lr={r.cfg.optim.lr}, "
-                    f"seed={r.cfg.seed}; packed run)"
+                    f"seed={r.cfg.seed}{'; packed run' if len(runs) > 1 else ''})"
                 ))
             for s in pack.stacked:
                 s.grad = None
