@@ -15,26 +15,21 @@ the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import difflib
-import errno
 import importlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
-from urllib.parse import quote
 
 from locattn.cliparse import Parser, closest_path, parse
-from record import schema
 from record.layout import StudyPaths, is_study_dir, study_paths
-from record.store import experiment_id, sqlite_path
+from record.store import sqlite_path
 from study import preflight
 from study.spec import SpecError, check_study_name
+from study.ui import (UI_FILTER, browse_host, check_port, experiment_url, health_url, serve,
+                      server_url, store_uri, ui_command)
 
 
 def parser() -> Parser:
@@ -148,60 +143,6 @@ def check_spec_path(spec: str) -> None:
     raise SpecError(f"{spec}: no such spec file{closest_path(spec, candidates)}")
 
 
-def check_port(host: str, port: int) -> None:
-    """Refuse a port outside 1-65535 or one already in use on ``host``, in one line."""
-    if not 1 <= port <= 65535:
-        raise SpecError(f"--port {port}: a TCP port is 1-65535")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise SpecError(f"port {port} on {host} is already in use (another MLflow UI?); "
-                                f"pick a free one with --port") from None
-            raise SpecError(f"cannot serve on {host}:{port} ({exc.strerror})") from None
-
-
-#: The runs table view ``study ui`` opens: the trial runs, flat, sorted by name.
-UI_FILTER = f"tags.{schema.ROLE} = '{schema.ROLE_TRIAL}'"
-
-
-def experiment_url(base: str, tracking_uri: str, name: str) -> str:
-    """URL of the study's experiment in the MLflow UI, filtered to its trial runs (flat, not
-    under the collapsed parent) and sorted by run name; ``base`` alone when the experiment id
-    cannot be read here (a non-SQLite store)."""
-    exp = experiment_id(tracking_uri, name)
-    if exp is None:
-        return base
-    query = (f"searchFilter={quote(UI_FILTER)}&orderByKey={quote('attributes.run_name')}"
-             f"&orderByAsc=true")
-    return f"{base}/#/experiments/{exp}/runs?{query}"
-
-
-def browse_host(host: str) -> str:
-    """The host to put in a URL for a server bound to ``host``: an unspecified address
-    (0.0.0.0, ::) is not one a browser can open, so loopback stands for it."""
-    if host in ("0.0.0.0", "", "::"):
-        return "127.0.0.1" if host != "::" else "[::1]"
-    return f"[{host}]" if ":" in host else host
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: ask Linux to SIGTERM it when its parent dies, however the parent
-    dies (``kill -9`` of ``study ui`` must not leave ``mlflow server`` serving the port)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's own handlers still stop it
-        pass
-
-
-def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    """The ``mlflow server`` command serving a store on host:port."""
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
-            "--host", host, "--port", str(port), "--workers", "1"]
-
-
 def exit_code(summary: dict[str, Any]) -> int:
     """A driver's exit status: 130 interrupted, 1 when a trial failed or a run will not finish
     in this launch (its summary line says how many), else 0."""
@@ -264,24 +205,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "ui":
             from study.launch import load_meta
 
-            meta = load_meta(find_study(args.study, args.root))
+            paths = find_study(args.study, args.root)
+            meta = load_meta(paths)
+            remote = server_url(meta["tracking_uri"])
+            if remote is not None:  # the server already serves the UI
+                print(f"study {meta['name']!r} records to the MLflow server {remote}: open it "
+                      f"there (experiment {meta['name']!r}); no local server is needed")
+                return 0
+            store = store_uri(meta["tracking_uri"], paths.dir)
             check_port(args.host, args.port)
-            cmd = ui_command(meta["tracking_uri"], args.host, args.port)
-            url = experiment_url(f"http://{browse_host(args.host)}:{args.port}", meta["tracking_uri"],
-                                 meta["name"])
-            print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
-            print(f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
-                  "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
-            # No job runner: the UI needs none, and its consumers would outlive a `kill -9`.
-            env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-            proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
-            stop = lambda *_: proc.terminate()  # noqa: E731
-            signal.signal(signal.SIGTERM, stop)
-            try:
-                return proc.wait()
-            except KeyboardInterrupt:
-                proc.terminate()
-                return proc.wait()
+            url = experiment_url(f"http://{browse_host(args.host)}:{args.port}", store, meta["name"])
+            print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
+                  file=sys.stderr, flush=True)
+
+            def ready() -> None:
+                print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
+                print(f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
+                      "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
+
+            return serve(ui_command(store, args.host, args.port),
+                         probe=health_url(args.host, args.port), ready=ready)
         if args.cmd == "report":
             from study.launch import load_meta
 

@@ -266,3 +266,88 @@ def test_optuna_studies_are_named_by_cell() -> None:
         == "search_lr-smoke · task=copy,variant=onestep"
     assert group_study_name("s", {"cell": "task=copy,variant=mono", "hparams": {"optim.lr": 0.001}}) \
         == "s · task=copy,variant=mono · optim.lr=0.001"
+
+
+# --------------------------------------------------------------------------- study ui
+
+
+def _moved_study(root: Path, old: Path, name: str = "rc_table2-smoke") -> Path:
+    """A study folder whose study.json still names the store where it was launched
+    (``<old>/<name>/mlflow.db``; that folder exists, empty), as a committed record does."""
+    from tests.test_ux import _make_study
+
+    d = _make_study(root, name)
+    (old / name).mkdir(parents=True)
+    meta = json.loads((d / "study.json").read_text())
+    meta["tracking_uri"] = f"sqlite:///{old / name / 'mlflow.db'}"
+    (d / "study.json").write_text(json.dumps(meta))
+    return d
+
+
+def test_ui_of_a_moved_study_serves_its_own_store_prints_the_url_when_ready_and_stops_on_ctrl_c(
+        tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    root = tmp_path / "studies"
+    _moved_study(root, tmp_path / "old")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    err = tmp_path / "err.txt"
+    with err.open("w") as errf:
+        ui = subprocess.Popen([sys.executable, "-m", "study.cli", "ui", "rc_table2-smoke", "--root",
+                               str(root), "--port", str(port), "--host", "0.0.0.0"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=errf, text=True, start_new_session=True)
+    try:
+        first = ui.stdout.readline()  # printed only once /health answers
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            assert r.status == 200
+        assert first.startswith(f"MLflow UI for study 'rc_table2-smoke': http://127.0.0.1:{port}/#/"
+                                "experiments/1/runs?"), first  # 0.0.0.0 is no address to browse
+        base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+        with urllib.request.urlopen(f"{base}/experiments/get-by-name?experiment_name=rc_table2-smoke",
+                                    timeout=5) as r:
+            assert json.load(r)["experiment"]["name"] == "rc_table2-smoke"  # the folder's own store
+        assert list((tmp_path / "old").rglob("*")) == [tmp_path / "old" / "rc_table2-smoke"]
+        t0 = time.monotonic()
+        os.kill(ui.pid, signal.SIGINT)  # Ctrl-C
+        assert ui.wait(timeout=60) == 0
+        stopped = time.monotonic() - t0
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+        assert stopped < 30, stopped
+        log = err.read_text()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+        assert "study ui: stopping the MLflow server" in log
+    finally:
+        try:
+            os.killpg(ui.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        ui.wait()
+
+
+def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_path: Path,
+                                                                              capsys) -> None:
+    from tests.test_ux import _make_study
+
+    root = tmp_path / "studies"
+    d = _make_study(root, "srv")
+    meta = json.loads((d / "study.json").read_text())
+    (d / "study.json").write_text(json.dumps({**meta, "tracking_uri": "http://u:pw@10.1.2.3:5000"}))
+    capsys.readouterr()
+    code, out, err = run_main(["ui", "srv", "--root", str(root)], capsys, study_main)
+    assert code == 0 and err == ""
+    assert out.strip() == ("study 'srv' records to the MLflow server http://10.1.2.3:5000: open it "
+                           "there (experiment 'srv'); no local server is needed")
+    (d / "mlflow.db").unlink()
+    (d / "study.json").write_text(json.dumps({**meta, "tracking_uri": "sqlite:////nonexistent/x/mlflow.db"}))
+    code, out, err = run_main(["ui", "srv", "--root", str(root)], capsys, study_main)
+    assert code == 2 and out == ""
+    assert err.strip() == (f"study ui: no MLflow store at /nonexistent/x/mlflow.db (saved in "
+                           f"{d.resolve() / 'study.json'}) and none in the study folder: nothing to show")
+    assert not Path("/nonexistent").exists()

@@ -584,7 +584,9 @@ def test_kill_9_of_study_ui_stops_its_mlflow_server(tmp_path: Path) -> None:
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", port)) == 0
 
-        wait_for(serving, 180, "mlflow server on the port", ui, log)
+        # study ui prints the URL once the server answers /health
+        wait_for(lambda: serving() and f"http://127.0.0.1:{port}/" in log.read_text(), 180,
+                 "mlflow server on the port", ui, log)
         family = psutil.Process(ui.pid).children(recursive=True)
         assert family and f"http://127.0.0.1:{port}/" in log.read_text()
         os.kill(ui.pid, signal.SIGKILL)

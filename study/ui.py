@@ -1,0 +1,201 @@
+"""``study ui``: the MLflow UI over a study's store, started and stopped like ``mlflow ui``.
+
+- The URL is printed once the server answers ``/health`` (it takes 15 s or more to start), with a
+  line on stderr while it starts.
+- Ctrl-C (or SIGTERM, SIGHUP) stops the server within seconds, without tracebacks: the server
+  runs in its own session, so the terminal's SIGINT reaches only ``study ui``, which asks the
+  server to stop (SIGTERM, which ``mlflow server`` forwards to its uvicorn) and kills its
+  process group if it has not stopped after :data:`STOP_SECONDS`.
+- ``kill -9`` of ``study ui`` stops the server too (``PR_SET_PDEATHSIG``).
+- MLflow's job runner is off (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``): the UI needs none,
+  it delayed the start and left processes behind on Ctrl-C.
+
+Standard library only; the server is ``python -m mlflow server``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, TextIO
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from record import schema
+from record.layout import META_FILE, STORE_FILE
+from record.store import experiment_id, sqlite_path
+from study.spec import SpecError
+
+#: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
+STOP_SECONDS = 10.0
+#: Seconds between ``/health`` probes while the server starts.
+PROBE_SECONDS = 0.25
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port outside 1-65535 or one already in use on ``host``, in one line."""
+    if not 1 <= port <= 65535:
+        raise SpecError(f"--port {port}: a TCP port is 1-65535")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SpecError(f"port {port} on {host} is already in use (another MLflow UI?); "
+                                f"pick a free one with --port") from None
+            raise SpecError(f"cannot serve on {host}:{port} ({exc.strerror})") from None
+
+
+#: The runs table view ``study ui`` opens: the trial runs, flat, sorted by name.
+UI_FILTER = f"tags.{schema.ROLE} = '{schema.ROLE_TRIAL}'"
+
+
+def experiment_url(base: str, tracking_uri: str, name: str) -> str:
+    """URL of the study's experiment in the MLflow UI, filtered to its trial runs (flat, not
+    under the collapsed parent) and sorted by run name; ``base`` alone when the experiment id
+    cannot be read here (a non-SQLite store)."""
+    exp = experiment_id(tracking_uri, name)
+    if exp is None:
+        return base
+    query = (f"searchFilter={quote(UI_FILTER)}&orderByKey={quote('attributes.run_name')}"
+             f"&orderByAsc=true")
+    return f"{base}/#/experiments/{exp}/runs?{query}"
+
+
+def browse_host(host: str) -> str:
+    """The host to put in a URL for a server bound to ``host``: an unspecified address
+    (0.0.0.0, ::) is not one a browser can open, so loopback stands for it."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1" if host != "::" else "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: ask Linux to SIGTERM it when its parent dies, however the parent
+    dies (``kill -9`` of ``study ui`` must not leave ``mlflow server`` serving the port)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own handlers still stop it
+        pass
+
+
+def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
+    """The ``mlflow server`` command serving a store on host:port."""
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
+            "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def store_uri(tracking_uri: str, study_dir: Path) -> str:
+    """The store to serve for a study whose ``study.json`` saved ``tracking_uri``.
+
+    A study folder that moved (committed as ``results/record/<study>/``, copied, renamed) keeps
+    its own ``mlflow.db`` while ``study.json`` still names the old path: the folder's store is
+    served, read as it is (``study resume`` is what rewrites the saved paths). A SQLite store
+    that exists nowhere is refused (``mlflow server`` would create an empty one at a stale
+    path). Any other URI (Postgres, a file elsewhere that exists) is served as saved.
+    """
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        return tracking_uri
+    own = Path(study_dir) / STORE_FILE
+    if Path(db).name == STORE_FILE and own.is_file() and Path(db).resolve() != own.resolve():
+        return f"sqlite:///{own.resolve()}"
+    if not Path(db).is_file():
+        raise SpecError(f"no MLflow store at {db} (saved in {Path(study_dir) / META_FILE}) and "
+                        f"none in the study folder: nothing to show")
+    return tracking_uri
+
+
+def server_url(tracking_uri: str) -> str | None:
+    """The address of an MLflow server a study records to (``http(s)://``, credentials
+    removed), else None."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
+        return None
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class _Stop(Exception):
+    """SIGINT, SIGTERM or SIGHUP to ``study ui``: stop the server."""
+
+
+def health_url(host: str, port: int) -> str:
+    """The server's health probe, on an address this machine can reach."""
+    return f"http://{browse_host(host)}:{port}/health"
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def stop_server(proc: subprocess.Popen) -> int:
+    """SIGTERM the server, wait up to :data:`STOP_SECONDS`, then SIGKILL its process group."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever of its session is left (uvicorn)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return proc.wait()
+
+
+def serve(cmd: list[str], *, probe: str, ready: Callable[[], None], err: TextIO = sys.stderr,
+          env: dict[str, str] | None = None) -> int:
+    """Run the server ``cmd`` until it exits or ``study ui`` is stopped; call ``ready`` once
+    ``probe`` answers. Returns 0 after Ctrl-C/SIGTERM/SIGHUP, else the server's exit status."""
+    # No job runner: the UI needs none, and it slowed the start and the stop.
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(os.environ if env is None else env)}
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stop
+
+    # SIGINT too: a shell that starts `study ui &` has it ignored, and Ctrl-C must still work.
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    proc: subprocess.Popen | None = None
+    start = time.monotonic()
+    try:
+        # The server's own lines go to stderr: stdout carries only the URL, once it answers.
+        proc = subprocess.Popen(cmd, env=env, stdout=2, preexec_fn=die_with_parent,  # noqa: PLW1509
+                                start_new_session=True)
+        while not answers(probe):
+            if proc.poll() is not None:
+                print(f"study ui: mlflow server exited with status {proc.returncode} before it "
+                      "answered", file=err, flush=True)
+                return proc.returncode or 1
+            time.sleep(PROBE_SECONDS)
+        print(f"study ui: mlflow server answered after {time.monotonic() - start:.0f} s; "
+              "Ctrl-C stops it", file=err, flush=True)
+        ready()
+        return proc.wait()
+    except (KeyboardInterrupt, _Stop):
+        for signum in old:  # a second Ctrl-C: no traceback either
+            signal.signal(signum, signal.SIG_IGN)
+        if proc is not None:
+            print("study ui: stopping the MLflow server", file=err, flush=True)
+            stop_server(proc)
+        return 0
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        if proc is not None and proc.poll() is None:
+            stop_server(proc)
