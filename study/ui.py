@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
 from record.layout import META_FILE, STORE_FILE
-from record.store import experiment_id, sqlite_path
+from record.store import experiment_id, sqlite_path, sqlite_uri
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -106,9 +106,9 @@ def store_uri(tracking_uri: str, study_dir: Path) -> str:
     if db is None:
         return tracking_uri
     own = Path(study_dir) / STORE_FILE
-    if Path(db).name == STORE_FILE and own.is_file() and Path(db).resolve() != own.resolve():
-        return f"sqlite:///{own.resolve()}"
-    if not Path(db).is_file():
+    if db.name == STORE_FILE and own.is_file() and db.resolve() != own.resolve():
+        return sqlite_uri(own.resolve())
+    if not db.is_file():
         raise SpecError(f"no MLflow store at {db} (saved in {Path(study_dir) / META_FILE}) and "
                         f"none in the study folder: nothing to show")
     return tracking_uri
