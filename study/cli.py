@@ -15,6 +15,7 @@ the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 from __future__ import annotations
 
 import argparse
+import json
 import difflib
 import importlib
 import os
@@ -24,12 +25,13 @@ from pathlib import Path
 from types import ModuleType
 
 from locattn.cliparse import Parser, closest_path, parse
-from record.layout import StudyPaths, is_study_dir, study_paths
+from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight
+from study.results import cell_results, format_results
 from study.spec import SpecError, check_study_name
-from study.ui import (UI_FILTER, browse_host, check_port, experiment_url, health_url, serve,
-                      server_url, store_uri, ui_command)
+from study.ui import (UI_FILTER, browse_host, check_port, current_store, experiment_url,
+                      health_url, serve, server_url, store_uri, ui_command)
 
 
 def parser() -> Parser:
@@ -143,6 +145,19 @@ def check_spec_path(spec: str) -> None:
     raise SpecError(f"{spec}: no such spec file{closest_path(spec, candidates)}")
 
 
+def show_results(summary: dict[str, Any]) -> None:
+    """After a launch or resume that ran: the per-cell results table (:mod:`study.results`)."""
+    if summary.get("dry_run") or not summary.get("dir") or not summary.get("name"):
+        return
+    study_dir = Path(summary["dir"])
+    try:
+        saved = json.loads((study_dir / META_FILE).read_text())["tracking_uri"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    results = cell_results(current_store(saved, study_dir), summary["name"])
+    print(format_results(results, summary["name"]), flush=True)
+
+
 def exit_code(summary: dict[str, Any]) -> int:
     """A driver's exit status: 130 interrupted, 1 when a trial failed or a run will not finish
     in this launch (its summary line says how many), else 0."""
@@ -180,12 +195,14 @@ def main(argv: list[str] | None = None) -> int:
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
             )
+            show_results(summary)
             return exit_code(summary)
         if args.cmd == "resume":
             from study.launch import resume
 
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds)
+            show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":
             from study.launch import load_meta
@@ -193,8 +210,12 @@ def main(argv: list[str] | None = None) -> int:
 
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
+            # a moved folder (a committed record): its own store, not the saved path
+            meta = {**meta, "tracking_uri": current_store(meta["tracking_uri"], paths.dir)}
             rows, driver = study_status(meta, paths.dir)
             print(format_status(rows, driver, meta["name"]))
+            print()
+            print(format_results(cell_results(meta["tracking_uri"], meta["name"]), meta["name"]))
             return 0
         if args.cmd == "runs":
             from study.runs import format_runs, list_runs

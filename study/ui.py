@@ -93,25 +93,30 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), "--workers", "1"]
 
 
-def store_uri(tracking_uri: str, study_dir: Path) -> str:
-    """The store to serve for a study whose ``study.json`` saved ``tracking_uri``.
+def current_store(tracking_uri: str, study_dir: Path) -> str:
+    """Where the store of a study whose ``study.json`` saved ``tracking_uri`` is now.
 
     A study folder that moved (committed as ``results/record/<study>/``, copied, renamed) keeps
-    its own ``mlflow.db`` while ``study.json`` still names the old path: the folder's store is
-    served, read as it is (``study resume`` is what rewrites the saved paths). A SQLite store
-    that exists nowhere is refused (``mlflow server`` would create an empty one at a stale
-    path). Any other URI (Postgres, a file elsewhere that exists) is served as saved.
+    its own ``mlflow.db`` while ``study.json`` still names the old path: that is the folder's
+    store, read as it is (``study resume`` is what rewrites the saved paths). Any other URI
+    (Postgres, a server, a SQLite file outside the folder) is the saved one.
     """
     db = sqlite_path(tracking_uri)
-    if db is None:
-        return tracking_uri
     own = Path(study_dir) / STORE_FILE
-    if db.name == STORE_FILE and own.is_file() and db.resolve() != own.resolve():
+    if db is not None and db.name == STORE_FILE and own.is_file() and db.resolve() != own.resolve():
         return sqlite_uri(own.resolve())
-    if not db.is_file():
+    return tracking_uri
+
+
+def store_uri(tracking_uri: str, study_dir: Path) -> str:
+    """The store ``study ui`` serves (:func:`current_store`); a SQLite store that exists nowhere
+    is refused, since ``mlflow server`` would create an empty one at the stale path."""
+    uri = current_store(tracking_uri, study_dir)
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
         raise SpecError(f"no MLflow store at {db} (saved in {Path(study_dir) / META_FILE}) and "
                         f"none in the study folder: nothing to show")
-    return tracking_uri
+    return uri
 
 
 def server_url(tracking_uri: str) -> str | None:

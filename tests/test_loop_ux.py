@@ -351,3 +351,41 @@ def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_
     assert err.strip() == (f"study ui: no MLflow store at /nonexistent/x/mlflow.db (saved in "
                            f"{d.resolve() / 'study.json'}) and none in the study folder: nothing to show")
     assert not Path("/nonexistent").exists()
+
+
+# --------------------------------------------------------------------------- numbers on screen
+
+
+def test_status_of_a_committed_record_counts_its_runs_and_shows_each_cells_number(capsys) -> None:
+    record = ROOT / "results" / "record" / "rc_table2-quick-v2"
+    saved = json.loads((record / "study.json").read_text())["tracking_uri"]
+    assert saved != f"sqlite:///{record / 'mlflow.db'}"  # it moved: study.json names its old path
+    code, out, err = run_main(["status", str(record)], capsys, study_main)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[lines.index("no driver running") - 1].split() == ["total", "144", "0", "0", "0", "0"]
+    table = lines[lines.index("no driver running") + 2:]
+    assert table[0].split() == ["cell", "split", "median", "%", "solved"]
+    rows = {ln.split()[0]: ln.split()[1:] for ln in table[1:-1]}
+    assert len(rows) == 48
+    assert rows["task=copy,variant=relative"] == ["len100", "100.0", "3/3"]
+    assert rows["task=inv_recopy,variant=mono"] == ["len100", "70.8", "0/3"]  # README: 97.8/93.8/70.8
+    assert rows["task=lookup,variant=content"][0] == "longer_seen_5"
+    assert table[-1].endswith("Full tables: study report rc_table2-quick-v2")
+
+
+def test_launch_end_and_status_of_a_search_study_show_the_chosen_point(tmp_path: Path, capsys) -> None:
+    from study.cli import show_results
+
+    d = _search_study(tmp_path / "search_lr-smoke")
+    capsys.readouterr()
+    show_results({"name": "search_lr-smoke", "dir": str(d), "errors": 0})
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split() for ln in lines[:3]] == [
+        ["cell", "split", "median", "%", "solved", "dev", "%", "hparams"],
+        ["task=copy,variant=onestep", "len100", "47.5", "0/3", "95.0", "lr=0.001"],
+        ["task=copy,variant=mono", "len100", "10.0", "0/3", "20.0", "lr=0.001"]]
+    assert "hparams chosen by median dev score" in lines[3]
+    assert lines[3].endswith("Full tables: study report search_lr-smoke")
+    show_results({"dry_run": True, "name": "search_lr-smoke", "dir": str(d)})
+    assert capsys.readouterr().out == ""

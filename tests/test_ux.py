@@ -250,7 +250,10 @@ def test_status_is_fast_marks_dead_driver_trials_stale_and_imports_nothing_heavy
     assert lines[3].split() == ["total", "2", "0", "1", "1", "0"]
     assert f"driver PID {dead.pid} on {socket.gethostname()} is dead" in lines[4]
     assert "study resume rc_table2-smoke" in lines[4]
-    assert lines[5] == "heavy: []"
+    assert lines[-1] == "heavy: []"
+    # then the per-cell numbers (study.results): the finished seed of each cell, 25 % at len15
+    assert lines[7].split() == ["task=copy,variant=onestep", "len15", "25.0", "0/1"]
+    assert lines[8].split() == ["task=copy,variant=content", "len15", "25.0", "0/1"]
 
     # A live driver: the same run counts as running.
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

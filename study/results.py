@@ -1,0 +1,137 @@
+"""Numbers on screen: a compact per-cell results table for ``study status`` and the end of
+``study launch``/``resume``.
+
+Per cell: its headline number (the median over seeds of the sequence accuracy, or accuracy, on
+its hardest test split, :func:`hardest_split`),
+how many of those seeds solved it (at least :data:`SOLVED_AT` %), and for a study with
+hyperparameters the chosen point (best median ``best_dev_score``, never test) and that dev
+score. The full tables are ``study report``'s. Standard library only: it reads the store
+through :mod:`record.store` and imports neither torch, Ray nor MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from record import schema
+from record.store import StoreError, StudyNotFound, read_rows
+
+#: A seed "solved" a cell at this accuracy (%) or more.
+SOLVED_AT = 90.0
+HEADLINE_METRICS = ("seq_acc", "accuracy")
+DEV_KEY = "best_dev_score"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellResult:
+    """The headline of one cell."""
+
+    cell: str
+    split: str
+    """The test split of the headline (``len100``); empty when no seed finished."""
+    median: float | None
+    """Median (%) over the chosen point's finished seeds."""
+    solved: int
+    n: int
+    """Finished seeds of the chosen point."""
+    hparams: str
+    """The chosen point, ``lr=3e-4`` (empty: nothing to choose)."""
+    dev: float | None
+    """Median best_dev_score (%) of the chosen point."""
+
+
+def hardest_split(splits: list[str]) -> str | None:
+    """The longest ``lenN`` split (the probing tasks), else the longest ``longer_seen_N`` (Lookup,
+    Long N), else the last split by name that is not ``iid``, else ``iid``."""
+    for prefix in ("len", "longer_seen_"):
+        numbered = [s for s in splits if s.startswith(prefix) and s[len(prefix):].isdigit()]
+        if numbered:
+            return max(numbered, key=lambda s: int(s[len(prefix):]))
+    others = sorted(s for s in splits if s != "iid")
+    return others[-1] if others else (splits[0] if splits else None)
+
+
+def _short(hparams: str) -> str:
+    try:
+        point = json.loads(hparams)
+    except (TypeError, ValueError):
+        return hparams
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.2g}" if isinstance(v, float) else
+                     f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(point.items()))
+
+
+def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
+    """Per cell with a finished run, in the store's order of cells; [] when the store or the
+    study does not exist yet."""
+    try:
+        rows = read_rows(tracking_uri, study,
+                         tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS),
+                         metric_keys=[DEV_KEY], metric_prefixes=("test.",))
+    except (StudyNotFound, StoreError):
+        return []
+    tags: dict[str, dict[str, str]] = {}
+    for run_id, key, value in rows.tags:
+        tags.setdefault(run_id, {})[key] = value
+    metrics: dict[str, dict[str, float]] = {}
+    for run_id, key, value, *_ in rows.metrics:
+        metrics.setdefault(run_id, {})[key] = value
+    # cell -> hparams -> [run ids of finished trial runs]
+    points: dict[str, dict[str, list[str]]] = {}
+    for run_id, *_ in sorted(rows.runs, key=lambda r: (r[2] or 0, r[0])):
+        t = tags.get(run_id, {})
+        if t.get(schema.ROLE) != schema.ROLE_TRIAL or schema.CELL not in t:
+            continue
+        if t.get(schema.STATUS) == schema.STATUS_FINISHED:
+            points.setdefault(t[schema.CELL], {}).setdefault(t.get(schema.HPARAMS) or "{}", []).append(run_id)
+    out = []
+    for cell, by_point in points.items():
+        def dev(ids: list[str]) -> float:
+            vals = [metrics.get(r, {}).get(DEV_KEY) for r in ids]
+            vals = [v for v in vals if v is not None and not math.isnan(v)]
+            return statistics.median(vals) if vals else -math.inf
+
+        hparams, ids = max(sorted(by_point.items()), key=lambda kv: dev(kv[1]))
+        values: dict[str, list[float]] = {}
+        for metric in HEADLINE_METRICS:
+            for r in ids:
+                for key, v in metrics.get(r, {}).items():
+                    parts = key.split(".")
+                    if len(parts) == 3 and parts[2] == metric and not math.isnan(v):
+                        values.setdefault(parts[1], []).append(100 * v)
+            if values:
+                break
+        split = hardest_split(list(values)) or ""
+        seeds = values.get(split, [])
+        d = dev(ids)
+        out.append(CellResult(
+            cell=cell, split=split, median=statistics.median(seeds) if seeds else None,
+            solved=sum(v >= SOLVED_AT for v in seeds), n=len(seeds),
+            hparams=_short(hparams) if len(by_point) > 1 or hparams != "{}" else "",
+            dev=None if d == -math.inf else 100 * d))
+    return out
+
+
+def format_results(results: list[CellResult], study: str) -> str:
+    """The compact table and a pointer to ``study report``; one line when nothing finished."""
+    if not results:
+        return f"no finished run yet; tables: study report {study}"
+    with_hp = any(r.hparams for r in results)
+    wc = max(len("cell"), *(len(r.cell) for r in results))
+    ws = max(len("split"), *(len(r.split) for r in results))
+    head = f"{'cell':<{wc}}  {'split':<{ws}}  {'median %':>8}  {'solved':>6}"
+    head += f"  {'dev %':>6}  hparams" if with_hp else ""
+    lines = [head]
+    for r in results:
+        med = "–" if r.median is None else f"{r.median:.1f}"
+        line = f"{r.cell:<{wc}}  {r.split:<{ws}}  {med:>8}  {f'{r.solved}/{r.n}':>6}"
+        if with_hp:
+            line += f"  {'–' if r.dev is None else f'{r.dev:.1f}':>6}  {r.hparams}"
+        lines.append(line)
+    lines.append(f"median over seeds of the hardest test split; solved: seeds at >= {SOLVED_AT:g} %"
+                 f"{'; hparams chosen by median dev score' if with_hp else ''}. "
+                 f"Full tables: study report {study}")
+    return "\n".join(lines)
