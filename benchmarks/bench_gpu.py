@@ -6,8 +6,9 @@ through the graphed step, against a solo trial and the reference code on the sam
 
 Per K: K runs (seeds 0..K-1) in one :class:`locattn.training.graphed.GraphedStep`. The first
 epoch records the CUDA graphs (reported apart, as "first"); the next ``--epochs`` are timed:
-the training pass plus the packed teacher-forced dev scoring, synchronised, i.e. what
-``train_packed`` does per epoch before its per-replica bookkeeping. seed-epochs/s = K x epochs
+the training pass plus teacher-forced dev scoring (each replica as a pack of one, which keeps
+packed == solo), synchronised: what ``train_packed`` does per epoch before its per-replica
+bookkeeping. seed-epochs/s = K x epochs
 / wall seconds. Solo: one epoch of one eager run (``Seq2SeqRun.train_epoch`` + ``dev_scores``)
 on the same device, i.e. one unpacked trial. Reference: the OneStep model and agent of
 JRC1995/MonotonicLocationAttention (a checkout at ``--reference PATH``, e.g. from the fetch
@@ -17,7 +18,7 @@ Equivalence: replica 0 (seed 0) has the same epoch losses in every pack (the gra
 packs bit for bit); the script exits 1 when it does not. Without CUDA (or ``--device cpu``)
 the same code runs uncaptured and every result line is marked CPU: those numbers say nothing
 about a GPU. Targets on one H100: >= 50 seed-epochs/s, >= 30x a solo trial (unmeasured until a
-GPU run). ``--quick``: K = 1, 2 on 200 train / 40 dev examples, one timed epoch.
+GPU run). ``--quick``: K = 1, 8 on 200 train / 40 dev examples, one timed epoch.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=None,
                         help="a checkout of JRC1995/MonotonicLocationAttention to time on the same device")
     parser.add_argument("--threads", type=int, default=1)
-    args = parse_args(parser, {"ks": "1,2", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
-                      what="K = 1, 2 on 200 train / 40 dev examples")
+    args = parse_args(parser, {"ks": "1,8", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
+                      what="K = 1, 8 on 200 train / 40 dev examples")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     on = "GPU" if device.type == "cuda" else "CPU"

@@ -93,8 +93,8 @@ class OptimConfig:
     train_step: TrainStep = "eager"
     """Seq2seq training pass: ``eager`` (batches trimmed to their own lengths, every run of a pack
     exactly its solo run) or ``graphed`` (:mod:`locattn.training.graphed`: batches padded to
-    length buckets, one fused optimizer over the pack, no host sync per step; captured as CUDA
-    graphs on a GPU, the same code uncaptured on CPU). Results differ from ``eager`` beyond
+    the split's longest lengths, one fused optimizer over the pack, no host sync per step; one CUDA
+    graph on a GPU, the same code uncaptured on CPU). Results differ from ``eager`` beyond
     rounding (padding), so ``graphed`` is part of the run identity."""
     precision: Precision = "fp32"
     """Matmul precision of the ``graphed`` step: ``fp32`` (default), ``tf32`` (TF32 matmuls on

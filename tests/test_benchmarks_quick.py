@@ -49,7 +49,7 @@ CASES = [
     ("bench_gpu.py", None, (), [
         r"^device: (CPU \(no CUDA here\): .* these numbers are CPU numbers|.*; graphs captured)",
         rf"^\[(CPU|GPU)\] solo eager trial: epoch wall {F} s \(cpu {F} s\) -> {F} seed-epochs/s$",
-        rf"^\[(CPU|GPU)\] K=2\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
+        rf"^\[(CPU|GPU)\] K=8\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
         rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
     ]),
     ("bench_packed.py", None, (), [

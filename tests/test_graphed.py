@@ -4,7 +4,7 @@ On CPU the step runs without capture (the fallback); that is what these tests ex
 the graphed path a packed replica equals its solo run bit for bit, as in the eager path. Against
 the eager path the tolerances are: the stacked optimizer equals torch's AdamW + clipping to
 1e-6 (relative) per step; the first epoch's training loss agrees to 1e-4 (relative; batches are
-padded to length buckets, which changes the rounding of a few reductions) and later epochs
+padded to the split's longest lengths, which changes the rounding of a few reductions) and later epochs
 drift as training amplifies that, so they are not compared. The ``gpu`` tests run only with
 CUDA: capture + replay equals the uncaptured step on the same GPU, bit for bit.
 """
@@ -20,7 +20,7 @@ import torch
 from locattn.config import make_run_config, run_identity
 from locattn.packed import train_packed
 from locattn.train import NonFiniteLossError, RunResult, train
-from locattn.training.graphed import GraphedStep, StackedAdamW, bucket_length, pick_pack_size
+from locattn.training.graphed import GraphedStep, StackedAdamW, graphed_dev_scores, pick_pack_size
 from test_packed import TINY, assert_same_run
 
 GRAPHED = {"optim.train_step": "graphed"}
@@ -43,10 +43,6 @@ def test_pack_size_is_what_fits_the_free_memory() -> None:
         pick_pack_size(gib, 0)
     with pytest.raises(ValueError, match="headroom"):
         pick_pack_size(gib, 1, headroom=1.0)
-
-
-def test_length_buckets_round_up_and_stop_at_the_longest() -> None:
-    assert [bucket_length(n, 8, 30) for n in (1, 8, 9, 24, 25, 30)] == [8, 8, 16, 24, 30, 30]
 
 
 def test_the_stacked_optimizer_equals_adamw_with_clipping_per_replica() -> None:
@@ -87,6 +83,52 @@ def test_graphed_packs_of_seeds_by_learning_rates_equal_graphed_solo_runs(tmp_pa
     chunked = train_packed(cfgs, [tmp_path / f"chunk{i}" for i in range(len(cfgs))], max_pack=3)
     for solo, pk in zip(solos, chunked):
         assert_same_run(solo, pk)
+
+
+def test_replica_zero_trains_the_same_in_packs_of_1_and_8(tmp_path: Path) -> None:
+    """Per-replica sums are float64: in float32, a row sum over a (K, N) tensor may take
+    another order at K = 8 (the kernel vectorises across rows), and replica 0's losses differed
+    from K = 1 in ``bench_gpu.py --ks 1,8 --train-size 2000`` (equal since; this smaller case
+    passed either way, so it guards the property, the benchmark the regression)."""
+    from locattn.tasks import load_task
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    cfgs = [cfg(tmp_path, seed=s) for s in range(8)]
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    out = []
+    for K in (1, 8):
+        runs = [Seq2SeqRun(c, data, tmp_path / f"k{K}-{c.seed}") for c in cfgs[:K]]
+        step = GraphedStep(runs)
+        out.append((step.train_epoch(1), graphed_dev_scores(runs), runs[0].model.state_dict()))
+    (loss1, dev1, w1), (loss8, dev8, w8) = out
+    assert loss8[0] == loss1[0] and dev8[0] == dev1[0]
+    assert all(torch.equal(w1[k], w8[k]) for k in w1)
+    assert len(set(loss8)) == 8
+
+
+def test_an_interrupted_graphed_pack_resumes_exactly(tmp_path: Path) -> None:
+    """The graphed step keeps no state of its own between epochs: every replica's weights,
+    AdamW moments, step count and learning rate come back from its solo-format checkpoint."""
+    cfgs = [cfg(tmp_path, seed=s, **{"optim.epochs": 3, "optim.lr": lr}) for s, lr in ((0, 1e-3), (1, 3e-3))]
+    full = train_packed(cfgs, [tmp_path / f"full{k}" for k in range(2)])
+
+    class Stop(Exception):
+        pass
+
+    class StopAtEpoch2:
+        def on_epoch(self, epoch, metrics, checkpoint_dir):
+            if epoch == 2:
+                raise Stop
+
+        def on_end(self, result):
+            pass
+
+    outs = [tmp_path / f"cut{k}" for k in range(2)]
+    with pytest.raises(Stop):
+        train_packed(cfgs, outs, [None, StopAtEpoch2()])
+    resumed = train_packed(cfgs, outs)
+    for a, b in zip(full, resumed):
+        assert_same_run(a, b)
 
 
 def test_the_graphed_step_agrees_with_the_eager_step_and_is_another_run(tmp_path: Path) -> None:
@@ -155,7 +197,7 @@ def test_captured_steps_equal_the_uncaptured_step_on_the_gpu(tmp_path: Path) -> 
         runs = [Seq2SeqRun(c, data, tmp_path / f"r{capture}{k}") for k in range(2)]
         step = GraphedStep(runs, capture=capture)
         losses.append([step.train_epoch(e) for e in (1, 2)])
-        assert bool(step.graphs) == capture
+        assert (step.graph is not None) == capture
     assert losses[0] == losses[1]
 
 

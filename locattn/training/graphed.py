@@ -10,9 +10,11 @@ per step. :class:`GraphedStep` keeps everything static instead:
 * the training split lives on the device, padded, with one all-padding row that fills an
   epoch's last, partial batch up to the batch size (it adds no token and no gradient);
 * each step's batch is gathered on the device from an index row (the replicas' own data
-  orders, uploaded once per epoch); sources and targets are cut to a *length bucket* (the
-  step's longest, rounded up to a multiple of ``bucket``), chosen on the host from the known
-  lengths, so one graph per bucket serves every step of that shape;
+  orders, uploaded once per epoch), padded to the split's longest source and target: one
+  static shape, so one graph serves every step. (Buckets chosen from the pack's longest per
+  step were tried first: a replica then saw other paddings and dropout-mask shapes in a pack
+  than alone, and at K = 8 on 2,000 examples its losses differed from its solo run. Padding
+  to one shape costs compute where lengths vary a lot, and keeps packed == solo exact.)
 * one optimizer (:class:`StackedAdamW`) updates the stacked (K, ...) parameters with a
   per-replica learning rate, weight decay and gradient-norm clip, as tensor ops;
 * losses, token counts and the first non-finite step per replica accumulate on the device and
@@ -45,15 +47,6 @@ from locattn.training.data import epoch_order
 from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise
 from locattn.training.results import NonFiniteLossError
 
-BUCKET = 8
-"""Length buckets: a step's longest source (target) is rounded up to a multiple of this."""
-
-
-def bucket_length(n: int, step: int, cap: int) -> int:
-    """``n`` rounded up to a multiple of ``step``, at most ``cap`` (the split's longest)."""
-    return min(cap, -(-n // step) * step)
-
-
 def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int = 0,
                    headroom: float = 0.1, limit: int | None = None) -> int:
     """How many replicas fit one device: ``(free * (1 - headroom) - fixed) // per replica``,
@@ -69,6 +62,15 @@ def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int 
     usable = free_bytes * (1.0 - headroom) - fixed_bytes
     k = max(1, int(usable // bytes_per_replica))
     return min(k, limit) if limit is not None else k
+
+
+def per_replica_sum(x: torch.Tensor) -> torch.Tensor:
+    """(K, N) -> (K,) row sums in float64, so that a replica's sum does not depend on K.
+
+    A float32 row sum takes another order once K reaches the CPU's vector width (the kernel
+    then reduces across rows); float64 sums of float32 terms are exact while the terms span
+    fewer than 2**20 in magnitude (token losses), and otherwise round far below float32."""
+    return x.double().sum(1)
 
 
 class StackedAdamW:
@@ -104,8 +106,8 @@ class StackedAdamW:
     def step(self) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         K = self.step_count.shape[0]
-        sq = torch.stack([g.reshape(K, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
-        coef = (self.clip.float() / (sq.sqrt() + 1e-6)).clamp(max=1.0)  # (K,)
+        sq = torch.stack([per_replica_sum(g.reshape(K, -1).double().pow(2)) for g in grads]).sum(0)  # (K,)
+        coef = (self.clip / (sq.sqrt() + 1e-6)).clamp(max=1.0).float()  # (K,)
         self.step_count += 1
         bc1 = 1 - self.beta1 ** self.step_count  # (K,) float64
         bc2_sqrt = (1 - self.beta2 ** self.step_count).sqrt().float()  # (K,)
@@ -148,12 +150,12 @@ class GraphedStep:
     """K replicas (:class:`~locattn.training.seq2seq.Seq2SeqRun` of one cell, at one epoch)
     trained by one static-shape step; see the module docstring.
 
-    ``capture`` (default: when the device is CUDA) records one CUDA graph per length bucket on
-    first use and replays it; without it the same step runs eagerly. Reuse one object across
-    epochs while the replicas stay the same (the graphs stay valid: every buffer is updated in
+    ``capture`` (default: when the device is CUDA) records the step's CUDA graph on first use
+    and replays it; without it the same step runs eagerly. Reuse one object across
+    epochs while the replicas stay the same (the graph stays valid: every buffer is updated in
     place)."""
 
-    def __init__(self, runs: list[Any], *, capture: bool | None = None, bucket: int = BUCKET) -> None:
+    def __init__(self, runs: list[Any], *, capture: bool | None = None) -> None:
         self.runs = runs
         cfg = runs[0].cfg
         self.device = runs[0].device
@@ -161,7 +163,6 @@ class GraphedStep:
         if self.capture and self.device.type != "cuda":
             raise ValueError(f"CUDA graph capture needs a CUDA device, got {self.device}")
         self.precision = cfg.optim.precision
-        self.bucket = bucket
         self.K, self.B = len(runs), cfg.optim.batch_size
         split = runs[0].train_split
         self.pad, self.sos = split.pad_id, split.sos_id
@@ -170,9 +171,6 @@ class GraphedStep:
         self.src_all = F.pad(split.src, (0, 0, 0, 1), value=self.pad)  # (N+1, S_max)
         self.len_all = F.pad(split.src_len, (0, 1), value=1)  # (N+1,)
         self.tgt_all = F.pad(split.tgt, (0, 0, 0, 1), value=self.pad)  # (N+1, T_max)
-        self.src_len_np = np.append(split.src_len_np, 1)
-        self.tgt_len_np = np.append(split.tgt_len_np, 0)
-        self.s_max, self.t_max = int(self.src_all.shape[1]), int(self.tgt_all.shape[1])
 
         pack = ParamPack(runs)  # the stacked model; the solo parameters keep their own storage
         pack.release()
@@ -190,8 +188,7 @@ class GraphedStep:
         self.loss_sum = torch.zeros(self.K, dtype=torch.float64, device=self.device)
         self.first_bad = torch.zeros(self.K, dtype=torch.long, device=self.device)
         self.step_no = torch.zeros((), dtype=torch.long, device=self.device)
-        self.graphs: dict[tuple[int, int], Any] = {}
-        self.pool: Any = None
+        self.graph: Any = None
 
     # ---------------------------------------------------------------- in and out of the pack
 
@@ -242,14 +239,14 @@ class GraphedStep:
 
     # ---------------------------------------------------------------- the step
 
-    def _body(self, S: int, T: int) -> None:
-        """One training step on the batch at ``self.idx``, cut to (S, T): all device work."""
+    def _body(self) -> None:
+        """One training step on the batch at ``self.idx``: all device work."""
         for p in self.stacked:
             p.grad = None
         idx = self.idx
-        src = self.src_all[idx, :S]  # (K*B, S)
+        src = self.src_all[idx]  # (K*B, S)
         src_len = self.len_all[idx]  # (K*B,)
-        tgt_out = self.tgt_all[idx, :T]  # (K*B, T)
+        tgt_out = self.tgt_all[idx]  # (K*B, T)
         sos = torch.full_like(tgt_out[:, :1], self.sos)
         tgt_in = torch.cat([sos, tgt_out[:, :-1]], dim=1)  # (K*B, T)
         with matmul_precision(self.precision, self.device):
@@ -257,27 +254,29 @@ class GraphedStep:
         nll = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=self.pad,
             reduction="none",
-        ).view(self.K, -1).sum(1)  # (K,)
+        ).view(self.K, -1)  # (K, B*T)
         n_tok = (tgt_out != self.pad).view(self.K, -1).sum(1)  # (K,)
-        loss = nll / n_tok  # (K,) token-level mean per replica
+        loss = nll.sum(1) / n_tok  # (K,) token-level mean per replica
         loss.sum().backward()
         self.opt.step()
         with torch.no_grad():
             self.step_no += 1
-            self.loss_sum += nll.detach().double()
+            # summed in float64: exact for these float32 terms, so in any order. (A float32 sum
+            # over dim 1 of a (K, N) tensor takes another order from K = 8 on, when the CPU
+            # kernel vectorises across rows: replica 0's loss then differed from its solo run.)
+            self.loss_sum += per_replica_sum(nll.detach())
             bad = ~torch.isfinite(loss.detach()) & (self.first_bad == 0)
             self.first_bad.copy_(torch.where(bad, self.step_no, self.first_bad))
 
-    def _graph(self, shape: tuple[int, int]) -> Any:
-        """The CUDA graph of the step at ``shape``, recorded on first use; None (and capture
+    def _graph(self) -> Any:
+        """The CUDA graph of the step, recorded on first use; None (and capture
         off from then on, with a warning) where this torch cannot record the replicas' own
         dropout generators in a graph.
 
         A warm-up step runs first on a side stream (as capture requires); it trains, so every
         piece of state it touches is saved before and put back after."""
-        graph = self.graphs.get(shape)
-        if graph is not None:
-            return graph
+        if self.graph is not None:
+            return self.graph
         graph = torch.cuda.CUDAGraph()
         register = getattr(graph, "register_generator_state", None)
         if register is None and self.model.dropout_p > 0:
@@ -291,7 +290,7 @@ class GraphedStep:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self._body(*shape)
+            self._body()
         torch.cuda.current_stream().wait_stream(side)
         with torch.no_grad():
             for t, s in zip(self._state_tensors(), saved):
@@ -303,20 +302,18 @@ class GraphedStep:
                 register(g)
         for p in self.stacked:
             p.grad = None
-        with torch.cuda.graph(graph, pool=self.pool):
-            self._body(*shape)
-        self.pool = graph.pool()
-        self.graphs[shape] = graph
+        with torch.cuda.graph(graph):
+            self._body()
+        self.graph = graph
         return graph
 
     def _state_tensors(self) -> list[torch.Tensor]:
         return [*self.stacked, *self.opt.exp_avg, *self.opt.exp_avg_sq, self.opt.step_count,
                 self.loss_sum, self.first_bad, self.step_no]
 
-    def epoch_plan(self, epoch: int) -> tuple[np.ndarray, list[tuple[int, int]], list[np.ndarray]]:
-        """(index rows (steps, K*B), the length bucket of each step, per replica its batches'
-        indices) for ``epoch``: replica k's batch i is its solo run's batch i, padded with the
-        all-padding row to the batch size."""
+    def epoch_rows(self, epoch: int) -> np.ndarray:
+        """Index rows (steps, K*B) of ``epoch``: replica k's batch i is its solo run's batch i,
+        filled up to the batch size with the all-padding row."""
         orders = [epoch_order(r.cfg.seed, epoch, self.n).numpy() for r in self.runs]
         steps = -(-self.n // self.B)
         rows = np.full((steps, self.K, self.B), self.n, dtype=np.int64)
@@ -324,10 +321,7 @@ class GraphedStep:
             flat = rows[:, k, :].reshape(-1)
             flat[: self.n] = order
             rows[:, k, :] = flat.reshape(steps, self.B)
-        rows = rows.reshape(steps, self.K * self.B)
-        shapes = [(bucket_length(int(self.src_len_np[r].max()), self.bucket, self.s_max),
-                   bucket_length(int(self.tgt_len_np[r].max()), self.bucket, self.t_max)) for r in rows]
-        return rows, shapes, orders
+        return rows.reshape(steps, self.K * self.B)
 
     def train_epoch(self, epoch: int) -> list[float]:
         """One training pass of every replica; per replica its token-weighted mean loss.
@@ -336,15 +330,14 @@ class GraphedStep:
         loss became non-finite at some step (its batch number in the message); the other
         replicas' states are then at the end of the epoch, not stored."""
         self.load(epoch)
-        rows, shapes, _ = self.epoch_plan(epoch)
-        rows_dev = torch.from_numpy(rows).to(self.device)  # one upload per epoch
-        for i, shape in enumerate(shapes):
-            self.idx.copy_(rows_dev[i], non_blocking=True)
-            graph = self._graph(shape) if self.capture else None
+        rows = torch.from_numpy(self.epoch_rows(epoch)).to(self.device)  # one upload per epoch
+        for row in rows:
+            self.idx.copy_(row, non_blocking=True)
+            graph = self._graph() if self.capture else None
             if graph is not None:
                 graph.replay()
             else:
-                self._body(*shape)
+                self._body()
         first_bad = self.first_bad.cpu().tolist()  # the epoch's one read-back
         for k, step in enumerate(first_bad):
             if step:
@@ -362,23 +355,29 @@ class GraphedStep:
 
 def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedStep] | None = None) -> list[float]:
     """:meth:`GraphedStep.train_epoch` for ``runs``, reusing the step in ``cache`` while the
-    same replicas train together (graphs are recorded once, not once per epoch)."""
+    same replicas train together (the graph is recorded once, not once per epoch)."""
     key = tuple(id(r) for r in runs)
     if cache is None:
         return GraphedStep(runs).train_epoch(epoch)
     step = cache.get(key)
     if step is None:
-        cache.clear()  # a different group: the old graphs' memory goes back
+        cache.clear()  # a different group: the old graph's memory goes back
         step = cache[key] = GraphedStep(runs)
     return step.train_epoch(epoch)
 
 
-@torch.no_grad()
 def graphed_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
-    """Teacher-forced (dev loss, dev sequence accuracy) of every run, in one packed forward per
-    dev batch: what :func:`~locattn.training.evaluate.teacher_forced` computes per run, with
-    the losses summed per replica (a solo graphed run is scored as a pack of one, so packed and
-    solo scores stay equal to the bit)."""
+    """Teacher-forced (dev loss, dev sequence accuracy) of every run of a graphed pack: what
+    :func:`~locattn.training.evaluate.teacher_forced` computes, each replica scored as a pack of
+    one, as its solo run scores itself. (One packed forward over all replicas at the dev batch
+    size, 256 rows each, rounded differently from a pack of one: 2e-9 of a dev loss at K = 4.
+    Packed dev scoring would save K - 1 passes on a GPU, at the price of packed != solo.)"""
+    return [_pack_dev_scores([run])[0] for run in runs]
+
+
+@torch.no_grad()
+def _pack_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
+    """Teacher-forced dev scores of ``runs`` in one packed forward per dev batch."""
     pack = ParamPack(runs)
     pack.release()
     model = pack.model.eval()
@@ -391,10 +390,10 @@ def graphed_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
         b = split.batch(index)
         tgt_out = b.tgt_out.repeat(K, 1)  # (K*B, T)
         logits = model(b.src.repeat(K, 1), b.src_len.repeat(K), b.tgt_in.repeat(K, 1)).logits  # (K*B, T, V)
-        nll += F.cross_entropy(
+        nll += per_replica_sum(F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=split.pad_id,
             reduction="none",
-        ).view(K, -1).sum(1).double()
+        ).view(K, -1))
         hit = (logits.argmax(-1) == tgt_out) | (tgt_out == split.pad_id)  # (K*B, T)
         correct += hit.all(dim=1).view(K, -1).sum(1)
         n_tokens += b.n_tokens
@@ -403,7 +402,7 @@ def graphed_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
 
 def solo_graphed_epoch(run: Any) -> float:
     """A solo run's graphed training pass: a pack of one (its step kept on the run, so its
-    graphs are recorded once)."""
+    graph is recorded once)."""
     cache = run.__dict__.setdefault("graphed_cache", {})
     try:
         return graphed_train_epoch([run], run.epoch, cache)[0]
@@ -413,7 +412,7 @@ def solo_graphed_epoch(run: Any) -> float:
 
 def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
     """(bytes per replica, fixed bytes) of the graphed step for ``run``'s cell on its CUDA device:
-    the peak memory of one uncaptured step at the split's longest bucket with 1 and with
+    the peak memory of one uncaptured step (the split's longest shape) with 1 and with
     ``1 + probe`` copies of ``run`` (then thrown away; ``run`` is not trained)."""
     if run.device.type != "cuda":
         raise ValueError(f"measuring device memory needs a CUDA run, got {run.device}")
@@ -425,7 +424,7 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
         base = torch.cuda.memory_allocated(run.device)
         step = GraphedStep([run] * k, capture=False)
         step.idx.zero_()
-        step._body(step.s_max, step.t_max)
+        step._body()
         torch.cuda.synchronize(run.device)
         peaks.append(torch.cuda.max_memory_allocated(run.device) - base)
         del step
@@ -433,5 +432,5 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
     return per, max(0, peaks[0] - per)
 
 
-__all__ = ["BUCKET", "GraphedStep", "StackedAdamW", "bucket_length", "graphed_train_epoch",
+__all__ = ["GraphedStep", "StackedAdamW", "graphed_train_epoch", "per_replica_sum",
            "graphed_dev_scores", "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]
