@@ -21,7 +21,7 @@ from locattn.config import make_run_config, run_identity
 from locattn.packed import train_packed
 from locattn.train import NonFiniteLossError, RunResult, train
 from locattn.training.graphed import GraphedStep, StackedAdamW, graphed_dev_scores, pick_pack_size
-from test_packed import TINY, assert_same_run
+from test_packed import TINY, Stop, StopAtEpoch, assert_same_run
 
 GRAPHED = {"optim.train_step": "graphed"}
 
@@ -111,21 +111,9 @@ def test_an_interrupted_graphed_pack_resumes_exactly(tmp_path: Path) -> None:
     AdamW moments, step count and learning rate come back from its solo-format checkpoint."""
     cfgs = [cfg(tmp_path, seed=s, **{"optim.epochs": 3, "optim.lr": lr}) for s, lr in ((0, 1e-3), (1, 3e-3))]
     full = train_packed(cfgs, [tmp_path / f"full{k}" for k in range(2)])
-
-    class Stop(Exception):
-        pass
-
-    class StopAtEpoch2:
-        def on_epoch(self, epoch, metrics, checkpoint_dir):
-            if epoch == 2:
-                raise Stop
-
-        def on_end(self, result):
-            pass
-
     outs = [tmp_path / f"cut{k}" for k in range(2)]
     with pytest.raises(Stop):
-        train_packed(cfgs, outs, [None, StopAtEpoch2()])
+        train_packed(cfgs, outs, [None, StopAtEpoch(2)])
     resumed = train_packed(cfgs, outs)
     for a, b in zip(full, resumed):
         assert_same_run(a, b)

@@ -113,24 +113,30 @@ def test_a_seeds_by_learning_rates_pack_and_optimizer_variants_equal_solo_runs(t
     assert len({r.history[-1]["train_loss"] for r in packed}) == len(cfgs)  # all really differ
 
 
+class Stop(Exception):
+    """Raised by :class:`StopAtEpoch`: the interruption of a training run."""
+
+
+class StopAtEpoch:
+    """A recorder that stops the run after epoch ``n`` (its checkpoint is written first)."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.n = n
+
+    def on_epoch(self, epoch, metrics, checkpoint_dir):
+        if epoch == self.n:
+            raise Stop
+
+    def on_end(self, result):
+        pass
+
+
 def test_interrupted_pack_resumes_exactly_and_solo_resumes_a_packed_checkpoint(tmp_path: Path) -> None:
     cfgs = [cfg(tmp_path, seed=s) for s in (3, 4)]
     full = train_packed(cfgs, [tmp_path / f"full{k}" for k in range(2)])
-
-    class Stop(Exception):
-        pass
-
-    class StopAfterFirstEpoch:
-        def on_epoch(self, epoch, metrics, checkpoint_dir):
-            if epoch == 1:
-                raise Stop
-
-        def on_end(self, result):
-            pass
-
     outs = [tmp_path / f"cut{k}" for k in range(2)]
     with pytest.raises(Stop):
-        train_packed(cfgs, outs, [None, StopAfterFirstEpoch()])
+        train_packed(cfgs, outs, [None, StopAtEpoch()])
     # replica 0 finished epoch 1 (checkpoint written) before replica 1's recorder stopped the pack
     resumed = train_packed(cfgs, outs)
     for a, b in zip(full, resumed):
@@ -138,7 +144,7 @@ def test_interrupted_pack_resumes_exactly_and_solo_resumes_a_packed_checkpoint(t
         assert b.test == a.test
     # a packed checkpoint is a solo checkpoint: the solo trainer continues it
     with pytest.raises(Stop):
-        train_packed(cfgs[:1], [tmp_path / "mixed"], [StopAfterFirstEpoch()])
+        train_packed(cfgs[:1], [tmp_path / "mixed"], [StopAtEpoch()])
     solo = train(cfgs[0], tmp_path / "mixed")
     assert without_time(solo.history) == without_time(full[0].history)
     assert solo.test == full[0].test
