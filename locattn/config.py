@@ -95,7 +95,8 @@ class OptimConfig:
     exactly its solo run) or ``graphed`` (:mod:`locattn.training.graphed`: batches padded to
     the split's longest lengths, one fused optimizer over the pack, no host sync per step; one CUDA
     graph on a GPU, the same code uncaptured on CPU). Results differ from ``eager`` beyond
-    rounding (padding), so ``graphed`` is part of the run identity."""
+    rounding (padding, and dropout masks drawn at the padded shape), so ``graphed`` is part of
+    the run identity."""
     precision: Precision = "fp32"
     """Matmul precision of the ``graphed`` step: ``fp32`` (default), ``tf32`` (TF32 matmuls on
     a GPU) or ``bf16`` (bfloat16 autocast of the forward pass)."""

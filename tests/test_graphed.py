@@ -2,10 +2,12 @@
 
 On CPU the step runs without capture (the fallback); that is what these tests exercise. Within
 the graphed path a packed replica equals its solo run bit for bit, as in the eager path. Against
-the eager path the tolerances are: the stacked optimizer equals torch's AdamW + clipping to
-1e-6 (relative) per step; the first epoch's training loss agrees to 1e-4 (relative; batches are
-padded to the split's longest lengths, which changes the rounding of a few reductions) and later epochs
-drift as training amplifies that, so they are not compared. The ``gpu`` tests run only with
+the eager path: the stacked optimizer equals torch's AdamW + clipping to 1e-6 (relative) per
+step; on this tiny Copy split the first epoch's training loss agrees to 1e-4 (relative: padding
+changes the rounding of a few reductions). That holds only while every batch reaches the split's
+longest lengths: the graphed step draws dropout masks at the padded shape, so on larger splits a
+graphed run is another sample of the same training (2.6 % apart after one epoch on 1,000
+examples), and later epochs are not compared. The ``gpu`` tests run only with
 CUDA: capture + replay equals the uncaptured step on the same GPU, bit for bit.
 """
 
