@@ -1,7 +1,7 @@
 """study: specs -> Ray Tune trials (+ Optuna) -> MLflow runs. Imports locattn and record.
 
 Importing this package starts nothing. It only asks Ray (read when ``ray`` is first imported)
-to keep a locally started cluster on the loopback address; see :func:`study.launch.init_ray`.
+to keep a locally started cluster on the loopback address; see :func:`study.driver.init_ray`.
 """
 
 import os as _os

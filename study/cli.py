@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":
-            from study.launch import load_meta
+            from study.folder import load_meta
             from study.status import format_status, study_status
 
             paths = find_study(args.study, args.root)
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_runs(list_runs(paths.dir), paths.dir))
             return 0
         if args.cmd == "ui":
-            from study.launch import load_meta
+            from study.folder import load_meta
 
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             return serve(ui_command(store, args.host, args.port),
                          probe=health_url(args.host, args.port), ready=ready)
         if args.cmd == "report":
-            from study.launch import load_meta
+            from study.folder import load_meta
 
             cli = reports_cli()
             if cli is None:

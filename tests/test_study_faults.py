@@ -27,7 +27,8 @@ pytest.importorskip("mlflow")
 
 from record import schema
 from study_helpers import trial_run_rows, wait_for  # noqa: E402
-from study.launch import StudyError, launch, session_processes  # noqa: E402
+from study.driver import session_processes  # noqa: E402
+from study.launch import StudyError, launch  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -366,13 +367,11 @@ def test_concurrent_creation_of_a_new_store(tmp_path: Path) -> None:
     code = (
         "import sys, time, os\n"
         "from pathlib import Path\n"
-        "from study.record import MlflowRecorder\n"
+        "from record.writer import RecordWriter\n"
         f"go = Path({str(go)!r})\n"
         "while not go.exists(): time.sleep(0.005)\n"
-        f"r = MlflowRecorder(tracking_uri='sqlite:///{db}', study='s' + sys.argv[1], "
-        f"study_dir={str(tmp_path)!r}, artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}, "
-        "n_seeds=1, total_trials=1, epochs_per_trial=1)\n"
-        "r._ensure()\n"
+        f"RecordWriter(tracking_uri='sqlite:///{db}', study='s' + sys.argv[1], "
+        f"artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}).open()\n"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(4)]

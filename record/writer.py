@@ -1,0 +1,397 @@
+"""The MLflow half of the record: one writer per study, in the driver process, batched and
+idempotent.
+
+All MLflow writes of a study happen here, in the driver, batched with ``MlflowClient.log_batch``;
+trial processes never talk to MLflow (so a SQLite store is safe). A run is identified by its
+deterministic ``locattn.run_key`` tag: :meth:`RecordWriter.open` reads every run key of the
+experiment once (:func:`record.store.run_index` on a SQLite store, ``search_runs`` otherwise),
+so re-launching or resuming continues the same run and never logs an epoch step twice.
+
+What goes into a run (which tags, which params) is the caller's business (``study.record``);
+this module knows MLflow's client, the record's status tags and the run folder's artifacts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+from urllib.parse import unquote, urlparse
+
+from record import layout, schema
+from record.store import run_index, sqlite_path
+
+MAX_TAG_CHARS = 5000
+"""Tag values are cut to this many characters (MLflow's limit is 8,000)."""
+BATCH = 900
+"""Metrics per ``log_batch`` call that also carries a tag (MLflow's limit is 1,000 entries)."""
+
+
+@dataclass
+class RunState:
+    """What the driver knows about one MLflow run."""
+
+    run_id: str
+    """MLflow run id."""
+    last_step: int = 0
+    """Last epoch step logged (metrics at or below it are not logged again)."""
+    status: str = schema.STATUS_RUNNING
+    """``locattn.status`` tag value."""
+    resumed_from: int = -1
+    """Last ``resumed_from`` tag written in this session (-1: none)."""
+    pending: list = field(default_factory=list)
+    """Buffered ``mlflow.entities.Metric`` objects."""
+
+
+# ---------------------------------------------------------------------------- provenance
+
+
+def code_version(repo: str | Path | None = None) -> str:
+    """``<git sha>`` or ``<git sha>+dirty``; ``unknown`` outside a git checkout."""
+    repo = Path(repo or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha or "unknown") + ("+dirty" if dirty and sha else "")
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that change results or records."""
+    out = {"python": sys.version.split()[0]}
+    for name in ("torch", "numpy", "ray", "mlflow", "optuna", "locattn"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            try:
+                out[name] = getattr(__import__(name), "__version__", "unknown")
+            except ImportError:
+                continue
+    return out
+
+
+def study_key(study: str) -> str:
+    """Run key of the study's parent run."""
+    return hashlib.sha1(json.dumps(["study", study]).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- store access
+
+
+def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[str, RunState]:
+    """run key -> RunState for every active run of the experiment (trial and parent runs)."""
+    index = run_index(tracking_uri, experiment_id)
+    if index is not None:
+        return {key: RunState(run_id=run_id, last_step=step, status=status or schema.STATUS_RUNNING)
+                for key, (run_id, step, status) in index.items()}
+    out: dict[str, RunState] = {}
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string="", max_results=1000, page_token=token
+        )
+        for run in page:
+            key = run.data.tags.get(schema.RUN_KEY)
+            if key is None:
+                continue
+            state = RunState(run_id=run.info.run_id,
+                             status=run.data.tags.get(schema.STATUS, schema.STATUS_RUNNING))
+            if state.status != schema.STATUS_FINISHED:
+                for metric in schema.EPOCH_METRICS:
+                    hist = client.get_metric_history(run.info.run_id, metric)
+                    if hist:
+                        state.last_step = max(state.last_step, max(m.step for m in hist))
+            out[key] = state
+        token = page.token
+        if not token:
+            return out
+
+
+def ensure_experiment(client: Any, name: str, artifact_location: str) -> str:
+    """Experiment id of ``name``, created with ``artifact_location`` if missing."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage != "active":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_location)
+
+
+class store_lock:
+    """An exclusive file lock beside a SQLite store (``<db>.lock``) while it is opened and
+    created: two drivers creating one new store at once would both run its migrations."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        self.db = sqlite_path(tracking_uri)
+        self.fd: int | None = None
+
+    def __enter__(self) -> "store_lock":
+        if self.db is not None:
+            self.db.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(f"{self.db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def local_dir(uri: str) -> Path | None:
+    """The directory of a ``file:`` URI or a plain path; None for remote artifact stores."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" and uri.startswith("/"):
+        return Path(uri)
+    return None
+
+
+def chunks(items: list, n: int) -> Iterable[list]:
+    """``items`` in slices of at most ``n``."""
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+# ---------------------------------------------------------------------------- the writer
+
+
+class RecordWriter:
+    """The study's MLflow runs: a parent run for the study and one run per trial seed, each
+    found by its run key. Call :meth:`open` first (it is idempotent)."""
+
+    def __init__(self, *, tracking_uri: str, study: str, artifact_location: str,
+                 parent_tags: Mapping[str, str], flush_seconds: float = 5.0) -> None:
+        self.tracking_uri = tracking_uri
+        self.study = study
+        self.artifact_location = artifact_location
+        self.parent_tags = dict(parent_tags)
+        self.flush_seconds = flush_seconds
+        self.ready = False
+        self.runs: dict[str, RunState] = {}
+        """run key -> what the driver knows of that run (every run of the study in the store)."""
+        self.stats = {"mlflow_seconds": 0.0}
+        """Seconds spent in MLflow calls by the buffered writes."""
+
+    def open(self) -> "RecordWriter":
+        """Connect, create the experiment and the parent run if missing, read every run key."""
+        if self.ready:
+            return self
+        from mlflow.tracking import MlflowClient  # the driver's own heavy import, not status's
+
+        with store_lock(self.tracking_uri):  # a new SQLite store is created (migrated) once
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
+        self.runs = existing_runs(self.client, self.tracking_uri, self.experiment_id)
+        location = self.client.get_experiment(self.experiment_id).artifact_location
+        self.artifact_root = local_dir(location)
+        self.code_version = code_version()
+        self.versions = json.dumps(package_versions(), sort_keys=True)
+        self.dirty: set[str] = set()  # run keys with buffered metrics
+        self.t_open = self.last_flush = time.time()
+        self.parent_id = self._open_parent()
+        self.ready = True
+        return self
+
+    def seconds_open(self) -> float:
+        """Seconds since :meth:`open`."""
+        return time.time() - self.t_open
+
+    def _open_parent(self) -> str:
+        key = study_key(self.study)
+        tags = {
+            schema.ROLE: schema.ROLE_STUDY,
+            schema.STUDY: self.study,
+            schema.RUN_KEY: key,
+            schema.CODE_VERSION: self.code_version,
+            schema.VERSIONS: self.versions,
+            schema.STATUS: schema.STATUS_RUNNING,
+            **self.parent_tags,
+        }
+        state = self.runs.get(key)
+        if state is None:
+            run = self.client.create_run(self.experiment_id, tags=tags, run_name=f"study {self.study}")
+            state = RunState(run_id=run.info.run_id)
+            self.runs[key] = state
+        else:
+            self.set_tags(state.run_id, tags)
+            self.client.update_run(state.run_id, status="RUNNING")
+        return state.run_id
+
+    # ------------------------------------------------------------------ runs
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        """Write tags now (values as strings, cut to :data:`MAX_TAG_CHARS`)."""
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
+        for chunk in chunks(items, 100):
+            self.client.log_batch(run_id, tags=chunk, synchronous=True)
+
+    def create_run(self, key: str, *, tags: Mapping[str, str], params: Mapping[str, Any],
+                   name: str) -> RunState:
+        """A new run under ``key`` with these tags, params (lists and dicts as JSON) and UI name."""
+        from mlflow.entities import Param
+
+        run = self.client.create_run(self.experiment_id, tags=dict(tags), run_name=name)
+        items = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v))
+                 for k, v in sorted(params.items())]
+        for chunk in chunks(items, 100):
+            self.client.log_batch(run.info.run_id, params=chunk, synchronous=True)
+        state = RunState(run_id=run.info.run_id)
+        self.runs[key] = state
+        return state
+
+    def mark_running(self, state: RunState) -> None:
+        """A run starts (again): status ``running``."""
+        if state.status != schema.STATUS_RUNNING:
+            state.status = schema.STATUS_RUNNING
+            self.set_tags(state.run_id, {schema.STATUS: schema.STATUS_RUNNING})
+            self.client.update_run(state.run_id, status="RUNNING")
+
+    def buffer_epochs(self, key: str, epochs: Iterable[Mapping[str, Any]]) -> None:
+        """Buffer the epoch metrics of ``key`` not yet logged (a restored trial replays its
+        history: epochs at or below the last logged step are skipped)."""
+        from mlflow.entities import Metric
+
+        state = self.runs[key]
+        ts = int(time.time() * 1000)
+        for values in sorted(epochs, key=lambda h: int(h["epoch"])):
+            epoch = int(values["epoch"])
+            if epoch > state.last_step:
+                state.pending.extend(
+                    Metric(k, float(v), ts, epoch)
+                    for k, v in values.items()
+                    if k in schema.EPOCH_METRICS and isinstance(v, (int, float))
+                )
+                state.last_step = epoch
+                self.dirty.add(key)
+
+    def flush(self, force: bool = True) -> None:
+        """Write the buffered metrics (unless ``force`` is off and the last flush was less than
+        ``flush_seconds`` ago)."""
+        if not self.ready:
+            return
+        now = time.time()
+        if not force and now - self.last_flush < self.flush_seconds:
+            return
+        t = time.perf_counter()
+        # Only the runs with buffered metrics (not every run of the study: O(1) per flush).
+        for key in list(self.dirty):
+            state = self.runs[key]
+            if state.pending:
+                for chunk in chunks(state.pending, 1000):
+                    self.client.log_batch(state.run_id, metrics=chunk, synchronous=True)
+                state.pending = []
+        self.dirty.clear()
+        self.stats["mlflow_seconds"] += time.perf_counter() - t
+        self.last_flush = now
+
+    def finish(self, key: str, finals: Mapping[str, float], run_dir: Path) -> None:
+        """A run is finished: its artifacts, its buffered epochs, its final metrics and the
+        ``finished`` tag. A finished run's record is final: calling this again only re-marks it
+        terminated."""
+        from mlflow.entities import Metric, RunTag
+
+        state = self.runs[key]
+        if state.status != schema.STATUS_FINISHED:
+            self.log_artifacts(state.run_id, run_dir)  # idempotent (same paths)
+            ts = int(time.time() * 1000)
+            metrics = [Metric(k, float(v), ts, 0) for k, v in finals.items()]
+            # The buffered epochs, the final metrics and the finished tag in one batch (one
+            # transaction): a driver killed around here either wrote all or none, so finals are
+            # never logged twice (a resume replays the epochs after the last logged step).
+            if len(state.pending) + len(metrics) > BATCH:  # rare: too many for one batch
+                self.flush()
+            metrics = state.pending + metrics
+            state.pending = []
+            self.dirty.discard(key)
+            for chunk in chunks(metrics, BATCH):
+                self.client.log_batch(state.run_id, metrics=chunk,
+                                      tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
+                                      synchronous=True)
+            state.status = schema.STATUS_FINISHED
+        self.client.set_terminated(state.run_id, "FINISHED")
+
+    def fail(self, key: str, error: str, attempts: int) -> None:
+        """A run failed for good: status ``failed``, the error text and the attempts made."""
+        state = self.runs[key]
+        state.status = schema.STATUS_FAILED
+        self.set_tags(state.run_id, {
+            schema.STATUS: schema.STATUS_FAILED,
+            schema.ERROR: error[:MAX_TAG_CHARS],
+            schema.ATTEMPTS: str(attempts),
+        })
+        self.client.set_terminated(state.run_id, "FAILED")
+
+    def log_artifacts(self, run_id: str, run_dir: Path) -> None:
+        """Copy the run folder's artifact files (:data:`record.layout.RUN_ARTIFACTS`) into the run."""
+        files = [run_dir / n for n in layout.RUN_ARTIFACTS if (run_dir / n).is_file()]
+        local = self.artifact_root / run_id / "artifacts" if self.artifact_root is not None else None
+        for path in files:
+            if local is None:
+                self.client.log_artifact(run_id, str(path))
+                continue
+            # A local artifact store is a directory per run: copy the file there directly.
+            # (``log_artifact`` first loads the whole run, params, tags and metrics, to find
+            # that directory: ~0.1 s per call, a third of the driver's cost per trial.)
+            local.mkdir(parents=True, exist_ok=True)
+            tmp = local / f".{path.name}.tmp"
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, local / path.name)
+
+    # ------------------------------------------------------------------ the study's parent run
+
+    def run_counts(self, expected: int) -> dict[str, int]:
+        """True counts of the study's trial runs in the record (not Tune's trial states)."""
+        parent = study_key(self.study)
+        states = [s.status for k, s in self.runs.items() if k != parent]
+        done = sum(1 for s in states if s == schema.STATUS_FINISHED)
+        failed = sum(1 for s in states if s == schema.STATUS_FAILED)
+        return {"runs_expected": expected, "runs_finished": done, "runs_failed": failed,
+                "runs_unfinished": max(0, expected - done - failed)}
+
+    def expected_runs(self) -> int:
+        """Trial runs the study expects (its parent's ``locattn.n_runs`` tag)."""
+        return int(self.parent_tags.get(schema.N_RUNS, 0) or 0)
+
+    def log_parent_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Summary metrics on the parent run (step 0)."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self.client.log_batch(self.parent_id, metrics=[Metric(k, v, ts, 0) for k, v in metrics.items()],
+                              synchronous=True)
+
+    def finish_parent(self, *, interrupted: bool) -> None:
+        """After ``fit``: the parent run is never left RUNNING by a driver that returns.
+
+        Interrupted: status ``interrupted`` (MLflow KILLED). Otherwise finished (FAILED if a
+        run failed) when every expected run is in the record, else ``interrupted`` too: the
+        study stopped short and needs a resume.
+        """
+        self.open()
+        counts = self.run_counts(self.expected_runs())
+        if interrupted or counts["runs_unfinished"]:
+            status, mlflow_status = schema.STATUS_INTERRUPTED, "KILLED"
+        else:
+            status = schema.STATUS_FINISHED
+            mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
+        self.set_tags(self.parent_id, {schema.STATUS: status})
+        self.client.set_terminated(self.parent_id, mlflow_status)

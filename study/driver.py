@@ -1,0 +1,290 @@
+"""The driver process's plumbing: the study lock, leftover Ray processes, Ray itself, signals and
+Tune's log lines.
+
+Nothing here calls ``ray.init`` at import time, and nothing here knows what a study runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from record.layout import StudyPaths
+from study.folder import StudyError
+from study.status import pid_alive
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class StudyLock:
+    """One driver per study: an exclusive ``flock`` on ``study.lock``, holding the driver's PID,
+    host and Ray session.
+
+    The kernel releases the lock when its holder dies, however it dies (``kill -9`` included),
+    so a stale lock never blocks: the next driver takes it over and says whose it was. A second
+    live driver is refused with the holder's PID and host.
+    """
+
+    def __init__(self, paths: StudyPaths, out: TextIO) -> None:
+        self.paths = paths
+        self.out = out
+        self.fd: int | None = None
+        self.previous: dict[str, Any] = {}
+
+    def acquire(self) -> "StudyLock":
+        path = self.paths.lock
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StudyError(f"{path}: cannot create the study lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StudyError(f"{path}: cannot lock ({exc.strerror})") from None
+            holder = self._read(path)
+            raise StudyError(
+                f"study {self.paths.dir.name!r} is already running: driver PID {holder.get('pid', '?')} "
+                f"on host {holder.get('host', '?')} holds {path}; wait for it, or stop that driver first"
+            ) from None
+        self.fd = fd
+        self.previous = self._read(path)
+        pid, host = self.previous.get("pid"), self.previous.get("host")
+        if pid and pid != os.getpid():
+            here = host == socket.gethostname()
+            state = "no longer running" if here and not pid_alive(int(pid)) else "lock released"
+            print(f"[study {self.paths.dir.name}] taking over the stale lock of driver PID {pid} on "
+                  f"host {host} ({state})", file=self.out)
+        self.write()
+        return self
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text() or "{}")
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def write(self, **extra: Any) -> None:
+        """(Re)write the holder record: PID, host, start time, and e.g. the Ray session dir."""
+        if self.fd is None:
+            return
+        body = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), **extra}
+        blob = json.dumps(body).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, blob, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def reap_stale_ray(self) -> list[int]:
+        """Kill, by PID, the Ray processes a dead previous driver of this study left behind.
+
+        A ``kill -9``'d driver's local Ray (GCS, raylet, dashboard and runtime-env agents, idle
+        workers) can linger for about a minute. They belong to the session directory recorded
+        in the lock; only processes whose command line names that exact directory are killed.
+        """
+        session = self.previous.get("ray_session")
+        pid = self.previous.get("pid")
+        if (not session or not pid or self.previous.get("host") != socket.gethostname()
+                or pid_alive(int(pid)) or not str(session).startswith("/")):
+            return []
+        return kill_session_processes(str(session))
+
+
+def session_processes(session_dir: str) -> list[int]:
+    """PIDs (not this one) of the processes of one Ray session: their command line names
+    ``session_dir``, or they hold a file open under it (Ray's agents retitle themselves,
+    e.g. ``ray::DashboardAgent``, but keep their session log files open)."""
+    found = []
+    needle = session_dir.encode()
+    prefix = session_dir.rstrip("/") + "/"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+                continue
+            for fd in (entry / "fd").iterdir():
+                try:
+                    if os.readlink(fd).startswith(prefix):
+                        found.append(int(entry.name))
+                        break
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return found
+
+
+def kill_session_processes(session_dir: str) -> list[int]:
+    """SIGKILL, by PID, every process of one Ray session (:func:`session_processes`)."""
+    killed = []
+    for pid in session_processes(session_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
+    return killed
+
+
+@dataclass(frozen=True)
+class RayStart:
+    """What :func:`init_ray` did. True when this call started (or joined) Ray, so the caller
+    shuts it down."""
+
+    started: bool
+    session_dir: str | None = None
+    """The session directory of a private Ray this call started (its processes are ours)."""
+
+    def __bool__(self) -> bool:
+        return self.started
+
+
+def init_ray(address: str | None = None) -> RayStart:
+    """Start a private local Ray on loopback, or join ``address``.
+
+    Without an address this never joins a Ray that is already running on the host (a
+    neighbour's ``ray start``, another study's driver): ``ray.init()`` alone would connect to
+    the newest one and hand it our trials.
+    """
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray  # the driver's heavy import: `study status` and `study --help` stay light
+
+    if ray.is_initialized():
+        return RayStart(started=False)
+    if not address and os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
+        # Ray reads the variable once, when first imported, and has no public setter: if ray was
+        # imported before study, apply it to the constant it was read into.
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    # Workers of a local Ray inherit the environment: make this checkout importable.
+    pp = os.environ.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pp) if p)
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        return RayStart(started=True)
+    context = ray.init(
+        address="local",
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+    return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+
+
+def quiet_tune() -> None:
+    """Tune's settings for a study driver (read from the environment) and its log filters."""
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # MLflow is the record
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # objective only at the end
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Ctrl-C is ours (see Interrupt): Tune's own handler would report an interrupted study as
+    # finished and advise ``Tuner.restore``.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    # Tune's default result loggers are off (MLflow is the record), so the end-of-run
+    # dataframe fetch has no files to read: silence that warning only.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    for log, keep in ((controller, _stale_checkpoint_filter), (logging.getLogger("ray.tune.tune"),
+                      _tune_log_filter), (controller, _trial_failure_filter)):
+        if keep not in log.filters:
+            log.addFilter(keep)
+
+
+def _stale_checkpoint_filter(record: Any) -> bool:
+    """Drop Tune's error about deleting a checkpoint that a killed driver already deleted.
+
+    After ``Tuner.restore`` the restored checkpoint list can name checkpoints that the previous
+    (killed) driver pruned after its last state snapshot; Tune then fails to delete them again
+    and logs the error, but the new checkpoint is registered. Nothing is lost.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (
+        isinstance(exc, FileNotFoundError)
+        and "checkpoint_" in str(exc)
+        and "Error handling checkpoint" in str(record.msg)
+    )
+
+
+def _trial_failure_filter(record: Any) -> bool:
+    """Tune logs a failed trial with the whole remote traceback (dozens of lines per attempt;
+    1,000+ lines when a full disk fails every trial). Keep one line: the trial and the error's
+    last line. The full text stays in the run's ``locattn.error`` tag and Tune's error file."""
+    if "Trial task failed" in str(record.msg) and record.exc_info:
+        exc = record.exc_info[1]
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        last = lines[-1] if lines else type(exc).__name__
+        record.msg = f"{record.getMessage()}: {last[:300]}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
+def _tune_log_filter(record: Any) -> bool:
+    """Drop Tune's advice to call ``Tuner.restore``: ``study resume`` is the way back."""
+    return "Tuner.restore" not in str(record.msg)
+
+
+class Interrupt:
+    """Ctrl-C (SIGINT) or SIGTERM (a plain ``kill``, a scheduler or service manager stopping
+    the driver) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1 handler
+    saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
+    ``event`` is set, so the study reports itself interrupted (exit status 130). Without this,
+    SIGTERM met the handler ``ray.init`` installs, which exits at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, name: str, out: TextIO) -> None:
+        self.name = name
+        self.out = out
+        self.event = threading.Event()
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}): stopping the trials and saving state "
+              "(Ctrl-C again to stop at once)", file=self.out, flush=True)
+        tune_handler = signal.getsignal(signal.SIGUSR1)
+        if callable(tune_handler):
+            tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
+            for sig in self.SIGNALS:  # (Tune's handler reinstalled the previous SIGINT one)
+                signal.signal(sig, self._handle)
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "Interrupt":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        self.previous = {}

@@ -1,0 +1,129 @@
+"""A study's folder as the driver keeps it: ``study.json`` read, written and moved.
+
+The folder's layout is :mod:`record.layout`'s. Standard library, ``record`` and ``study.spec``
+only: no Ray, no MLflow.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+from record.layout import StudyPaths
+from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path
+from study.spec import SpecError, StudySpec, resolve_spec
+
+
+class StudyError(SpecError):
+    """A study cannot run as asked (in use, unreadable state, no space, read-only root...);
+    the message is one line naming the file or the holder."""
+
+
+def load_meta(paths: StudyPaths) -> dict[str, Any]:
+    """The saved ``study.json``; a one-line error when it is missing, empty, corrupt or unreadable."""
+    if not paths.meta.is_file():
+        raise SpecError(f"{paths.dir}: no study here (missing study.json); launch it first")
+    try:
+        text = paths.meta.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(f"{paths.meta}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"corrupt ({exc})"
+        raise StudyError(
+            f"{paths.meta}: {what}; the runs and the store are untouched: restore the file, or "
+            f"launch the spec again under this --name to rewrite it") from None
+    missing = [k for k in ("name", "spec_path", "profile", "raw", "resolved", "tracking_uri")
+               if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise StudyError(f"{paths.meta}: corrupt (missing {', '.join(missing)}); restore the file, or "
+                         f"launch the spec again under this --name to rewrite it")
+    return meta
+
+
+def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
+    """Strip userinfo from a tracking URI; hand it to MLflow through its environment variables
+    (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``), never to a file or a log."""
+    if tracking_uri is None:
+        return None
+    clean, user, password = split_credentials(tracking_uri)
+    if user is None and password is None:
+        return tracking_uri
+    if user is not None:
+        os.environ.setdefault("MLFLOW_TRACKING_USERNAME", user)
+    if password is not None:
+        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", password)
+    print(f"[study] credentials removed from the tracking URI ({clean}); they are not saved. "
+          "MLflow reads them from MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD: set these "
+          "to resume", file=out)
+    return clean
+
+
+def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
+    """Rebuild the study's spec from what was saved at launch (the YAML may have changed)."""
+    return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None,
+                        only=meta.get("only") or None)
+
+
+def one_line_os_error(exc: BaseException, where: Path) -> str:
+    """One line for a filesystem or store failure, saying "No space left on device" when it is."""
+    text = str(exc)
+    full = ("database or disk is full" in text or getattr(exc, "errno", None) == errno.ENOSPC
+            or "No space left" in text)
+    if full:
+        return f"{where}: No space left on device ({type(exc).__name__}); free space, then `study resume {where}`"
+    if getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text \
+            or "read-only" in text:
+        return f"{where}: cannot write here ({getattr(exc, 'strerror', None) or text.splitlines()[0]})"
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"{where}: {type(exc).__name__}: {first[:300]}"
+
+
+def write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
+    tmp = paths.meta.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(meta, indent=1, default=str))
+        os.replace(tmp, paths.meta)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StudyError(one_line_os_error(exc, paths.dir)) from None
+
+
+def legacy_tune_state(tune_dir: Path) -> bool:
+    """Whether ``tune_dir`` holds a searcher state that is not JSON: written by a version that
+    pickled it (before issue 13), which this version never unpickles."""
+    for path in tune_dir.glob("searcher-state-*"):
+        try:
+            json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            return True
+    return False
+
+
+def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
+    """Adopt a study folder that was moved (committed, copied to another machine, renamed).
+
+    A study's own SQLite store is saved in ``study.json`` by absolute path, and MLflow keeps the
+    absolute artifact location of its experiment and runs. When the folder now lives elsewhere
+    and holds its ``mlflow.db``, the study uses that store and its paths are rewritten to point
+    into the folder (one line says so); a store outside the folder (a server, another file) is
+    left as it is. Returns whether anything changed.
+    """
+    old_db = sqlite_path(meta["tracking_uri"])
+    if old_db is None or old_db.name != paths.db.name or not paths.db.is_file():
+        return False
+    old_dir = old_db.parent
+    if old_dir == paths.dir or (old_dir.exists() and old_dir.resolve() == paths.dir.resolve()):
+        return False
+    try:
+        move_artifact_root(paths.db, (old_dir / paths.artifacts.name).as_uri(), paths.artifacts.as_uri())
+    except StoreError as exc:
+        raise StudyError(str(exc)) from None
+    meta["tracking_uri"] = paths.default_tracking_uri()
+    write_meta(paths, meta)
+    print(f"[study {meta['name']}] moved from {old_dir}: now recording in {paths.db}", file=out)
+    return True

@@ -1,0 +1,114 @@
+"""The driver's progress line: trials done, running, failed and pending, elapsed time and ETA.
+
+A Tune callback of its own beside the recorder (``study.record.MlflowRecorder``), which it asks
+how many trials are really done: Tune marks a trial stopped by Ctrl-C as terminated too.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from study.trainable import is_packed
+
+try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
+    from ray.tune import Callback as _TuneCallback
+except ImportError:  # pragma: no cover
+    _TuneCallback = object  # type: ignore[assignment,misc]
+
+#: Trials list -> counts ``done``, ``running``, ``failed``, ``pending`` (the recorder's).
+TrialCounter = Callable[[list], dict[str, int]]
+
+
+class ProgressLine(_TuneCallback):
+    """Tune callback: one line every ``seconds`` (and at a failure and at the end), e.g.
+    ``[study s] 3/8 done, 2 running, 0 failed, 3 pending | elapsed 1m05s | ETA 2m10s``.
+
+    The ETA divides the trials left by the rate since this driver started, counting a running
+    trial by the fraction of its epochs done.
+    """
+
+    def __init__(self, *, study: str, total_trials: int, epochs_per_trial: int,
+                 counts: TrialCounter, seconds: float = 10.0, out: TextIO | None = None,
+                 t0: float | None = None) -> None:
+        self.study = study
+        self.total_trials = total_trials
+        self.epochs_per_trial = epochs_per_trial
+        self.counts = counts
+        self.seconds = seconds
+        self.out = out
+        self.t0 = t0 if t0 is not None else time.time()
+        """When the driver started: the origin of the elapsed time."""
+        self.last = time.time()
+        self.fraction: dict[str, float] = {}  # Tune trial id -> fraction done
+        self.units_at_start: float | None = None
+        self.t_units = self.t0
+
+    # Pickled into Tune's tuner state (and replaced on restore): keep only the settings.
+    def __getstate__(self) -> dict:
+        return {"study": self.study, "total_trials": self.total_trials,
+                "epochs_per_trial": self.epochs_per_trial, "seconds": self.seconds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if result.get("kind") == "epoch" and result.get("seed") is not None:
+            self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
+                                                           self.epochs_per_trial)
+            self.line(trials)
+        elif result.get("kind") == "seed_final":
+            self.fraction[trial.trial_id] = 0.0
+            self.line(trials)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.line(trials, force=True)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.line(trials, force=True)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.line(trials)
+
+    def line(self, trials: list, force: bool = False) -> None:
+        """Print the line if ``seconds`` passed since the last one (or ``force``)."""
+        now = time.time()
+        if not force and now - self.last < self.seconds:
+            return
+        self.last = now
+        c = self.counts(trials)
+        total = max(self.total_trials, len(trials))
+        units = c["done"] + c["failed"] + sum(
+            self.fraction.get(t.trial_id, 0.0) for t in trials if t.status == "RUNNING"
+        )
+        if self.units_at_start is None:
+            self.units_at_start = units
+            self.t_units = now
+        rate = (units - self.units_at_start) / max(1e-9, now - self.t_units)
+        eta = (total - units) / rate if rate > 0 else float("nan")
+        pending = max(c["pending"], total - c["done"] - c["running"] - c["failed"])
+        print(f"[study {self.study}] {c['done']}/{total} done, {c['running']} running, "
+              f"{c['failed']} failed, {pending} pending | elapsed {hms(now - self.t0)}"
+              f" | ETA {hms(eta)}", file=self.out or sys.stdout, flush=True)
+
+
+def trial_fraction(trial: Any, seed: int, epoch: int, epochs_per_trial: int) -> float:
+    """How much of a trial is done after ``epoch`` of ``seed``: seeds one after another, or
+    together when the trial trains them packed."""
+    seeds = trial.config["trial"]["seeds"]
+    per = max(1, epochs_per_trial)
+    if is_packed(trial.config):  # the seeds advance together
+        return min(1.0, epoch / per)
+    index = seeds.index(seed) if seed in seeds else 0
+    return min(1.0, (index + min(epoch, per) / per) / len(seeds))
+
+
+def hms(seconds: float) -> str:
+    """``1h02m03s``, ``2m03s``; ``?`` for NaN or infinity."""
+    if seconds != seconds or seconds == float("inf"):
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
