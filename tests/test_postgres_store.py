@@ -174,8 +174,17 @@ def test_study_logs_to_mlflow_on_postgres_and_reports_agree(tmp_path: Path) -> N
                 "JOIN experiments e ON e.experiment_id = r.experiment_id "
                 "WHERE e.name = 'rc_table2-smoke' AND t.key = 'locattn.role' AND t.value = 'trial' "
                 "AND r.status = 'FINISHED'")).scalar()
+            artifact_uris = con.execute(sqlalchemy.text(
+                "SELECT r.artifact_uri FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                "WHERE t.key = 'locattn.role' AND t.value = 'trial'")).scalars().all()
         engine.dispose()
         assert n_trials == 4  # 2 variants x 2 seeds
+        # Artifacts travel through the server's proxy (--artifacts-destination), so no node
+        # needs the artifact folder: every run's files are in the destination, none in --root.
+        assert len(artifact_uris) == 4 and all(u.startswith("mlflow-artifacts:/") for u in artifact_uris)
+        stored = [p.name for p in (tmp_path / "mlflow-artifacts").rglob("*") if p.is_file()]
+        assert stored.count("result.json") == 4, stored
+        assert not list((tmp_path / "studies").rglob("artifacts/*"))
 
         outs = {}
         for name, uri in (("sql", pg), ("rest", http)):

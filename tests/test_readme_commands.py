@@ -1,0 +1,100 @@
+"""Every command in the README's fenced ``bash`` blocks works as written (issue 26, "done when").
+
+The commands are extracted from README.md, in order, and run with the project's console
+scripts in one scratch folder (with ``ablations/`` beside it, as in a clone), so that a later
+command sees what an earlier one wrote (``study status rc_table2-smoke`` after its launch).
+A command is left out only for a reason in :data:`SKIP`, each matching at least one command;
+the commands that train (the smoke study and what reads it, ``locattn train``) are ``slow``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: (substring of the command, why it is not run here). Keep it small and explicit.
+SKIP = (
+    ("pip install", "installs packages from a registry (.ci/run does the set-up)"),
+    ("python -m pytest", "the test suite itself"),
+    ("HEAD_IP", "needs a cluster's head node"),
+    ("RAY_ADDRESS=", "needs a cluster's head node"),
+    ("ray job ", "needs a cluster's job server"),
+    ("cluster.yaml", "the cluster launcher (tests/test_ray_up.py runs it on loopback, -m cluster)"),
+    ("DB_HOST", "needs a PostgreSQL host (tests/test_postgres_store.py, -m cluster)"),
+    ("mlflow server", "a long-running server (tests/test_postgres_store.py starts one)"),
+    ("http://127.0.0.1:5000", "needs the MLflow server of the Clusters section"),
+    ("bench_reports_postgres", "needs PostgreSQL (-m cluster)"),
+    ("study ui", "a long-running server (tests/test_loop_ux.py and test_ui_screenshot.py run it)"),
+    ("task.train_size=2000", "up to 100 epochs: tens of minutes on a CPU (its flags: tests/test_ux.py)"),
+    ("--profile quick", "hours of training"),
+    ("--profile paper", "days of training"),
+)
+#: Commands that train models or read what training wrote: minutes, so ``-m slow``.
+SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke",
+        "study launch ablations/rc_table2.yaml --profile smoke")
+
+
+def readme_commands() -> list[str]:
+    """The commands of README.md's ``bash`` blocks, continuation lines joined, comments and
+    blank lines dropped."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                out.append(shlex.join(words))
+    return out
+
+
+COMMANDS = readme_commands()
+
+
+def skip_reason(cmd: str) -> str | None:
+    return next((why for needle, why in SKIP if needle in cmd), None)
+
+
+def _param(cmd: str):
+    why = skip_reason(cmd)
+    marks = [pytest.mark.skip(reason=why)] if why else []
+    if not why and any(s in cmd for s in SLOW) and "--dry-run" not in cmd:
+        marks.append(pytest.mark.slow)
+    return pytest.param(cmd, marks=marks, id=cmd[:60])
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """A scratch working folder laid out like a clone's root."""
+    d = tmp_path_factory.mktemp("clone")
+    (d / "ablations").symlink_to(ROOT / "ablations")
+    (d / "README.md").symlink_to(ROOT / "README.md")
+    return d
+
+
+def test_every_skip_reason_still_matches_a_command() -> None:
+    assert len(COMMANDS) > 30
+    for needle, _ in SKIP:
+        assert any(needle in c for c in COMMANDS), f"stale skip entry {needle!r}"
+    run = [c for c in COMMANDS if not skip_reason(c)]
+    assert any(c.startswith("study launch ablations/rc_table2.yaml --profile smoke") for c in run)
+    assert any(c.startswith("reports build studies/rc_table2-smoke") for c in run)
+
+
+@pytest.mark.parametrize("cmd", [_param(c) for c in COMMANDS])
+def test_readme_command_works_as_written(cmd: str, clone: Path) -> None:
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bindir}:{os.environ.get('PATH', '')}",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "MPLBACKEND": "Agg"}
+    proc = subprocess.run(cmd, shell=True, cwd=clone, env=env, capture_output=True, text=True,
+                          timeout=590)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
