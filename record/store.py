@@ -17,6 +17,9 @@ benchmarks (:func:`insert_rows`). Everything else is written through MLflow's cl
 
 from __future__ import annotations
 
+import lzma
+import os
+import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from record import schema
 
 SQLITE_PREFIX = "sqlite:///"
+ARCHIVE_SUFFIX = ".xz"
+"""A SQLite store committed compressed is ``<store>.xz`` (``xz -9 -k mlflow.db``): see :func:`unpack`."""
 
 
 class StoreError(ValueError):
@@ -50,6 +55,36 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     if not tracking_uri.startswith(SQLITE_PREFIX):
         return None
     return Path(unquote(tracking_uri[len(SQLITE_PREFIX):].split("?", 1)[0]))
+
+
+def unpack(db: Path) -> bool:
+    """Unpack a store committed compressed: ``<db>.xz`` becomes ``db`` when ``db`` is missing or
+    older than the archive (a pull brought a newer one; the older file is kept as ``<db>.old``).
+    Returns whether it unpacked. A committed SQLite file is ~14x the size of its ``xz -9``
+    archive, so records are committed compressed and unpacked beside themselves on first use."""
+    archive = db.with_name(db.name + ARCHIVE_SUFFIX)
+    if not archive.is_file() or (db.is_file() and db.stat().st_mtime >= archive.stat().st_mtime):
+        return False
+    tmp = db.with_name(f".{db.name}.unpacking")
+    try:
+        with lzma.open(archive) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, lzma.LZMAError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"{archive}: cannot unpack ({exc})") from None
+    if db.is_file():
+        os.replace(db, db.with_name(db.name + ".old"))
+    os.replace(tmp, db)
+    return True
+
+
+def local_store(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI, unpacked first if it was committed
+    compressed (:func:`unpack`); None for any other store."""
+    db = sqlite_path(tracking_uri)
+    if db is not None:
+        unpack(db)
+    return db
 
 
 def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
@@ -96,7 +131,7 @@ class SQLReader:
 
     def __init__(self, uri: str, *, timeout: float = 5.0) -> None:
         self.uri = uri
-        path = sqlite_path(uri)
+        path = local_store(uri)
         if path is not None:
             if not path.exists():
                 raise StoreError(f"SQLite store {str(path)!r} does not exist")
@@ -281,7 +316,7 @@ def run_index(tracking_uri: str, experiment_id: str) -> dict[str, tuple[str, int
     """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None) of
     every active run of an experiment that has a ``locattn.run_key``, by SQL on a SQLite store;
     None for any other store (ask MLflow's client there)."""
-    db = sqlite_path(tracking_uri)
+    db = local_store(tracking_uri)
     if db is None or not db.is_file():
         return None
     with SQLReader(tracking_uri, timeout=30) as con:
@@ -305,7 +340,7 @@ def run_index(tracking_uri: str, experiment_id: str) -> dict[str, tuple[str, int
 def experiment_id(tracking_uri: str, name: str) -> str | None:
     """Id of the active experiment ``name`` in a SQLite store; None when it is not there, the
     file is not a store, or the store is not SQLite (no MLflow import)."""
-    db = sqlite_path(tracking_uri)
+    db = local_store(tracking_uri)
     if db is None or not db.is_file():
         return None
     try:

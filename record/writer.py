@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlparse
 
 from record import layout, schema
-from record.store import run_index, sqlite_path
+from record.store import local_store, run_index
 
 MAX_TAG_CHARS = 5000
 """Tag values are cut to this many characters (MLflow's limit is 8,000)."""
@@ -137,7 +137,7 @@ class store_lock:
     created: two drivers creating one new store at once would both run its migrations."""
 
     def __init__(self, tracking_uri: str) -> None:
-        self.db = sqlite_path(tracking_uri)
+        self.db = local_store(tracking_uri)
         self.fd: int | None = None
 
     def __enter__(self) -> "store_lock":

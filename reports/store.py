@@ -14,7 +14,7 @@ import polars as pl
 
 from record import schema
 from record.layout import STORE_FILE
-from record.store import StoreError, read_rows, redact, sqlite_uri
+from record.store import StoreError, read_rows, redact, sqlite_uri, unpack
 
 # Tags read for every run: the run-record schema of docs/architecture.md §6.
 RUN_TAGS: tuple[str, ...] = (
@@ -87,6 +87,10 @@ def resolve_source(
         else:
             db = path / STORE_FILE
             name = study or path.resolve().name
+            try:
+                unpack(db)  # a record committed compressed (mlflow.db.xz)
+            except StoreError as exc:
+                raise ReportsError(str(exc)) from None
             if not db.exists():
                 raise ReportsError(
                     f"{str(path)!r} holds no {STORE_FILE}: it is not a study directory, "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths
-from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path
+from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path, unpack
 from study.spec import SpecError, StudySpec, resolve_spec
 
 
@@ -113,6 +113,7 @@ def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
     into the folder (one line says so); a store outside the folder (a server, another file) is
     left as it is. Returns whether anything changed.
     """
+    unpack(paths.db)  # a record committed compressed
     old_db = sqlite_path(meta["tracking_uri"])
     if old_db is None or old_db.name != paths.db.name or not paths.db.is_file():
         return False

@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
 from record.layout import META_FILE, STORE_FILE
-from record.store import experiment_id, sqlite_path, sqlite_uri
+from record.store import experiment_id, sqlite_path, sqlite_uri, unpack
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -103,6 +103,7 @@ def current_store(tracking_uri: str, study_dir: Path) -> str:
     """
     db = sqlite_path(tracking_uri)
     own = Path(study_dir) / STORE_FILE
+    unpack(own)  # a record committed compressed (mlflow.db.xz)
     if db is not None and db.name == STORE_FILE and own.is_file() and db.resolve() != own.resolve():
         return sqlite_uri(own.resolve())
     return tracking_uri

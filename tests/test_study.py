@@ -7,6 +7,7 @@ subprocesses join it with --address, so killing them leaves no Ray processes beh
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import signal
 import socket
@@ -429,8 +430,9 @@ def test_ui_serves_the_study_on_loopback(ray_address, tmp_path: Path) -> None:
 
 
 def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_path: Path) -> None:
-    """Issue 12: a study record committed (mlflow.db + study.json only) or moved to another
-    folder or machine resumes there, recording in its own store, never in the old path."""
+    """Issue 12: a study record committed (mlflow.db or mlflow.db.xz, and study.json) or moved
+    to another folder or machine resumes there, recording in its own store, never in the old
+    path."""
     import shutil
 
     spec = write_spec(tmp_path, "mv", grid={"task": ["copy"], "variant": ["content"]},
@@ -439,12 +441,16 @@ def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_p
     old = tmp_path / "A" / "mv-smoke"
     committed = tmp_path / "C" / "mv-smoke"
     committed.mkdir(parents=True)
-    for name in ("mlflow.db", "study.json"):  # what results/record/<study>/ holds
+    for name in ("mlflow.db", "study.json"):  # what a copied record holds
         shutil.copy(old / name, committed / name)
+    packed = tmp_path / "P" / "mv-smoke"  # what results/record/<study>/ holds: the store as .xz
+    packed.mkdir(parents=True)
+    shutil.copy(old / "study.json", packed / "study.json")
+    (packed / "mlflow.db.xz").write_bytes(lzma.compress((old / "mlflow.db").read_bytes(), preset=9))
     moved = tmp_path / "B" / "mv-smoke"
     moved.parent.mkdir()
     shutil.move(str(old), str(moved))
-    for study_dir in (moved, committed):
+    for study_dir in (moved, committed, packed):
         summary = resume(study_dir, progress_seconds=60)
         assert summary["errors"] == 0 and summary["dir"] == str(study_dir)
         meta = json.loads((study_dir / "study.json").read_text())
