@@ -22,10 +22,11 @@ SelectOn = Literal["dev_acc", "dev_loss"]
 RaffelProtocol = Literal["paper", "dev"]
 TrainStep = Literal["eager", "graphed"]
 Precision = Literal["fp32", "tf32", "bf16"]
+TrainPath = Literal["eager", "compiled"]
 
 #: Fields that never change what a run computes; excluded from its identity.
 OPERATIONAL_FIELDS = frozenset({
-    "device", "num_threads", "cache_dir", "task.data_dir",
+    "device", "num_threads", "train_path", "cache_dir", "task.data_dir",
     # what a finished run saves for the exhibits, not what it computes
     "outputs.trace_split", "outputs.trace_index", "outputs.n_wrong", "outputs.n_right",
 })
@@ -167,6 +168,13 @@ class RunConfig:
     """Torch device (operational)."""
     num_threads: int = 1
     """torch intra-op threads (operational)."""
+    train_path: TrainPath = "eager"
+    """How the eager seq2seq training step (``optim.train_step="eager"``) runs (operational, like
+    ``device``): ``eager`` op by op, or
+    ``compiled``: torch.compile (inductor) of each batch's forward and backward, one graph per
+    batch shape, kept in inductor's on-disk cache. The same function: logits and one step's
+    losses agree with eager within 1e-5; over epochs the rounding differences grow as they do
+    between devices. Recorded in config.json (docs/performance.md)."""
     cache_dir: str | None = None
     """Dataset cache directory (operational); None uses ``~/.cache/locattn``."""
     outputs: OutputsConfig = field(default_factory=OutputsConfig)

@@ -29,9 +29,10 @@ F = r"\d+\.\d+"  # a measured number
 # script, work-directory flag (or None), modules it needs, lines its output must contain
 CASES = [
     ("bench_epoch.py", None, (), [
-        rf"^copy/onestep\s+1000\s+200\s+{F} / {F}\s+{F} / {F}\s+{F} / {F}\s+{F}",
-        rf"^recopy/mono\s+1000\s+200\s+{F} / {F}",
-        rf"^lookup/mix_locattn\s+\d+\s+\d+\s+{F} / {F}",
+        r"^copy/onestep: train 1000, dev 200; per seed-epoch",
+        r"^recopy/mono: train 1000, dev 200; per seed-epoch",
+        r"^lookup/mix_locattn: train \d+, dev \d+; per seed-epoch",
+        rf"^eager K=1\s+{F} \(\s*{F}\)\s+{F} \(\s*{F}\)\s+{F} \(\s*{F}\)\s+{F}",
         rf"^greedy scoring of all Copy test splits \(7 splits, 1400 examples, with attnLoss\): "
         rf"wall {F} s, cpu {F} s",
     ]),

@@ -63,7 +63,12 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     about twice as fast on CPU as the ``bernoulli_`` that ``F.dropout`` uses."""
     if not training or p == 0.0:
         return x
-    return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
+    return apply_dropout(x, torch.rand_like(x), p)
+
+
+def apply_dropout(x: Tensor, noise: Tensor, p: float) -> Tensor:
+    """Inverted dropout of ``x`` with uniform ``noise`` of its shape: keep where noise >= p."""
+    return x * (noise >= p) * (1.0 / (1.0 - p))
 
 
 def take_rows(x: Tensor, index: Tensor) -> Tensor:
@@ -159,4 +164,4 @@ def dropout_with(x: Tensor, p: float, training: bool, noise: DropoutNoise | None
     """:func:`dropout` with the mask drawn from ``noise`` when given (else the global RNG)."""
     if not training or p == 0.0 or noise is None:
         return dropout(x, p, training)
-    return x * (noise.uniform(x) >= p) * (1.0 / (1.0 - p))
+    return apply_dropout(x, noise.uniform(x), p)

@@ -34,7 +34,9 @@ from locattn.models.attention import AttnStep, SourceMemory, build_attender
 from locattn.models.attention.location import building_block_weights
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
-from locattn.models.functional import DropoutNoise, dropout_with, embed, gru_update, linear
+from locattn.models.functional import (
+    DropoutNoise, apply_dropout, dropout_with, embed, gru_update, linear,
+)
 
 
 FOLD_VALUE_GATES_MAX_LEN = 32
@@ -202,8 +204,20 @@ class Seq2Seq(nn.Module):
     def start(self, src: Tensor, src_len: Tensor) -> DecoderState:
         """Encode the source; the returned state is ready for the first :meth:`step`."""
         self._check(src, src_len)
+        return self._start(src, src_len, None)
+
+    def dropout_shape(self, src: Tensor) -> tuple[int, int, int]:
+        """Shape (B, L, d) of the encoder outputs that dropout masks for a (B, S) ``src``."""
+        return src.shape[0], src.shape[1] + 2 * self.source_offset, self.cfg.hidden_size
+
+    def _start(self, src: Tensor, src_len: Tensor, noise: Tensor | None) -> DecoderState:
+        """:meth:`start` without the checks; ``noise`` (U(0, 1) of :meth:`dropout_shape`), when
+        given, replaces the draw from ``self.noise``: the same mask for the same numbers."""
         enc = self.encoder(embed(src, self.embedding.weight), src_len)
-        e = dropout_with(enc.outputs, self.dropout_p, self.training, self.noise)  # (B, L, d)
+        if noise is None:
+            e = dropout_with(enc.outputs, self.dropout_p, self.training, self.noise)  # (B, L, d)
+        else:
+            e = apply_dropout(enc.outputs, noise, self.dropout_p)
         dir_gate = None
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
@@ -278,11 +292,17 @@ class Seq2Seq(nn.Module):
 
     # ------------------------------------------------------------------ decoding
     def forward(  # type: ignore[override]
-        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, *, trace: bool = False
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, *, trace: bool = False,
+        noise: Tensor | None = None, check: bool = True,
     ) -> Seq2SeqOutput:
-        """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}]."""
-        self._check(src, src_len, tgt_in)
-        state = self.start(src, src_len)
+        """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}].
+
+        ``noise`` (U(0, 1) of :meth:`dropout_shape`) replaces the dropout draw from
+        ``self.noise``; with it and ``check=False`` the forward has no data-dependent branch and
+        no generator, so torch.compile traces it into one graph (the caller checks the inputs)."""
+        if check:
+            self._check(src, src_len, tgt_in)
+        state = self._start(src, src_len, noise)
         emb_gates = self._embed_gates(embed(tgt_in, self.embedding.weight))  # (B, T, 3H)
         tops, steps = [], []
         for gates_t in emb_gates.unbind(1):  # unbind: one gradient stack, not T zero-fills

@@ -10,8 +10,10 @@ gradient-norm clipping and own optimizer step run on its own slice, unchanged.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
-from typing import Any, Sequence
+import shutil
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +87,47 @@ def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return F.pad(x, (0, width - x.shape[1]), value=value)
 
 
+def batch_nll(
+    model: torch.nn.Module, params: dict[str, torch.Tensor] | None, src: torch.Tensor,
+    src_len: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, noise: torch.Tensor | None,
+    pad: int, k: int, check: bool = True,
+) -> torch.Tensor:
+    """Summed token NLL (k,) of a batch of k replicas' rows, teacher forced, with the dropout
+    noise given. ``params``: the parameters to run the model with (a subset of the pack's
+    replicas), None for its own. ``check=False`` leaves out the input checks (compiled path)."""
+    args, kwargs = (src, src_len, tgt_in), {"noise": noise, "check": check}
+    if params is None:
+        logits = model(*args, **kwargs).logits  # (k*B, T, V)
+    else:
+        logits = torch.func.functional_call(model, params, args, kwargs).logits
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad, reduction="none",
+    ).view(k, -1).sum(1)
+
+
+RECOMPILE_LIMIT = 256
+"""Compiled graphs kept per process: one per batch shape (rows, source and target length)."""
+
+
+@functools.cache
+def compiled_batch_nll() -> Callable[..., torch.Tensor]:
+    """:func:`batch_nll` under torch.compile (``train_path="compiled"``): the whole forward in one
+    graph and its backward in another, C++ kernels from inductor. ``dynamic=False``: the graph,
+    hence every rounding, depends on the batch shape only, never on which shapes came first, so
+    a resumed run computes what the uninterrupted one did. Graphs are cached on disk by inductor
+    (``TORCHINDUCTOR_CACHE_DIR``, default /tmp/torchinductor_$USER): a later process with the
+    same shapes loads them instead of compiling."""
+    if shutil.which(torch._inductor.config.cpp.cxx[1] or "g++") is None:
+        raise RuntimeError("train_path='compiled' needs a C++ compiler for inductor's CPU kernels "
+                           "(g++ not found; apt-get install g++), or train_path='eager'")
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    torch._dynamo.config.accumulated_recompile_limit = max(
+        torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT
+    )
+    compiled = torch.compile(batch_nll, dynamic=False, fullgraph=True)
+    return functools.partial(compiled, check=False)
+
+
 def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> list[float]:
     """One training pass of every run in ``runs`` at once; per run its token-weighted mean loss.
 
@@ -113,6 +156,9 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
     loss_sums = [torch.zeros((), dtype=torch.float64, device=runs[0].device) for _ in runs]
     n_tokens = [0] * K
     params = [[p for p in r.model.parameters() if p.requires_grad] for r in runs]
+    compiled = cfg0.train_path == "compiled"
+    nll_fn = compiled_batch_nll() if compiled else batch_nll
+    drop = model.dropout_p > 0
     try:
         for step, batches in enumerate(zip(*iters), start=1):
             # replicas whose batches have the same shape run together; with ``exact`` a replica
@@ -127,6 +173,10 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 key = (b.src.shape[1], b.tgt_in.shape[1]) if exact else None
                 if exact and b.src.shape[0] != cfg0.optim.batch_size:
                     key = ("alone", k)  # an epoch's last, partial batch: see above
+                if compiled:
+                    # inductor's kernels for K replicas round differently from those for one
+                    # (2e-7 in a first epoch's loss, measured), so each replica runs the solo graph
+                    key = ("alone", k)
                 groups.setdefault(key, []).append(k)
             loss_parts: list[torch.Tensor] = [None] * K  # type: ignore[list-item]
             for idx in groups.values():
@@ -139,16 +189,14 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 src_len = torch.cat([b.src_len for b in group])  # (k*B,)
                 tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in group])  # (k*B, T)
                 tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in group])  # (k*B, T)
-                if len(idx) == K:
-                    logits = model(src, src_len, tgt_in).logits  # (K*B, T, V)
-                else:
+                sub = None
+                if len(idx) < K:
                     sel = torch.tensor(idx, device=src.device)
                     sub = {name: p.index_select(0, sel) for name, p in zip(pack.names, pack.stacked)}
-                    logits = torch.func.functional_call(model, sub, (src, src_len, tgt_in)).logits
-                nll = F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad,
-                    reduction="none",
-                ).view(len(idx), -1).sum(1)  # (k,)
+                elif compiled:  # the same call as a packed replica's, so the same graph and kernels
+                    sub = dict(zip(pack.names, pack.stacked))
+                u = noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)) if drop else None
+                nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx))  # (k,)
                 for j, k in enumerate(idx):
                     loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
             losses = torch.stack(loss_parts)  # (K,)
@@ -191,4 +239,7 @@ class ReplicaFailed(Exception):
         self.index, self.error = index, error
 
 
-__all__ = ["ParamPack", "ReplicaFailed", "epoch_dropout_noise", "packed_train_epoch", "solo_train_epoch"]
+__all__ = [
+    "ParamPack", "ReplicaFailed", "batch_nll", "compiled_batch_nll", "epoch_dropout_noise",
+    "packed_train_epoch", "solo_train_epoch",
+]
