@@ -5,7 +5,11 @@
 - ``store``: the one door into MLflow's database (SQL on SQLite or Postgres) and the only
   code that parses or redacts a tracking URI.
 
+- ``writer``: the MLflow half of the record (the study driver's only MLflow writer).
+
 ``study`` (the writer) and ``reports`` (the reader) both stand on this package and on
-``locattn``, and never import each other. Nothing here imports torch, Ray or polars; MLflow and
-SQLAlchemy are imported only by the functions that need them.
+``locattn``, and never import each other. Nothing here imports torch, Ray or polars. Only
+``writer`` imports MLflow at its top (the driver imports it); ``store`` imports MLflow and
+SQLAlchemy inside the functions that read a server or a non-SQLite database, so that ``study
+status`` reads a SQLite store with the standard library alone.
 """

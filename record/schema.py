@@ -4,7 +4,6 @@ by ``reports``.
 See docs/architecture.md §6. Imports nothing.
 """
 
-TAG_PREFIX = "locattn."
 ROLE = "locattn.role"
 ROLE_STUDY = "study"
 ROLE_TRIAL = "trial"
@@ -51,17 +50,3 @@ TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_tab
 EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
                  "test_loss", "test_score")
 FINAL_METRICS = ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100")
-SPLIT_METRICS = ("seq_acc", "seq_acc_be", "edit_distance", "attn_loss", "accuracy", "n")
-
-
-def test_metric(split: str, metric: str) -> str:
-    """MLflow key of a final per-split test metric, e.g. ``test.len100.seq_acc``."""
-    return f"test.{split}.{metric}"
-
-
-def parse_test_metric(key: str) -> tuple[str, str] | None:
-    """Inverse of :func:`test_metric`; None for other keys."""
-    if not key.startswith("test."):
-        return None
-    split, _, metric = key[len("test."):].rpartition(".")
-    return (split, metric) if split and metric else None

@@ -275,7 +275,7 @@ def _read_rest(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
     param_keys: Sequence[str], metric_prefixes: Sequence[str],
 ) -> RunRows:
-    from mlflow.entities import ViewType
+    from mlflow.entities import ViewType  # a server only: `study status` on SQLite stays light
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -357,7 +357,7 @@ def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
     if not run_ids:
         return {}
     if is_server(tracking_uri):
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # a server only (see _read_rest)
 
         client = MlflowClient(tracking_uri=tracking_uri)
         return {r: client.get_run(r).info.artifact_uri for r in run_ids}

@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlparse
 
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
 from record import layout, schema
 from record.store import local_store, run_index
 
@@ -193,8 +196,6 @@ class RecordWriter:
         """Connect, create the experiment and the parent run if missing, read every run key."""
         if self.ready:
             return self
-        from mlflow.tracking import MlflowClient  # the driver's own heavy import, not status's
-
         with store_lock(self.tracking_uri):  # a new SQLite store is created (migrated) once
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
@@ -238,8 +239,6 @@ class RecordWriter:
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         """Write tags now (values as strings, cut to :data:`MAX_TAG_CHARS`)."""
-        from mlflow.entities import RunTag
-
         items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
         for chunk in chunks(items, 100):
             self.client.log_batch(run_id, tags=chunk, synchronous=True)
@@ -247,8 +246,6 @@ class RecordWriter:
     def create_run(self, key: str, *, tags: Mapping[str, str], params: Mapping[str, Any],
                    name: str) -> RunState:
         """A new run under ``key`` with these tags, params (lists and dicts as JSON) and UI name."""
-        from mlflow.entities import Param
-
         run = self.client.create_run(self.experiment_id, tags=dict(tags), run_name=name)
         items = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v))
                  for k, v in sorted(params.items())]
@@ -268,8 +265,6 @@ class RecordWriter:
     def buffer_epochs(self, key: str, epochs: Iterable[Mapping[str, Any]]) -> None:
         """Buffer the epoch metrics of ``key`` not yet logged (a restored trial replays its
         history: epochs at or below the last logged step are skipped)."""
-        from mlflow.entities import Metric
-
         state = self.runs[key]
         ts = int(time.time() * 1000)
         for values in sorted(epochs, key=lambda h: int(h["epoch"])):
@@ -307,8 +302,6 @@ class RecordWriter:
         """A run is finished: its artifacts, its buffered epochs, its final metrics and the
         ``finished`` tag. A finished run's record is final: calling this again only re-marks it
         terminated."""
-        from mlflow.entities import Metric, RunTag
-
         state = self.runs[key]
         if state.status != schema.STATUS_FINISHED:
             self.log_artifacts(state.run_id, run_dir)  # idempotent (same paths)
@@ -373,8 +366,6 @@ class RecordWriter:
 
     def log_parent_metrics(self, metrics: Mapping[str, float]) -> None:
         """Summary metrics on the parent run (step 0)."""
-        from mlflow.entities import Metric
-
         ts = int(time.time() * 1000)
         self.client.log_batch(self.parent_id, metrics=[Metric(k, v, ts, 0) for k, v in metrics.items()],
                               synchronous=True)

@@ -22,6 +22,7 @@ from study.folder import (StudyError, legacy_tune_state, load_meta, one_line_os_
                           spec_from_meta, take_credentials, write_meta)
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings, widens)
+from study.trainable import run_trial, trial_descriptor, trial_dirname, trial_run_keys
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
@@ -208,13 +209,12 @@ def _run_locked(
     lock: StudyLock | None,
 ) -> dict[str, Any]:
     quiet_tune()
-    # Ray Tune and the trainable (torch) only when a study runs: `study launch --dry-run` and
-    # `study status` stay light.
+    # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
+    # --dry-run` starts no Ray.
     from ray import tune
 
     from study.progress import ProgressLine
     from study.record import MlflowRecorder, reconcile
-    from study.trainable import run_trial
 
     name = meta["name"]
     tracking_uri = meta["tracking_uri"]
@@ -334,7 +334,6 @@ def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: An
     restore; no searcher when every trial is already finished in the record. A grid study
     queues the trials the record does not hold finished; a search study runs Optuna per cell."""
     from study.search import CellSearch, TrialQueue  # Ray Tune and Optuna (see _run_locked)
-    from study.trainable import trial_descriptor, trial_run_keys
 
     name = meta["name"]
     common = dict(study=name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
@@ -370,7 +369,7 @@ def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: An
 
 def _tune_config(search_alg: Any, num_samples: int, limit: int | None) -> Any:
     """The one ``TuneConfig`` of every study: trials from ``search_alg``, first-in first-out."""
-    from ray import tune
+    from ray import tune  # (see _run_locked)
 
     from study.search import OpenTrialsScheduler
 
@@ -385,8 +384,6 @@ def _tune_config(search_alg: Any, num_samples: int, limit: int | None) -> Any:
 
 
 def _trial_dirname(trial: Any) -> str:
-    from study.trainable import trial_dirname
-
     return trial_dirname(trial.trial_id)
 
 
