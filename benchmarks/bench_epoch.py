@@ -156,11 +156,11 @@ def matmul_floor(epoch: Callable[[int], tuple[Timing, Timing]], n: int, calls: i
     for ev in prof.key_averages(group_by_input_shape=True):
         if ev.key not in MATMULS:
             continue
-        shapes = [s for s in ev.input_shapes if s]
-        args = [torch.randn(s) for s in shapes[:3]]
+        two = ev.key in ("aten::mm", "aten::bmm")  # (a, b[, out]) vs (bias, a, b[, ...])
+        args = [torch.randn(s) for s in ev.input_shapes[: 2 if two else 3]]
         op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm,
               "aten::baddbmm": torch.baddbmm, "aten::addmm": torch.addmm}[ev.key]
-        a, b = (args[0], args[1]) if ev.key in ("aten::mm", "aten::bmm") else (args[1], args[2])
+        a, b = (args[0], args[1]) if two else (args[1], args[2])
         for _ in range(3):
             op(*args)
         c0 = time.process_time()
