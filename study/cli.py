@@ -27,7 +27,7 @@ from types import ModuleType
 from locattn.cliparse import Parser, closest_path, parse
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
-from study import preflight
+from study import preflight, slices
 from study.results import cell_results, format_results
 from study.spec import SpecError, check_study_name
 from study.ui import (UI_FILTER, browse_host, check_port, current_store, experiment_url,
@@ -58,12 +58,14 @@ def parser() -> Parser:
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
+    lp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
     rp.add_argument("--root", default="studies", help=ROOT_HELP)
     rp.add_argument("--address", help=ADDRESS_HELP)
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
+    rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
 
     sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
     sp.add_argument("study", help=STUDY_HELP)
@@ -103,6 +105,8 @@ ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
+TIME_LIMIT_HELP = ("stop gracefully before this much wall time (9m, 1h30m, 600, SLURM's HH:MM:SS): "
+                   "finished epochs are kept, the resume command is printed, exit status 75")
 #: The ``reports`` command's console-script entry point. ``study report`` is ``reports build``
 #: with the study found by name; study never imports reports (the two stand side by side on
 #: ``record``), so it reaches that command the way a shell does: by its entry point.
@@ -159,8 +163,11 @@ def show_results(summary: dict[str, Any]) -> None:
 
 
 def exit_code(summary: dict[str, Any]) -> int:
-    """A driver's exit status: 130 interrupted, 1 when a trial failed or a run will not finish
-    in this launch (its summary line says how many), else 0."""
+    """A driver's exit status: 75 when its --time-limit stopped it (``study resume`` goes on),
+    130 interrupted, 1 when a trial failed or a run will not finish in this launch (its summary
+    line says how many), else 0."""
+    if summary.get("time_limit"):
+        return slices.EXIT_TIME_LIMIT
     if summary.get("interrupted"):
         return 130
     return 1 if summary.get("errors") or summary.get("runs_unfinished") else 0
@@ -175,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault("RAY_AUTH_MODE", "token")
         if args.cmd in ("launch", "resume"):
             preflight.check_progress_seconds(args.progress_seconds)
+            try:
+                time_limit = slices.parse_time_limit(args.time_limit) if args.time_limit else None
+            except ValueError as exc:
+                raise SpecError(str(exc)) from None
             if args.address:
                 preflight.check_address(args.address)
         if args.cmd == "launch":
@@ -194,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
+                time_limit=time_limit,
             )
             show_results(summary)
             return exit_code(summary)
@@ -201,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             from study.launch import resume
 
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
-                             progress_seconds=args.progress_seconds)
+                             progress_seconds=args.progress_seconds, time_limit=time_limit)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":

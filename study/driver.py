@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths
+from study import slices
 from study.folder import StudyError
 from study.status import pid_alive
 
@@ -249,27 +250,73 @@ def _tune_log_filter(record: Any) -> bool:
     return "Tuner.restore" not in str(record.msg)
 
 
+def deadline(time_limit: float | None) -> tuple[float, float] | None:
+    """(limit, monotonic time at which to stop) for a ``--time-limit`` from now, or None."""
+    if time_limit is None:
+        return None
+    return time_limit, time.monotonic() + slices.stop_after(time_limit)
+
+
+def limit_text(seconds: float) -> str:
+    """``9m``, ``1h30m``, ``45s``: a duration as ``--time-limit`` takes it."""
+    h, rem = divmod(int(round(seconds)), 3600)
+    m, sec = divmod(rem, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"
+
+
 class Interrupt:
     """Ctrl-C (SIGINT) or SIGTERM (a plain ``kill``, a scheduler or service manager stopping
     the driver) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1 handler
     saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
     ``event`` is set, so the study reports itself interrupted (exit status 130). Without this,
-    SIGTERM met the handler ``ray.init`` installs, which exits at once."""
+    SIGTERM met the handler ``ray.init`` installs, which exits at once.
+
+    With a ``deadline`` (:func:`deadline`, ``--time-limit``), a timer asks for the same graceful
+    stop at the deadline (a SIGTERM to this process while ``fit`` runs, or only ``event`` before
+    it) and sets ``timed_out``: the study exits with :data:`study.slices.EXIT_TIME_LIMIT`."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, name: str, out: TextIO) -> None:
+    def __init__(self, name: str, out: TextIO, deadline: tuple[float, float] | None = None) -> None:
         self.name = name
         self.out = out
         self.event = threading.Event()
         self.previous: dict[int, Any] = {}
+        self.deadline = deadline
+        self.timed_out = False
+        self.active = False
+        self.timer: threading.Timer | None = None
+        if deadline is not None:
+            self.timer = threading.Timer(max(0.0, deadline[1] - time.monotonic()), self._time_up)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def cancel(self) -> None:
+        """Stop the deadline's timer (the driver is done)."""
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def _time_up(self) -> None:
+        if self.event.is_set():
+            return
+        self.timed_out = True
+        if self.active:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by _handle, in the main thread
+        else:
+            self.event.set()
+            print(f"[study {self.name}] time limit {limit_text(self.deadline[0])} reached before the "
+                  "trials started", file=self.out, flush=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.event.is_set():
             raise KeyboardInterrupt
         self.event.set()
-        print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}): stopping the trials and saving state "
-              "(Ctrl-C again to stop at once)", file=self.out, flush=True)
+        if self.timed_out:
+            print(f"[study {self.name}] time limit {limit_text(self.deadline[0])} nearly reached: "
+                  "stopping the trials and saving state", file=self.out, flush=True)
+        else:
+            print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}): stopping the trials and "
+                  "saving state (Ctrl-C again to stop at once)", file=self.out, flush=True)
         tune_handler = signal.getsignal(signal.SIGUSR1)
         if callable(tune_handler):
             tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
@@ -281,9 +328,12 @@ class Interrupt:
     def __enter__(self) -> "Interrupt":
         if threading.current_thread() is threading.main_thread():
             self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+            self.active = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.active = False
+        self.cancel()
         for sig, handler in self.previous.items():
             if handler is not None:
                 signal.signal(sig, handler)

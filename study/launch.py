@@ -8,6 +8,7 @@ folder is :mod:`study.folder`'s, the driver process's plumbing :mod:`study.drive
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,9 @@ from locattn.config import make_run_config
 from record import layout, schema
 from record.layout import StudyPaths, study_paths
 from record.store import split_credentials, sqlite_uri
-from study.driver import Interrupt, RayStart, StudyLock, init_ray, quiet_tune
+from study import slices
+from study.cost import study_eta
+from study.driver import Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text, quiet_tune
 from study.folder import (StudyError, legacy_tune_state, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
@@ -51,12 +54,15 @@ def launch(
     train_fn: str = DEFAULT_TRAIN_FN,
     out: TextIO | None = None,
     yes: bool = False,
+    time_limit: float | None = None,
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
-    dry-run cost unless ``yes``.
+    dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
+    (:mod:`study.slices`); the summary then has ``time_limit`` true.
     """
+    deadline = make_deadline(time_limit)
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
@@ -123,7 +129,7 @@ def launch(
             }
             write_meta(paths, meta)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock)
+                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
     finally:
         lock.release()
 
@@ -162,8 +168,11 @@ def resume(
     address: str | None = None,
     progress_seconds: float = 10.0,
     out: TextIO | None = None,
+    time_limit: float | None = None,
 ) -> dict[str, Any]:
-    """Resume a study from its directory: finished trials are kept, unfinished ones continue."""
+    """Resume a study from its directory: finished trials are kept, unfinished ones continue
+    (``time_limit`` as in :func:`launch`)."""
+    deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
     out = out or sys.stdout
     meta = load_meta(paths)
@@ -178,7 +187,7 @@ def resume(
         if user or password:
             write_meta(paths, meta)
         return _run(spec, paths, meta, address=address, max_concurrent=None,
-                    progress_seconds=progress_seconds, out=out, lock=lock)
+                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
     finally:
         lock.release()
 
@@ -207,6 +216,7 @@ def _run_locked(
     progress_seconds: float,
     out: TextIO,
     lock: StudyLock | None,
+    deadline: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
@@ -240,7 +250,7 @@ def _run_locked(
         n_seeds=len(spec.seeds),
     )
     writer = recorder.writer
-    interrupt = Interrupt(name, out)
+    interrupt = Interrupt(name, out, deadline)
     ray_start = RayStart(started=False)
     try:
         # The record first: finished runs the store lost (a deleted mlflow.db, another store,
@@ -261,24 +271,28 @@ def _run_locked(
                   "the remaining trials are planned from the record", file=out)
         trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
         restore = tune.Tuner.can_restore(str(paths.tune))
+        trials, skipped = _trials(spec, paths, meta, recorder)
         search_alg, n_trials, skipped = (None, spec.n_trials(), 0) if restore else \
-            _plan(spec, paths, meta, recorder, out)
+            _plan(spec, paths, meta, trials, skipped, out)
         if not restore and search_alg is None:
             print(f"[study {name}] every trial is already finished in the record", file=out)
             writer.finish_parent(interrupted=False)
             return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                     **writer.run_counts(spec.n_runs()), "interrupted": False}
+        limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+        slots = limit or max(1, int((os.cpu_count() or 1) // max(spec.cpus, 1e-9)))
+        eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), slots)
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
                                             epochs_per_trial=_max_epochs(spec), counts=recorder.trial_counts,
-                                            seconds=progress_seconds, out=out, t0=t_start)]
+                                            seconds=progress_seconds, out=out, t0=t_start, eta=eta,
+                                            over=recorder.trial_over)]
         if restore:
             tuner = tune.Tuner.restore(
                 str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True
             )
             _use_callbacks(tuner, callbacks)
         else:
-            limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
             tuner = tune.Tuner(trainable, param_space={}, tune_config=_tune_config(search_alg, n_trials, limit),
                                run_config=tune.RunConfig(
                                    name=layout.TUNE_DIR,
@@ -292,7 +306,8 @@ def _run_locked(
         grid = None
         with interrupt:
             try:
-                grid = tuner.fit()
+                if not interrupt.event.is_set():  # (a --time-limit spent before the fit)
+                    grid = tuner.fit()
             except KeyboardInterrupt:  # a second Ctrl-C: stop now, state as of the last snapshot
                 interrupt.event.set()
         fit_seconds = time.time() - t_fit
@@ -311,45 +326,42 @@ def _run_locked(
             "wall_seconds": time.time() - t_start,
             "fit_seconds": fit_seconds,
             "interrupted": interrupted,
+            "time_limit": interrupted and interrupt.timed_out,
             **counts,
         }
         line = (f"[study {name}] {counts['runs_finished']} of {counts['runs_expected']} runs finished, "
                 f"{counts['runs_failed']} failed, {counts['runs_unfinished']} not finished; record: "
                 f"{tracking_uri} (experiment {name!r})")
-        if interrupted:
+        if interrupted and interrupt.timed_out:
+            limit_arg = limit_text(deadline[0])
+            print(f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "
+                  f"continue with `study resume {paths.dir} --time-limit {limit_arg}`", file=out)
+        elif interrupted:
             print(f"{line}. Interrupted: continue with `study resume {paths.dir}`", file=out)
         else:
             print(f"{line}; `study ui {paths.dir}` to browse", file=out)
         return summary
     finally:
+        interrupt.cancel()
         if ray_start:
             import ray
 
             ray.shutdown()
 
 
-def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: Any,
-          out: TextIO) -> tuple[Any | None, int, int]:
-    """(Tune searcher, trials it will run, trials skipped) of a study without Tune state to
-    restore; no searcher when every trial is already finished in the record. A grid study
-    queues the trials the record does not hold finished; a search study runs Optuna per cell."""
-    from study.search import CellSearch, TrialQueue  # Ray Tune and Optuna (see _run_locked)
+def _trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: Any
+            ) -> tuple[list[dict[str, Any]], int]:
+    """(trial descriptors, trials skipped): a grid study's trials the record does not hold
+    finished, or a search study's cell groups (one per cell x hparams point)."""
 
-    name = meta["name"]
-    common = dict(study=name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
+    common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
                   metric=spec.search.metric if spec.search else "best_dev_score",
                   train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
     if spec.search is not None:
-        groups = [trial_descriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
-                                   overrides={**cell.overrides, **hp}, hparams=hp, seeds=spec.seeds,
-                                   **common)
-                  for cell in spec.cells for hp in spec.hparam_points()]
-        searcher = CellSearch(
-            groups=groups, space=spec.search.space, num_samples=spec.search.num_samples,
-            sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
-            mode=spec.search.mode, storage_url=sqlite_uri(paths.optuna_db), study=name,
-        )
-        return searcher, spec.n_trials(), 0
+        return [trial_descriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
+                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=spec.seeds,
+                                 **common)
+                for cell in spec.cells for hp in spec.hparam_points()], 0
     done = {k for k, s in recorder.runs.items() if s.status == schema.STATUS_FINISHED}
     trials, skipped = [], 0
     for t in spec.grid_trials():
@@ -359,6 +371,24 @@ def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: An
             skipped += 1
         else:
             trials.append(desc)
+    return trials, skipped
+
+
+def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: list[dict[str, Any]],
+          skipped: int, out: TextIO) -> tuple[Any | None, int, int]:
+    """(Tune searcher, trials it will run, trials skipped) of a study without Tune state to
+    restore, from :func:`_trials`; no searcher when every trial is already finished in the
+    record. A grid study queues its trials; a search study runs Optuna per cell."""
+    from study.search import CellSearch, TrialQueue  # Ray Tune and Optuna (see _run_locked)
+
+    name = meta["name"]
+    if spec.search is not None:
+        searcher = CellSearch(
+            groups=trials, space=spec.search.space, num_samples=spec.search.num_samples,
+            sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
+            mode=spec.search.mode, storage_url=sqlite_uri(paths.optuna_db), study=name,
+        )
+        return searcher, spec.n_trials(), 0
     if not trials:
         return None, 0, skipped
     if skipped:

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from study.cost import StudyEta, eta_key, format_eta
 from study.trainable import is_packed
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
@@ -25,13 +26,17 @@ class ProgressLine(_TuneCallback):
     """Tune callback: one line every ``seconds`` (and at a failure and at the end), e.g.
     ``[study s] 3/8 done, 2 running, 0 failed, 3 pending | elapsed 1m05s | ETA 2m10s``.
 
-    The ETA divides the trials left by the rate since this driver started, counting a running
-    trial by the fraction of its epochs done.
+    With ``eta`` (:class:`study.cost.StudyEta`) the ETA weighs each trial by its predicted cost
+    (start-up, epochs, test scoring), scaled by the epochs and start-ups this driver measured:
+    ``ETA 2m10s (1m48s of work x1.20)``, and ``done`` when nothing is left. ``over(trial)`` says
+    a trial's runs are all finished (or failed for good) in the record. Without ``eta`` it
+    divides the trials left by the rate since this driver started.
     """
 
     def __init__(self, *, study: str, total_trials: int, epochs_per_trial: int,
                  counts: TrialCounter, seconds: float = 10.0, out: TextIO | None = None,
-                 t0: float | None = None) -> None:
+                 t0: float | None = None, eta: StudyEta | None = None,
+                 over: Callable[[Any], bool] | None = None) -> None:
         self.study = study
         self.total_trials = total_trials
         self.epochs_per_trial = epochs_per_trial
@@ -44,16 +49,29 @@ class ProgressLine(_TuneCallback):
         self.fraction: dict[str, float] = {}  # Tune trial id -> fraction done
         self.units_at_start: float | None = None
         self.t_units = self.t0
+        self.eta = eta
+        self.over = over or (lambda trial: False)
+        self.started: dict[str, float] = {}  # Tune trial id -> when it (re)started
 
     # Pickled into Tune's tuner state (and replaced on restore): keep only the settings.
     def __getstate__(self) -> dict:
         return {"study": self.study, "total_trials": self.total_trials,
-                "epochs_per_trial": self.epochs_per_trial, "seconds": self.seconds}
+                "epochs_per_trial": self.epochs_per_trial, "seconds": self.seconds, "eta": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
 
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.started[trial.trial_id] = time.time()
+
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        took = result.get("epoch_seconds")
+        if self.eta is not None and result.get("kind") == "epoch" and isinstance(took, (int, float)):
+            key = eta_key(trial.config["trial"])
+            self.eta.observe(key, float(took))
+            started = self.started.pop(trial.trial_id, None)
+            if started is not None:  # its start-up: from its start to its first epoch, less that epoch
+                self.eta.observe(key, time.time() - started - float(took), startup=True)
         if result.get("kind") == "epoch" and result.get("seed") is not None:
             self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
                                                            self.epochs_per_trial)
@@ -86,11 +104,21 @@ class ProgressLine(_TuneCallback):
             self.units_at_start = units
             self.t_units = now
         rate = (units - self.units_at_start) / max(1e-9, now - self.t_units)
-        eta = (total - units) / rate if rate > 0 else float("nan")
         pending = max(c["pending"], total - c["done"] - c["running"] - c["failed"])
+        finished = c["running"] == 0 and pending == 0
+        if finished:
+            eta = "done"
+        elif self.eta is not None:
+            seen = [(key, self.fraction.get(t.trial_id, 0.0) * self.eta.runs_per_trial
+                     * self.eta.costs[key].epochs, t.status != "PENDING", self.over(t))
+                    for t in trials if (key := eta_key(t.config["trial"])) in self.eta.costs]
+            eta = (f"{format_eta(self.eta.eta(seen), False)} "
+                   f"({hms(self.eta.left(seen))} of work x{self.eta.ratio():.2f})")
+        else:
+            eta = f"ETA {hms((total - units) / rate if rate > 0 else float('nan'))}"
         print(f"[study {self.study}] {c['done']}/{total} done, {c['running']} running, "
               f"{c['failed']} failed, {pending} pending | elapsed {hms(now - self.t0)}"
-              f" | ETA {hms(eta)}", file=self.out or sys.stdout, flush=True)
+              f" | {eta}", file=self.out or sys.stdout, flush=True)
 
 
 def trial_fraction(trial: Any, seed: int, epoch: int, epochs_per_trial: int) -> float:

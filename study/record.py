@@ -142,6 +142,14 @@ class MlflowRecorder(_TuneCallback):
                 c["pending"] += 1
         return c
 
+    def trial_over(self, trial: Any) -> bool:
+        """Whether the record holds every run of ``trial`` finished, or Tune gave up on it and
+        none is left unrecorded (Tune may still call a trial with finished runs RUNNING)."""
+        states = [self.writer.runs[k].status if k in self.writer.runs else None
+                  for _, k in trial_run_keys(trial.config)]
+        return all(s == schema.STATUS_FINISHED for s in states) or trial.status == "ERROR" and all(
+            s in (schema.STATUS_FINISHED, schema.STATUS_FAILED) for s in states)
+
     # ------------------------------------------------------------------ Tune hooks
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
