@@ -125,8 +125,9 @@ def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[st
             return out
 
 
-def ensure_experiment(client: Any, name: str, artifact_location: str) -> str:
-    """Experiment id of ``name``, created with ``artifact_location`` if missing."""
+def ensure_experiment(client: Any, name: str, artifact_location: str | None) -> str:
+    """Experiment id of ``name``, created with ``artifact_location`` if missing (None: the
+    server's default artifact root)."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage != "active":
@@ -179,7 +180,7 @@ class RecordWriter:
     """The study's MLflow runs: a parent run for the study and one run per trial seed, each
     found by its run key. Call :meth:`open` first (it is idempotent)."""
 
-    def __init__(self, *, tracking_uri: str, study: str, artifact_location: str,
+    def __init__(self, *, tracking_uri: str, study: str, artifact_location: str | None,
                  parent_tags: Mapping[str, str], flush_seconds: float = 5.0) -> None:
         self.tracking_uri = tracking_uri
         self.study = study

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from locattn.config import make_run_config
 from record import layout, schema
 from record.layout import StudyPaths, study_paths
-from record.store import split_credentials, sqlite_uri
+from record.store import is_server, split_credentials, sqlite_uri
 from study import slices
 from study.cost import study_eta
 from study.driver import Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text, quiet_tune
@@ -238,7 +238,9 @@ def _run_locked(
         tracking_uri=tracking_uri,
         study=name,
         study_dir=str(paths.dir),
-        artifact_location=paths.artifacts.as_uri(),
+        # On an MLflow server the server's default root (its artifact proxy, mlflow-artifacts:/):
+        # no node needs the study folder for artifacts. A database URI: the study folder.
+        artifact_location=None if is_server(tracking_uri) else paths.artifacts.as_uri(),
         parent_tags={
             schema.TABLES: ",".join(spec.tables),
             schema.PROFILE: spec.profile,

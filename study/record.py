@@ -45,7 +45,7 @@ def is_final_metric(key: str, value: Any) -> bool:
 class MlflowRecorder(_TuneCallback):
     """Tune callback: the study's trial runs in MLflow, through one :class:`RecordWriter`."""
 
-    def __init__(self, *, tracking_uri: str, study: str, study_dir: str, artifact_location: str,
+    def __init__(self, *, tracking_uri: str, study: str, study_dir: str, artifact_location: str | None,
                  parent_tags: Mapping[str, str], n_seeds: int, flush_seconds: float = 5.0) -> None:
         self.settings = dict(tracking_uri=tracking_uri, study=study, study_dir=str(study_dir),
                              artifact_location=artifact_location, parent_tags=dict(parent_tags),
