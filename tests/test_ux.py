@@ -470,5 +470,7 @@ def test_a_real_launch_names_runs_by_what_differs_and_prints_no_token_line(tmp_p
     assert names == ["onestep · copy · s0 · lr 1e-3", "onestep · copy · s1 · lr 1e-3"]
     out = subprocess.run([sys.executable, "-m", "study.cli", "status", "tiny", "--root", str(root)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
-    assert out.splitlines()[-2].split() == ["total", "2", "0", "0", "0", "0"]
-    assert out.splitlines()[-1] == "no driver running"
+    lines = out.splitlines()
+    driver = lines.index("no driver running")  # then the per-cell numbers (study.results)
+    assert lines[driver - 1].split() == ["total", "2", "0", "0", "0", "0"]
+    assert lines[driver + 3].split()[:2] == ["task=copy,variant=onestep", "len15"]
