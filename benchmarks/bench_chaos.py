@@ -1,14 +1,19 @@
-"""Chaos benchmark: N random ``kill -9`` / ``study resume`` cycles of a real small study.
+"""Chaos benchmark: N random faults / ``study resume`` cycles of a real small study.
 
 A small real study (Copy, two variants x two seeds, tiny data, ``--epochs`` epochs each) is
 launched in a driver subprocess, which starts its own private local Ray. Each cycle waits until
 the study has trained at least one more epoch, waits a random 0-``--max-wait`` seconds more,
-then ``kill -9``s the driver alone (its Ray helpers are left behind, as after a real crash) and
-runs ``study resume``. Along the way it injects:
+then either ``kill -9``s the driver alone (its Ray helpers are left behind, as after a real
+crash) and runs ``study resume``, or (one cycle in four) ``kill -9``s the trial's Ray worker,
+which Tune retries from its checkpoint while the driver runs on. Along the way it injects:
 
+    early kills            every new study's driver is killed 0-1.5 s after its mlflow.db
+                           appears (while MLflow migrates the new store), then resumed
     one store deletion     mlflow.db (and its -wal/-shm) is deleted under a running driver
     one corrupt checkpoint the newest intact Tune checkpoint of an unfinished trial gets 32
                            zeroed bytes in its state.pt (same size), after a kill
+    one edited state       a same-size digit edit of the newest trial_state.json (its epoch
+                           history), after a kill
 
 When a study finishes before the N cycles are done, it is checked and a fresh one is started.
 At the end it prints, over every study:
@@ -59,7 +64,7 @@ def write_spec(path: Path, name: str, epochs: int, train_size: int) -> None:
     import yaml
 
     spec = {
-        "name": name, "seeds": 2, "resources": {"cpus": 1}, "max_failures": 1, "max_concurrent": 2,
+        "name": name, "seeds": 2, "resources": {"cpus": 1}, "max_failures": 4, "max_concurrent": 2,
         "grid": {"task": ["copy"], "variant": ["onestep", "content"]},
         "overrides": {"task.train_size": train_size, "task.dev_size": 16, "task.test_size": 16,
                       "task.test_lengths": [15], "optim.epochs": epochs},
@@ -172,6 +177,64 @@ def newest_intact_checkpoint(study: Path) -> Path | None:
     return best[1] if best else None
 
 
+def edit_newest_state(study: Path) -> Path | None:
+    """A same-size digit edit of the newest complete trial_state.json's epoch history."""
+    from study.trainable import STATE_FILE, read_complete, staged_runs
+
+    best = None
+    for path in study.glob("tune/trial_*/checkpoint_*"):
+        for epoch, _ in staged_runs(path).values():
+            if best is None or epoch > best[0]:
+                best = (epoch, path)
+    if best is None or read_complete(best[1]) is None:
+        return None
+    state = best[1] / STATE_FILE
+    text = state.read_text()
+    at = text.find('"dev_loss": ')
+    if at < 0:
+        return None
+    at += len('"dev_loss": ')
+    digit = text[at]
+    if not digit.isdigit():
+        return None
+    state.write_text(text[:at] + str((int(digit) + 1) % 10) + text[at + 1:])
+    return state
+
+
+def trial_workers(driver: int) -> list[Any]:
+    """The Ray worker processes running trials under a driver (by PID, never by name)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(driver).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in procs:
+        try:
+            title = " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if title.startswith("ray::") and ("ImplicitFunc" in title or "run_trial" in title):
+            out.append(p)
+    return out
+
+
+def early_kill(spec: Path, study: Path, root: Path, log: Path, rng: random.Random) -> bool:
+    """Launch a new study and ``kill -9`` its driver 0-1.5 s after its mlflow.db appears."""
+    db = study / "mlflow.db"
+    proc = run_driver(["launch", str(spec), "--root", str(root)], log)
+    t = time.time()
+    while proc.poll() is None and not db.exists() and time.time() - t < 300:
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        return False
+    time.sleep(rng.uniform(0, 1.5))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return True
+
+
 def run_driver(args: list[str], log: Path) -> subprocess.Popen:
     out = log.open("ab")
     return subprocess.Popen([sys.executable, "-m", "study.cli", *args, "--progress-seconds", "5"],
@@ -214,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
               "epochs_final": 0}
     study_no = 0
     cycle = 0
-    injected = {"store_deleted": 0, "checkpoint_corrupted": 0}
+    injected = {"driver_kills": 0, "worker_kills": 0, "early_kills": 0, "store_deleted": 0,
+                "checkpoint_corrupted": 0, "state_edited": 0}
     studies: list[Path] = []
 
     def new_study() -> tuple[Path, Path]:
@@ -225,9 +289,18 @@ def main(argv: list[str] | None = None) -> int:
         studies.append(root / f"chaos{study_no}-smoke")
         return spec, root / f"chaos{study_no}-smoke"
 
+    def start(spec: Path, study: Path) -> subprocess.Popen:
+        """A new study: killed early while its store is created, then resumed."""
+        if early_kill(spec, study, root, log, rng):
+            injected["early_kills"] += 1
+            print(f"early kill -9 of {study.name} while its store was created", flush=True)
+            return run_driver(["resume", str(study)], log)
+        return run_driver(["launch", str(spec), "--root", str(root)], log)
+
+    exits = 0  # driver exits in a row without a finished study
     spec, study = new_study()
-    proc = run_driver(["launch", str(spec), "--root", str(root)], log)
     t_chaos = time.time()
+    proc = start(spec, study)
     while cycle < a.cycles:
         before = trained_epochs(study)
         while proc.poll() is None and trained_epochs(study) <= before:
@@ -240,11 +313,31 @@ def main(argv: list[str] | None = None) -> int:
             injected["store_deleted"] += 1
             print(f"cycle {cycle}: deleted {study / 'mlflow.db'} under the running driver", flush=True)
             time.sleep(rng.uniform(0, a.max_wait))
+        workers = trial_workers(proc.pid) if proc.poll() is None and rng.random() < 0.25 else []
+        if workers:
+            victim = rng.choice(workers)
+            try:
+                victim.kill()
+            except Exception:  # noqa: BLE001 - it ended by itself meanwhile
+                pass
+            cycle += 1
+            injected["worker_kills"] += 1
+            print(f"cycle {cycle}: kill -9 of trial worker {victim.pid} at {trained_epochs(study)} "
+                  "epochs trained", flush=True)
+            continue
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             cycle += 1
+            exits = 0
+            injected["driver_kills"] += 1
             print(f"cycle {cycle}: kill -9 at {trained_epochs(study)} epochs trained", flush=True)
+            if cycle >= delete_at and not injected["state_edited"]:
+                time.sleep(2)
+                edited = edit_newest_state(study)
+                if edited is not None:
+                    injected["state_edited"] += 1
+                    print(f"cycle {cycle}: edited a digit of {edited}", flush=True)
             if cycle >= corrupt_at and not injected["checkpoint_corrupted"]:
                 time.sleep(2)  # the killed driver's trial actors die with it
                 ckpt = newest_intact_checkpoint(study)
@@ -265,10 +358,20 @@ def main(argv: list[str] | None = None) -> int:
             totals["studies"] += 1
             print(f"study {study.name} finished after cycle {cycle}: {c}", flush=True)
             spec, study = new_study()
-            proc = run_driver(["launch", str(spec), "--root", str(root)], log)
+            proc = start(spec, study)
         else:
+            exits += 1
             print(f"cycle {cycle}: driver exited {proc.returncode}; resuming", flush=True)
-            proc = run_driver(["resume", str(study)], log)
+            if exits >= 3:  # resume after resume fails: the study is lost, not retried forever
+                print(f"study {study.name} does not resume:\n{log.read_text()[-1500:]}", flush=True)
+                totals["lost"] += 4
+                totals["studies"] += 1
+                spec, study = new_study()
+                proc = start(spec, study)
+            else:
+                proc = run_driver(["resume", str(study)], log)
+            continue
+        exits = 0
     # Let the last study finish undisturbed.
     if proc.poll() is None:
         proc.wait()
@@ -283,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     counter.join()
     retrained = counter.epochs() - totals["epochs_final"]
     print(f"last study {study.name}: {c}")
-    print(f"\ncycles {cycle} (kill -9 of the driver), injected {injected}, {totals['studies']} studies, "
+    print(f"\ncycles {cycle}, injected {injected}, {totals['studies']} studies, "
           f"{totals['runs']} finished runs, {time.time() - t_chaos:.0f} s of chaos")
     print(f"lost {totals['lost']}  duplicated {totals['duplicated']}  gaps {totals['gaps']}  "
           f"mismatched vs uninterrupted {totals['mismatched'] if reference is not None else 'n/a'}  "

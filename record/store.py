@@ -24,7 +24,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from record import schema
 
@@ -46,8 +46,17 @@ class StudyNotFound(StoreError):
 
 
 def sqlite_uri(path: str | Path) -> str:
-    """The tracking URI of a SQLite store file."""
-    return f"{SQLITE_PREFIX}{path}"
+    """The tracking URI of a SQLite store file. ``%``, ``?`` and ``#`` in the path are
+    percent-encoded (SQLAlchemy decodes them; unencoded, ``?`` and ``#`` end the path and ``%``
+    starts an escape); any other path gives the same URI as before."""
+    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return f"{SQLITE_PREFIX}{text}"
+
+
+def readonly_uri(path: str | Path) -> str:
+    """sqlite3's URI opening ``path`` read-only (the path percent-encoded: a '?' or '#' in it
+    would end it)."""
+    return f"file:{quote(str(path), safe='/')}?mode=ro"
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:
@@ -135,7 +144,7 @@ class SQLReader:
         if path is not None:
             if not path.exists():
                 raise StoreError(f"SQLite store {str(path)!r} does not exist")
-            self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+            self._conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout)
             self._engine = None
         else:
             import sqlalchemy  # installed with mlflow; only non-SQLite stores need it
@@ -399,3 +408,71 @@ def insert_rows(db: str | Path, tables: Mapping[str, tuple[Sequence[str], Sequen
                 con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
     finally:
         con.close()
+
+
+# ---------------------------------------------------------------------------- creating a store
+
+
+def ensure_sqlite_store(db: Path) -> str | None:
+    """Make sure ``db`` is a complete MLflow SQLite store before MLflow opens it; returns what was
+    done (a line for the driver) or None when the store was already there.
+
+    MLflow builds a new store in place, by ~50 migrations; a ``kill -9`` in between left tables
+    without their migration stamp, and every later open failed with a 139-line traceback
+    ("table ... already exists"). So a new store is built aside (``.<name>.creating-<pid>``) and
+    renamed into place, and a store that holds no run but is not stamped at MLflow's newest
+    schema (a half-built one, from code before this) is set aside (``<name>.half-built``) and
+    rebuilt. Call it under :class:`study.record.store_lock`: two creators would race.
+    """
+    for stale in db.parent.glob(f".{db.name}.creating-*"):  # left by a killed creator
+        stale.unlink(missing_ok=True)
+    note = None
+    if db.exists():
+        if not _half_built(db):
+            return None
+        aside = db.with_name(f"{db.name}.half-built")
+        os.replace(db, aside)
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        note = f"{db} was half-built (no run, schema not complete): set aside as {aside.name}, rebuilt"
+    tmp = db.with_name(f".{db.name}.creating-{os.getpid()}")
+    _migrate(tmp)
+    os.replace(tmp, db)
+    return note
+
+
+def _migrate(db: Path) -> None:
+    """Create a complete MLflow store in ``db`` and close every connection to it."""
+    from mlflow.tracking import MlflowClient  # heavy: only when a store is created
+
+    # The client's own store (its default artifact root, as a store opened in place gets);
+    # building it runs the migrations. Closing its engine lets the file be renamed whole.
+    store = MlflowClient(tracking_uri=sqlite_uri(db))._tracking_client.store
+    store.engine.dispose()
+
+
+def _head_revision() -> str:
+    """MLflow's newest schema revision (its migration scripts' head)."""
+    from alembic.script import ScriptDirectory  # installed with MLflow
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+
+
+def _half_built(db: Path) -> bool:
+    """Whether ``db`` holds no run and is not stamped at MLflow's newest schema."""
+    try:
+        con = sqlite3.connect(readonly_uri(db), uri=True, timeout=30)
+    except sqlite3.Error:
+        return False
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "runs" in tables and con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+            return False  # runs recorded: never rebuilt (MLflow upgrades or refuses it itself)
+        stamp = (con.execute("SELECT version_num FROM alembic_version").fetchall()
+                 if "alembic_version" in tables else [])
+    except sqlite3.Error:
+        return False
+    finally:
+        con.close()
+    return [r[0] for r in stamp] != [_head_revision()]

@@ -31,7 +31,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from record import layout, schema
-from record.store import local_store, run_index
+from record.store import ensure_sqlite_store, local_store, run_index
 
 MAX_TAG_CHARS = 5000
 """Tag values are cut to this many characters (MLflow's limit is 8,000)."""
@@ -143,12 +143,14 @@ class store_lock:
     def __init__(self, tracking_uri: str) -> None:
         self.db = local_store(tracking_uri)
         self.fd: int | None = None
+        self.note: str | None = None  # what creating the store did, when worth a line
 
     def __enter__(self) -> "store_lock":
         if self.db is not None:
             self.db.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(f"{self.db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
+            self.note = ensure_sqlite_store(self.db)  # built aside: a kill leaves no half store
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -197,9 +199,11 @@ class RecordWriter:
         """Connect, create the experiment and the parent run if missing, read every run key."""
         if self.ready:
             return self
-        with store_lock(self.tracking_uri):  # a new SQLite store is created (migrated) once
+        with store_lock(self.tracking_uri) as lock:  # a new SQLite store is created (migrated) once
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
+        if lock.note:
+            print(f"[study {self.study}] {lock.note}", flush=True)
         self.runs = existing_runs(self.client, self.tracking_uri, self.experiment_id)
         location = self.client.get_experiment(self.experiment_id).artifact_location
         self.artifact_root = local_dir(location)
@@ -387,3 +391,9 @@ class RecordWriter:
             mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
         self.set_tags(self.parent_id, {schema.STATUS: status})
         self.client.set_terminated(self.parent_id, mlflow_status)
+        if status == schema.STATUS_INTERRUPTED:  # its trial runs stopped with it: none left RUNNING
+            for state in self.runs.values():
+                if state.run_id != self.parent_id and state.status == schema.STATUS_RUNNING:
+                    self.set_tags(state.run_id, {schema.STATUS: schema.STATUS_INTERRUPTED})
+                    self.client.set_terminated(state.run_id, "KILLED")
+                    state.status = schema.STATUS_INTERRUPTED

@@ -40,10 +40,25 @@ class StudyLock:
         self.paths = paths
         self.out = out
         self.fd: int | None = None
+        self.dir_fd: int | None = None
         self.previous: dict[str, Any] = {}
 
     def acquire(self) -> "StudyLock":
         path = self.paths.lock
+        # The lock that counts is on the study folder itself: deleting study.lock (a new file, a
+        # new inode, a free flock) must not let a second driver in. study.lock says who holds it.
+        try:
+            dir_fd = os.open(self.paths.dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise StudyError(f"{self.paths.dir}: cannot open the study folder ({exc.strerror})") from None
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(dir_fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StudyError(f"{self.paths.dir}: cannot lock ({exc.strerror})") from None
+            self._refuse(path)
+        self.dir_fd = dir_fd
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -52,13 +67,10 @@ class StudyLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
+            self.release()
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise StudyError(f"{path}: cannot lock ({exc.strerror})") from None
-            holder = self._read(path)
-            raise StudyError(
-                f"study {self.paths.dir.name!r} is already running: driver PID {holder.get('pid', '?')} "
-                f"on host {holder.get('host', '?')} holds {path}; wait for it, or stop that driver first"
-            ) from None
+            self._refuse(path)
         self.fd = fd
         self.previous = self._read(path)
         pid, host = self.previous.get("pid"), self.previous.get("host")
@@ -69,6 +81,13 @@ class StudyLock:
                   f"host {host} ({state})", file=self.out)
         self.write()
         return self
+
+    def _refuse(self, path: Path) -> None:
+        holder = self._read(path)
+        who = (f"driver PID {holder['pid']} on host {holder.get('host', '?')} holds {path}"
+               if holder.get("pid") else f"a driver holds the study folder (its {path.name} was deleted)")
+        raise StudyError(f"study {self.paths.dir.name!r} is already running: {who}; wait for it, or "
+                         "stop that driver first") from None
 
     @staticmethod
     def _read(path: Path) -> dict[str, Any]:
@@ -95,6 +114,9 @@ class StudyLock:
                 pass
             os.close(self.fd)  # closing the descriptor releases the flock
             self.fd = None
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
 
     def reap_stale_ray(self) -> list[int]:
         """Kill, by PID, the Ray processes a dead previous driver of this study left behind.
@@ -210,9 +232,19 @@ def quiet_tune() -> None:
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     controller = logging.getLogger("ray.tune.execution.tune_controller")
     for log, keep in ((controller, _stale_checkpoint_filter), (logging.getLogger("ray.tune.tune"),
-                      _tune_log_filter), (controller, _trial_failure_filter)):
+                      _tune_log_filter), (controller, _trial_failure_filter),
+                      (logging.getLogger("mlflow.store.db.utils"), _store_error_filter)):
         if keep not in log.filters:
             log.addFilter(keep)
+
+
+def _store_error_filter(record: Any) -> bool:
+    """Drop MLflow's own traceback of a store failure: the recorder turns the same exception into
+    one line naming the store (``study.record.store_failure``) and stops the study."""
+    from study.record import store_failure  # study.record imports Ray Tune: only once running
+
+    exc = record.exc_info[1] if record.exc_info else None
+    return exc is None or store_failure("", exc) is None
 
 
 def _stale_checkpoint_filter(record: Any) -> bool:

@@ -45,21 +45,35 @@ def load_meta(paths: StudyPaths) -> dict[str, Any]:
     return meta
 
 
+#: Environment variables that carry a tracking URI's credentials, by scheme: a PostgreSQL
+#: store's go to libpq (which also reads ``~/.pgpass``), an MLflow server's to MLflow's client.
+CREDENTIAL_VARIABLES = {"postgresql": ("PGUSER", "PGPASSWORD"),
+                        "http": ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"),
+                        "https": ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+
+
 def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
-    """Strip userinfo from a tracking URI; hand it to MLflow through its environment variables
-    (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``), never to a file or a log."""
+    """Strip userinfo from a tracking URI and keep it in this process's memory only: in the
+    environment variables the store's client reads (:data:`CREDENTIAL_VARIABLES`), never in a
+    file or a log. Other schemes are refused (there is no variable to carry the secret)."""
     if tracking_uri is None:
         return None
     clean, user, password = split_credentials(tracking_uri)
     if user is None and password is None:
         return tracking_uri
+    scheme = clean.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in CREDENTIAL_VARIABLES:
+        raise StudyError(f"--tracking-uri {clean}: a password in a {scheme} URI would be saved in "
+                         f"study.json; give it to the database client another way (schemes that "
+                         f"take credentials here: {sorted(CREDENTIAL_VARIABLES)})")
+    user_var, password_var = CREDENTIAL_VARIABLES[scheme]
     if user is not None:
-        os.environ.setdefault("MLFLOW_TRACKING_USERNAME", user)
+        os.environ.setdefault(user_var, user)
     if password is not None:
-        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", password)
+        os.environ.setdefault(password_var, password)
     print(f"[study] credentials removed from the tracking URI ({clean}); they are not saved. "
-          "MLflow reads them from MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD: set these "
-          "to resume", file=out)
+          f"The store's client reads them from {user_var}/{password_var}: set these to resume",
+          file=out)
     return clean
 
 
@@ -69,13 +83,15 @@ def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
                         only=meta.get("only") or None)
 
 
-def one_line_os_error(exc: BaseException, where: Path) -> str:
-    """One line for a filesystem or store failure, saying "No space left on device" when it is."""
+def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None) -> str:
+    """One line for a filesystem or store failure at ``where`` (of the study folder ``study``,
+    when that is not ``where``), saying "No space left on device" when it is."""
     text = str(exc)
     full = ("database or disk is full" in text or getattr(exc, "errno", None) == errno.ENOSPC
             or "No space left" in text)
     if full:
-        return f"{where}: No space left on device ({type(exc).__name__}); free space, then `study resume {where}`"
+        return (f"{where}: No space left on device ({type(exc).__name__}); free space, then "
+                f"`study resume {study or where}`")
     if getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text \
             or "read-only" in text:
         return f"{where}: cannot write here ({getattr(exc, 'strerror', None) or text.splitlines()[0]})"

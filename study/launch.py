@@ -17,12 +17,13 @@ from typing import Any, TextIO
 from locattn.config import make_run_config
 from record import layout, schema
 from record.layout import StudyPaths, study_paths
-from record.store import is_server, split_credentials, sqlite_uri
+from record.store import is_server, redact, split_credentials, sqlite_path, sqlite_uri
 from study import slices
 from study.cost import study_eta
 from study.driver import Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text, quiet_tune
 from study.folder import (StudyError, legacy_tune_state, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
+from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings, widens)
 from study.trainable import run_trial, trial_descriptor, trial_dirname, trial_run_keys
@@ -80,14 +81,20 @@ def launch(
         problems = check_task_data(spec)
         for problem in problems:
             print(f"data     PROBLEM {problem}", file=out)
+        disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
+        print(disk, file=out)
         return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
-                "data_problems": problems, "size_warnings": big}
+                "data_problems": problems, "size_warnings": big, "disk_short": short}
     if big and not yes:
         cost = next((ln for ln in spec.plan().splitlines() if ln.startswith("cost")), "").split(None, 1)
         raise StudyError(
             f"{spec_path}: a very large study ({'; '.join(big)}; dry-run cost "
             f"{cost[-1] if cost else '?'}); check with --dry-run, then pass --yes to launch it")
     require_task_data(spec)  # before anything is created or started
+    if not paths.meta.is_file():  # a new study: will its runs fit on the disk?
+        disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
+        if short:
+            print(f"[study {name}] WARNING {disk.split(None, 1)[1]}", file=out)
     try:
         paths.dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -132,6 +139,12 @@ def launch(
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
     finally:
         lock.release()
+
+
+def _slots(spec: StudySpec, max_concurrent: int | None) -> int:
+    """Trials that run at once: the concurrency asked for, else what the CPUs allow."""
+    limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+    return limit or max(1, int((os.cpu_count() or 1) // max(spec.cpus, 1e-9)))
 
 
 def _only_text(only: dict[str, list] | None) -> str:
@@ -202,7 +215,9 @@ def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], **kw: Any) ->
         text = str(exc)
         if any(m in text for m in ("database or disk is full", "No space left", "readonly database",
                                    "attempt to write a readonly")):
-            raise StudyError(one_line_os_error(exc, paths.dir)) from None
+            db = sqlite_path(meta["tracking_uri"])  # the store failed: name it, not the study folder
+            raise StudyError(one_line_os_error(exc, db or Path(redact(meta["tracking_uri"])),
+                                               paths.dir)) from None
         raise
 
 
@@ -313,6 +328,9 @@ def _run_locked(
             except KeyboardInterrupt:  # a second Ctrl-C: stop now, state as of the last snapshot
                 interrupt.event.set()
         fit_seconds = time.time() - t_fit
+        if recorder.failure is not None:
+            raise StudyError(f"{recorder.failure}; the runs are safe in {paths.dir}: free or restore "
+                             f"the store, then `study resume {paths.dir}`")
         errors = sum(1 for r in grid if r.error is not None) if grid is not None else 0
         writer.flush()
         counts = writer.run_counts(spec.n_runs())

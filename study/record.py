@@ -8,18 +8,21 @@ finished runs a store lost, from their run folders.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any, Mapping
 
 from locattn.config import config_to_dict, flatten
 from record import layout, schema
+from record.store import redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.naming import run_name
 from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
-from study.trainable import (OBJECTIVE, final_metrics, finished_result, is_packed,
+from study.trainable import (NOTICES, OBJECTIVE, final_metrics, finished_result, is_packed,
                              resolve_run_config, run_dir, trial_hparams, trial_run_keys)
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
@@ -33,13 +36,57 @@ except ImportError:  # pragma: no cover
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",
-                   "seeds_done", "history", "replay", OBJECTIVE}
+                   "seeds_done", "history", "replay", NOTICES, OBJECTIVE}
 
 
 def is_final_metric(key: str, value: Any) -> bool:
     """Whether a ``seed_final`` result entry is a final metric of the run."""
     return (key not in NON_METRIC_KEYS and (key in schema.FINAL_METRICS or key.startswith("test."))
             and isinstance(value, (int, float)))
+
+
+#: Modules whose exceptions mean the store failed (not a bug of this code).
+STORE_ERROR_MODULES = ("mlflow", "sqlalchemy", "sqlite3", "requests", "urllib3", "psycopg", "pymysql")
+
+
+def store_failure(where: str, exc: BaseException) -> str | None:
+    """One line for an exception of the store at ``where`` (its file, or its redacted URI), or
+    None when ``exc`` is not a store failure (a bug, which keeps its traceback)."""
+    module = type(exc).__module__ or ""
+    if not isinstance(exc, OSError) and not module.startswith(STORE_ERROR_MODULES):
+        return None
+    text = " ".join(str(exc).split())
+    if "database or disk is full" in text or "No space left" in text or getattr(exc, "errno", 0) == 28:
+        why = "no space left on its device"
+    elif "readonly" in text or "read-only" in text or getattr(exc, "errno", 0) in (13, 30):
+        why = "it became read-only"
+    elif "no such table" in text or "unable to open database" in text or "does not exist" in text:
+        why = "it is gone: deleted or moved"
+    else:
+        why = f"{type(exc).__name__}: {text[:200]}"
+    return f"the store {where} failed mid-run ({why})"
+
+
+def _guarded(hook: Any) -> Any:
+    """A Tune hook of :class:`MlflowRecorder` that turns a store failure into one line and a
+    graceful stop (Tune's SIGUSR1, as Ctrl-C: the trials stay resumable), instead of a traceback
+    per hook call for the rest of the run."""
+    @functools.wraps(hook)
+    def wrapper(self: "MlflowRecorder", *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "failure", None) is not None:
+            return None
+        try:
+            return hook(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
+            db = sqlite_path(self.settings["tracking_uri"])
+            line = store_failure(str(db) if db is not None else redact(self.settings["tracking_uri"]), exc)
+            if line is None:
+                raise
+            self.failure = line  # said once, by the driver, when Tune has stopped
+            if callable(signal.getsignal(signal.SIGUSR1)):  # Tune's handler, installed during fit
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return None
+    return wrapper
 
 
 class MlflowRecorder(_TuneCallback):
@@ -56,6 +103,8 @@ class MlflowRecorder(_TuneCallback):
                                    artifact_location=artifact_location, parent_tags=parent_tags,
                                    flush_seconds=flush_seconds)
         self.trial_current: dict[str, str] = {}  # Tune trial id -> run key in progress
+        self.failure: str | None = None
+        """One line saying how the store failed mid-run (:func:`store_failure`), or None."""
 
     # Pickled into Tune's tuner state (and replaced on restore): keep only the settings.
     def __getstate__(self) -> dict:
@@ -152,6 +201,7 @@ class MlflowRecorder(_TuneCallback):
 
     # ------------------------------------------------------------------ Tune hooks
 
+    @_guarded
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.open()
         current = self.current(trial)
@@ -160,6 +210,7 @@ class MlflowRecorder(_TuneCallback):
         if current:
             self.trial_current[trial.trial_id] = current[0][1]
 
+    @_guarded
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         self.open()
         kind = result.get("kind")
@@ -168,8 +219,15 @@ class MlflowRecorder(_TuneCallback):
             return
         state = self.run_for(trial.config, int(result["seed"]), key)
         self.trial_current[trial.trial_id] = key
+        where = f"[study {self.writer.study}] seed {result['seed']} of {trial.config['trial']['cell']}"
+        for notice in result.get(NOTICES) or []:  # workers' output never reaches the user
+            print(f"{where}: {notice}", flush=True)
         # (A finished run's tags are final: a restored trial reports its finished seeds again.)
         if state.status != schema.STATUS_FINISHED and result.get("resumed_from", 0) != state.resumed_from:
+            if state.last_step > 0 or result.get("resumed_from", 0) > 0:
+                print(f"{where} continues from epoch {int(result.get('resumed_from', 0))}"
+                      + (f" (its record has {state.last_step} epochs)" if state.last_step else ""),
+                      flush=True)
             state.resumed_from = int(result.get("resumed_from", 0))
             self.writer.set_tags(state.run_id, {schema.RESUMED_FROM: state.resumed_from,
                                                 schema.NODE_ID: result.get("node_id", "")})
@@ -183,6 +241,7 @@ class MlflowRecorder(_TuneCallback):
         finals = {k: v for k, v in result.items() if is_final_metric(k, v)}
         self.writer.finish(key, finals, run_dir(self.study_dir, key))
 
+    @_guarded
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.open()
         key = self.trial_current.get(trial.trial_id)
@@ -191,6 +250,7 @@ class MlflowRecorder(_TuneCallback):
                 schema.ERROR: error_text(trial)[:MAX_TAG_CHARS],
                 schema.ATTEMPTS: str(trial.run_metadata.num_failures)})
 
+    @_guarded
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.open()
         self.writer.flush()
@@ -200,10 +260,12 @@ class MlflowRecorder(_TuneCallback):
             self.run_for(trial.config, seed, key)
             self.writer.fail(key, error, trial.run_metadata.num_failures)
 
+    @_guarded
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.open()
         self.writer.flush()
 
+    @_guarded
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.open()
         self.writer.flush()
@@ -217,6 +279,7 @@ class MlflowRecorder(_TuneCallback):
             "wall_seconds": self.writer.seconds_open(),
         })
 
+    @_guarded
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         self.writer.flush(force=False)
 

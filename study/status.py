@@ -5,10 +5,10 @@ seeds and hparams, without re-validating the spec, which would import torch), th
 the record's reader (:func:`record.store.read_rows`: plain ``sqlite3`` on a SQLite store), and
 the driver record in ``study.lock``. It never imports torch, Ray, MLflow or polars.
 
-A trial is *stale* when the record says it is running but no driver runs the study: the lock
-file names no holder (a driver empties it on exit), or names a PID on this host that no longer
-exists (``kill -9``, a crash). A driver on another host cannot be checked from here; its trials
-count as running and the status line says where the driver is.
+A trial is *stale* (stopped, resumable) when the record says it is running, or interrupted, but
+no driver runs the study: the lock file names no holder (a driver empties it on exit), or names a
+PID on this host that no longer exists (``kill -9``, a crash). A driver on another host cannot be
+checked from here; its trials count as running and the status line says where the driver is.
 """
 
 from __future__ import annotations
@@ -150,8 +150,8 @@ def study_status(meta: Mapping[str, Any], study_dir: Path) -> tuple[list[CellSta
     driver = read_driver(study_dir)
     by_cell: dict[str, dict[str, list[int]]] = {c: {} for c in cells}
     for cell, seed, status in trial_runs(meta["tracking_uri"], meta["name"]):
-        if status == schema.STATUS_RUNNING and driver.alive is False:
-            status = STALE
+        if status == schema.STATUS_INTERRUPTED or (status == schema.STATUS_RUNNING and driver.alive is False):
+            status = STALE  # stopped with its driver (Ctrl-C, kill): resumable
         by_cell.setdefault(cell, {}).setdefault(status, []).append(seed)
     rows = [CellStatus(cell=c, expected=expected, seeds={k: sorted(v) for k, v in s.items()})
             for c, s in by_cell.items()]
@@ -183,7 +183,6 @@ def format_status(rows: list[CellStatus], driver: Driver, study: str) -> str:
     lines.append(f"{'total':<{width}}  {cols}  {missing:>7}")
     note = driver.describe()
     if totals[STALE]:
-        note += (f"; {totals[STALE]} run(s) marked running belong to it and will not finish: "
-                 f"study resume {study}")
+        note += f"; {totals[STALE]} run(s) stopped with it, resumable: study resume {study}"
     lines.append(note)
     return "\n".join(lines)
