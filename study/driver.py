@@ -47,31 +47,8 @@ class StudyLock:
         path = self.paths.lock
         # The lock that counts is on the study folder itself: deleting study.lock (a new file, a
         # new inode, a free flock) must not let a second driver in. study.lock says who holds it.
-        try:
-            dir_fd = os.open(self.paths.dir, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as exc:
-            raise StudyError(f"{self.paths.dir}: cannot open the study folder ({exc.strerror})") from None
-        try:
-            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(dir_fd)
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise StudyError(f"{self.paths.dir}: cannot lock ({exc.strerror})") from None
-            self._refuse(path)
-        self.dir_fd = dir_fd
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StudyError(f"{path}: cannot create the study lock ({exc.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            self.release()
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise StudyError(f"{path}: cannot lock ({exc.strerror})") from None
-            self._refuse(path)
-        self.fd = fd
+        self.dir_fd = self._lock(self.paths.dir, os.O_RDONLY | os.O_DIRECTORY, "open the study folder")
+        self.fd = self._lock(path, os.O_RDWR | os.O_CREAT, "create the study lock")
         self.previous = self._read(path)
         pid, host = self.previous.get("pid"), self.previous.get("host")
         if pid and pid != os.getpid():
@@ -81,6 +58,24 @@ class StudyLock:
                   f"host {host} ({state})", file=self.out)
         self.write()
         return self
+
+    def _lock(self, target: Path, flags: int, what: str) -> int:
+        """An open descriptor of ``target`` holding its exclusive flock; a held one is refused
+        in one line naming the holder (and everything taken so far is released)."""
+        try:
+            fd = os.open(target, flags, 0o644)
+        except OSError as exc:
+            self.release()
+            raise StudyError(f"{target}: cannot {what} ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            self.release()
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StudyError(f"{target}: cannot lock ({exc.strerror})") from None
+            self._refuse(self.paths.lock)
+        return fd
 
     def _refuse(self, path: Path) -> None:
         holder = self._read(path)
