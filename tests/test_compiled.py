@@ -17,10 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from locattn.packed import train_packed
 from locattn.tasks import load_task
 from locattn.train import train
 from locattn.training import checkpoint as ckpt
+from run_helpers import kill_after_epoch
 from locattn.training.epoch import ParamPack, batch_nll, compiled_batch_nll
 from locattn.training.seq2seq import Seq2SeqRun
 
@@ -123,17 +122,8 @@ def test_compiled_sigkill_then_resume_equals_uninterrupted(tmp_path: Path) -> No
     full = subprocess.run(_cli(tmp_path / "full", cache), env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
     assert full.returncode == 0, full.stderr
-    victim = subprocess.Popen(_cli(tmp_path / "cut", cache), env=env, cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    meta = tmp_path / "cut" / "checkpoint" / "meta.json"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if meta.is_file() and json.loads(meta.read_text())["epoch"] >= 2:
-            break
-        assert victim.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.005)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=30)
+    kill_after_epoch(_cli(tmp_path / "cut", cache), tmp_path / "cut", 2, env=env, cwd=ROOT,
+                     timeout=600, poll=0.005)
     assert ckpt.read_meta(tmp_path / "cut" / "checkpoint")["epoch"] in (2, 3)
     assert not (tmp_path / "cut" / "result.json").exists()
     resumed = subprocess.run(_cli(tmp_path / "cut", cache), env=env, cwd=ROOT, capture_output=True,

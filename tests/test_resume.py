@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from locattn.config import apply_overrides, make_run_config
 from locattn.train import CheckpointMismatchError, train
 from locattn.training import checkpoint as ckpt
+from run_helpers import kill_after_epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {
@@ -116,17 +116,8 @@ def test_sigkill_during_epoch_3_then_resume_equals_uninterrupted(tmp_path: Path)
 
     full = subprocess.Popen(_cli(tmp_path / "full", cache), env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = subprocess.Popen(_cli(tmp_path / "cut", cache), env=env, cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    meta = tmp_path / "cut" / "checkpoint" / "meta.json"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if meta.is_file() and json.loads(meta.read_text())["epoch"] >= 2:
-            break
-        assert victim.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=30)
+    victim = kill_after_epoch(_cli(tmp_path / "cut", cache), tmp_path / "cut", 2, env=env,
+                              cwd=ROOT, timeout=240)
     assert victim.returncode == -signal.SIGKILL
     # Killed while epoch 3 was running: the last complete checkpoint is epoch 2, no result.
     assert ckpt.read_meta(tmp_path / "cut" / "checkpoint")["epoch"] == 2
