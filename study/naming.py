@@ -1,9 +1,11 @@
 """Run names for the MLflow UI: what tells runs apart, first.
 
-The UI shows a run's name in a narrow column and cuts it after about 20 characters, so the
-name leads with the parts that differ between the runs of a study: variant, task, seed, then
-the hyperparameters and any further grid axis, e.g. ``onestep · copy · s0 · lr 1e-3``. The
-full identity stays in the tags (``locattn.cell``, ``locattn.hparams``, ``locattn.run_key``).
+The UI shows a run's name in a narrow column and cuts it after about 30 characters, so the
+name leads with the parts that differ between the runs of a study: the abbreviated variant,
+task and seed (``mix-1step-pr·inv-rev-recopy·s9``: every variant x task pair of ``ablations/``
+fits in 30 characters), then the hyperparameters and any further grid axis
+(``1step·copy·s0·lr=1e-3``). The full identity stays in the tags (``locattn.cell``,
+``locattn.hparams``, ``locattn.run_key``); records written before these names keep theirs.
 Pure functions, standard library only.
 """
 
@@ -12,7 +14,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-SEP = " · "
+SEP = "·"
+#: Word abbreviations of variant and task keys, applied to their ``_``-separated words in order.
+WORDS = {"dubois": "", "onestep": "1step", "locattn": "loc", "reverse": "rev",
+         "sigmoid": "sig"}
 #: MLflow's limit on a run name.
 MAX_RUN_NAME = 250
 
@@ -62,15 +67,27 @@ def split_cell(cell: str) -> dict[str, str]:
     return axes
 
 
+def abbreviate(key: str) -> str:
+    """A variant or task key, short: its words through :data:`WORDS`, joined by ``-``
+    (``mix_onestep_pr`` -> ``mix-1step-pr``, ``dubois_transformer_xl`` -> ``transformer-xl``,
+    ``inv_reverse_recopy`` -> ``inv-rev-recopy``); an ablation ``<base>_no_<part>`` is
+    ``-<part>``, as the papers label it (``onestep_no_step2`` -> ``-step2``)."""
+    base, no, part = key.partition("_no_")
+    if no and part:
+        return "-" + abbreviate(part)
+    words = [WORDS.get(w, w) for w in key.split("_")]
+    return "-".join(w for w in words if w) or key
+
+
 def run_name(*, task: str, variant: str, seed: int, hparams: Mapping[str, Any] | None = None,
              cell: str = "") -> str:
-    """The UI name of one trial run: ``variant · task · s<seed>[ · <hparam> <value>]...[ · <axis>
-    <value>]...``. Hyperparameters and extra grid axes (from ``cell``) go by their last dotted
-    part, sorted by path, so two runs of one study never share a name unless they share a key."""
-    parts = [variant, task, f"s{seed}"]
+    """The UI name of one trial run: ``variant·task·s<seed>[·<hparam>=<value>]...[·<axis>=<value>]...``
+    with variant and task abbreviated (:func:`abbreviate`). Hyperparameters and extra grid axes
+    (from ``cell``) go by their last dotted part, hyperparameters sorted by path."""
+    parts = [abbreviate(variant), abbreviate(task), f"s{seed}"]
     for path, value in sorted((hparams or {}).items()):
-        parts.append(f"{short_key(path)} {short_value(value)}")
+        parts.append(f"{short_key(path)}={short_value(value)}")
     for path, value in split_cell(cell).items():
         if path not in ("task", "variant"):
-            parts.append(f"{short_key(path)} {value}")
+            parts.append(f"{short_key(path)}={value}")
     return SEP.join(parts)[:MAX_RUN_NAME]

@@ -25,7 +25,7 @@ class RunFolder:
     key: str
     """The folder's name: the run's identity hash."""
     name: str
-    """The run's name in the MLflow UI (``onestep · copy · s0``); ``?`` if trial.json is unreadable."""
+    """The run's name in the MLflow UI (``1step·copy·s0``); ``?`` if trial.json is unreadable."""
     cell: str
     """The grid cell, ``task=copy,variant=onestep``."""
     seed: int | None

@@ -128,9 +128,9 @@ def test_study_runs_maps_each_folder_to_its_run(tmp_path: Path, capsys) -> None:
     rows = [[c.strip() for c in r if c.strip()] for r in rows]
     assert rows[0] == ["folder", "state", "run", "cell"]
     assert rows[1] == ["dddd000011112222", "started", "?", "?"]
-    assert rows[2] == ["bbbb000011112222", "finished", "onestep · copy · s0 · lr 1e-3",
+    assert rows[2] == ["bbbb000011112222", "finished", "1step·copy·s0·lr=1e-3",
                        "task=copy,variant=onestep"]
-    assert rows[3] == ["aaaa000011112222", "epoch 3", "onestep · copy · s1 · lr 1e-3",
+    assert rows[3] == ["aaaa000011112222", "epoch 3", "1step·copy·s1·lr=1e-3",
                        "task=copy,variant=onestep"]
     assert rows[4][:2] == ["cccc000011112222", "started"]
     assert rows[5] == [f"4 run folder(s) under {d / 'runs'}"]

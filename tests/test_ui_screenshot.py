@@ -2,7 +2,7 @@
 ``mlflow server``, and a real headless Chromium opens the URL it prints (issue 16, item 1).
 
 The page must show the trial runs flat (not under the collapsed parent), filtered and named by
-what differs (``onestep · copy · s0 · lr 1e-3``). Skips, saying why, where no Chromium is
+what differs (``1step·copy·s0·lr=1e-3``). Skips, saying why, where no Chromium is
 installed (``.ci/run`` installs Debian's ``chromium``).
 """
 

@@ -128,19 +128,44 @@ def test_score_test_splits_reports_each_split_then_the_end(tmp_path: Path) -> No
 
 
 def test_run_names_lead_with_what_differs() -> None:
-    from study.naming import run_name, short_value, split_cell
+    from study.naming import abbreviate, run_name, short_value, split_cell
 
-    assert run_name(task="copy", variant="onestep", seed=0, hparams={"optim.lr": 1e-3}) == \
-        "onestep · copy · s0 · lr 1e-3"
+    assert run_name(task="copy", variant="onestep", seed=3, hparams={"optim.lr": 1e-3}) == \
+        "1step·copy·s3·lr=1e-3"
     assert run_name(task="raffel_add", variant="ffattn", seed=2, hparams={"optim.lr": 0.01},
                     cell="task=raffel_add,variant=ffattn,task.t0=50") == \
-        "ffattn · raffel_add · s2 · lr 0.01 · t0 50"
+        "ffattn·raffel-add·s2·lr=0.01·t0=50"
     assert run_name(task="copy", variant="mono", seed=4,
-                    cell="task=copy,variant=mono,ablation=no_gate") == "mono · copy · s4 · ablation no_gate"
+                    cell="task=copy,variant=mono,ablation=no_gate") == "mono·copy·s4·ablation=no_gate"
+    assert [abbreviate(k) for k in ("onestep_no_step2", "mix_locattn_s_pr", "dubois_transformer_xl",
+                                    "inv_reverse_recopy")] == \
+        ["-step2", "mix-loc-s-pr", "transformer-xl", "inv-rev-recopy"]
     assert [short_value(v) for v in (0.001, 3e-4, 2.5e-3, 0.5, 100.0, 1e-5, True, [15, 30])] == \
         ["1e-3", "3e-4", "2.5e-3", "0.5", "100", "1e-5", "true", "15,30"]
     assert split_cell("task=copy,variant=x,task.test_lengths=(15,30)") == \
         {"task": "copy", "variant": "x", "task.test_lengths": "(15,30)"}
+
+
+def test_every_spec_cell_names_variant_task_and_seed_within_30_characters_and_apart() -> None:
+    """Every (variant, task) pair of every profile of every spec in ablations/, at its largest
+    seed: the abbreviated variant, task and seed fit the UI's first 30 characters, and no two
+    variants (or tasks) abbreviate alike."""
+    from locattn.tasks import list_tasks
+    from locattn.variants import list_variants
+    from study.naming import SEP, abbreviate, run_name
+    from study.spec import load_spec, read_yaml
+
+    pairs: set[tuple[str, str, int]] = set()
+    for path in sorted((Path(__file__).resolve().parents[1] / "ablations").glob("*.yaml")):
+        for profile in [None, *read_yaml(path).get("profiles", {})]:
+            spec = load_spec(path, profile)
+            pairs |= {(c.variant, c.task, max(spec.seeds)) for c in spec.cells}
+    assert len(pairs) > 100
+    for variant, task, seed in pairs:
+        name = run_name(task=task, variant=variant, seed=seed, hparams={"optim.lr": 1e-3})
+        assert len(name.rsplit(SEP, 1)[0]) <= 30, name
+    for keys in (list(list_variants()), list_tasks()):
+        assert len({abbreviate(k) for k in keys}) == len(keys)
 
 
 # --------------------------------------------------------------------------- study: CLI refusals
@@ -467,7 +492,7 @@ def test_a_real_launch_names_runs_by_what_differs_and_prints_no_token_line(tmp_p
         "SELECT r.name FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
         "WHERE t.key = 'locattn.role' AND t.value = 'trial'"))
     con.close()
-    assert names == ["onestep · copy · s0 · lr 1e-3", "onestep · copy · s1 · lr 1e-3"]
+    assert names == ["1step·copy·s0·lr=1e-3", "1step·copy·s1·lr=1e-3"]
     out = subprocess.run([sys.executable, "-m", "study.cli", "status", "tiny", "--root", str(root)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
     lines = out.splitlines()
