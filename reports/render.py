@@ -553,13 +553,19 @@ def hparams_text(hparams: str) -> str:
                      f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(point.items()))
 
 
+def dev_text(dev: float) -> str:
+    """A median dev score in % as text. Under ``optim.select_on=dev_loss`` the score is the
+    negated dev loss (always < 0), shown as the loss itself rather than as a negative %."""
+    return f"loss {-dev / 100:.2g}" if dev < 0 else f"{dev:.1f}"
+
+
 def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and text rows of the summary: cell, chosen point, dev median, points tried, then
     per headline key the median over seeds with (k/n) seeds solved."""
     head = ["Cell", "Chosen hparams", "Dev %", "Points", *(k.removeprefix("test.") for k in keys)]
     rows = []
     for s in summaries:
-        row = [s.cell, hparams_text(s.hparams), MISSING if s.dev is None else f"{s.dev:.1f}",
+        row = [s.cell, hparams_text(s.hparams), MISSING if s.dev is None else dev_text(s.dev),
                str(s.n_points)]
         for k in keys:
             row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{s.n})" if k in s.medians else MISSING)

@@ -129,7 +129,8 @@ def format_results(results: list[CellResult], study: str) -> str:
         med = "–" if r.median is None else f"{r.median:.1f}"
         line = f"{r.cell:<{wc}}  {r.split:<{ws}}  {med:>8}  {f'{r.solved}/{r.n}':>6}"
         if with_hp:
-            line += f"  {'–' if r.dev is None else f'{r.dev:.1f}':>6}  {r.hparams}"
+            dev = "–" if r.dev is None else f"{r.dev:.1f}" if r.dev >= 0 else f"loss {-r.dev / 100:.2g}"
+            line += f"  {dev:>6}  {r.hparams}"  # (a negative score is a negated dev loss)
         lines.append(line)
     lines.append(f"median over seeds of the hardest test split; solved: seeds at >= {SOLVED_AT:g} %"
                  f"{'; hparams chosen by median dev score' if with_hp else ''}. "

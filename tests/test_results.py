@@ -83,3 +83,17 @@ def test_a_compressed_store_is_unpacked_once_and_again_when_a_newer_one_arrives(
     write_archive(2, int(db.stat().st_mtime) + 10)  # a pull brings a newer record
     assert unpack(db) and value(db) == 2
     assert value(tmp_path / f"{STORE_FILE}.old") == 1  # the older file is kept aside
+
+
+def test_a_dev_loss_selection_shows_the_loss_not_a_negative_percent() -> None:
+    """Under optim.select_on=dev_loss, best_dev_score is -dev_loss: the Dubois figures' summaries
+    and `study status` said "Dev % -0.0" for a dev loss of 5.6e-05."""
+    from reports.render import dev_text
+    from study.results import CellResult, format_results
+
+    assert dev_text(-0.0056) == "loss 5.6e-05" and dev_text(97.25) == "97.2"
+    shown = format_results([CellResult(cell="c", split="len100", median=1.0, solved=0, n=3,
+                                       hparams="lr=1e-3", dev=-0.03)], "s")
+    assert "loss 0.0003" in shown.splitlines()[1]
+    summary = (RESULTS / "dubois_fig6-quick" / "summary.md").read_text()
+    assert "| loss 5.6e-05 |" in summary and "| -0.0 |" not in summary
