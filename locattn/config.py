@@ -91,6 +91,12 @@ class OptimConfig:
     that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and the
     checkpoint (best dev), the test set is scored once at the end, and tables pick the learning
     rate by dev. More honest, but its numbers answer another question than the paper's."""
+    teacher_forcing_ratio: float = 1.0
+    """Seq2seq training: the probability that a training batch is teacher-forced; the other
+    batches run the decoder free, fed its own argmax (the loss still scores the gold targets).
+    One draw per run and batch from a generator seeded by (seed, epoch), so packing and resuming
+    keep the draws. 1.0: always teacher-forced (Ray Chowdhury & Caragea's code); Dubois et al.'s
+    code uses 0.2, drawn once per batch (the ``paper_tf02`` profile of ``dubois_table3``)."""
     train_step: TrainStep = "eager"
     """Seq2seq training pass: ``eager`` (batches trimmed to their own lengths, every run of a pack
     exactly its solo run) or ``graphed`` (:mod:`locattn.training.graphed`: batches padded to
@@ -123,6 +129,12 @@ class OptimConfig:
             if getattr(self, name) not in typing.get_args(choices):
                 raise ValueError(f"optim.{name}={getattr(self, name)!r}; "
                                  f"valid: {list(typing.get_args(choices))}")
+        if not 0.0 <= self.teacher_forcing_ratio <= 1.0:
+            raise ValueError(f"optim.teacher_forcing_ratio={self.teacher_forcing_ratio!r}; valid: "
+                             "a probability in [0, 1]")
+        if self.teacher_forcing_ratio < 1.0 and self.train_step != "eager":
+            raise ValueError(f"optim.teacher_forcing_ratio={self.teacher_forcing_ratio!r} needs "
+                             "optim.train_step='eager' (the graphed step is always teacher-forced)")
         if self.precision != "fp32" and self.train_step != "graphed":
             raise ValueError(f"optim.precision={self.precision!r} needs optim.train_step='graphed' "
                              "(the eager step trains in fp32)")
@@ -412,6 +424,7 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "optim.attn_loss_decode": ("emitted", None),
     "optim.train_step": ("eager", None),
     "optim.precision": ("fp32", None),
+    "optim.teacher_forcing_ratio": (1.0, lambda flat: flat["model.kind"] == "seq2seq"),
     "optim.raffel_protocol": ("dev", _regressor),
     "model.regressor_init": ("torch", _regressor),
     "model.attention.location_norm": ("softmax", _location),

@@ -6,7 +6,9 @@ Each switch is one config field whose default is the reference code's behaviour:
 - ``model.attention.location_norm`` (g / (sum g + L·1e-20): all zero under total underflow);
 - ``model.attention.rho_init`` (one Xavier-uniform (1, d, k) tensor for the k rho rows);
 - ``model.attention.mono_gate_on`` / ``mono_gate_init`` (reference MonoAttn vs the paper's eq. 19);
-- ``optim.schedule_from_epoch`` (the reference skips the scheduler and patience at its first epoch).
+- ``optim.schedule_from_epoch`` (the reference skips the scheduler and patience at its first epoch);
+- ``optim.teacher_forcing_ratio`` (1.0, Ray Chowdhury & Caragea's code; Dubois et al.'s code: 0.2
+  per batch, the rest free-running).
 
 Not a switch: LocAttn's gap to the reference code at 5x rho weights (issue 24 §3) is rounding,
 amplified by the gated mu; the last tests measure that amplification.
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from locattn.config import make_run_config
+from locattn.config import identity_dict, make_run_config, run_identity
 from locattn.models import build_model
 from locattn.models.attention import SourceMemory
 from locattn.models.attention.location import NORM_EPS, LocationAttender, head_bounds
@@ -29,6 +31,7 @@ from locattn.tasks import TaskConfig, load_task
 from locattn.tasks.lookup import BITS
 from locattn.train import is_new_best, train
 from locattn.training import checkpoint as ckpt
+from locattn.training.epoch import teacher_forcing_draws
 from locattn.variants import get_variant
 
 DATA = Path(__file__).parent / "data"
@@ -328,3 +331,100 @@ def test_ungated_location_variants_absorb_one_rounding_at_5x_rho_weights(key):
     -Step 3 agree with the reference code to 1e-6 at 5x weights. (-Step 2, gated like LocAttn,
     moves by up to 2.6e-2 on 2 of these 5 seeds.)"""
     assert max(_one_ulp_gap(key, seed, 5.0) for seed in range(5)) < 1e-4  # measured <= 2.3e-5
+
+
+# ----------------------------------------------------------------- 9. teacher forcing ratio (issue 24 §2.5)
+
+TF_TINY = {"task.train_size": 96, "task.dev_size": 32, "task.test_size": 8, "task.test_lengths": [12],
+           "optim.epochs": 2}
+
+
+def _tf_cfg(tmp_path: Path, seed: int = 3, variant: str = "mix_onestep", **over):
+    return make_run_config(task="copy", variant=variant, seed=seed,
+                           overrides={**TF_TINY, "cache_dir": str(tmp_path / "cache"), **over})
+
+
+def _history(result) -> list[tuple[float, float]]:
+    return [(h["train_loss"], h["dev_loss"]) for h in result.history]
+
+
+def test_ratio_1_is_todays_training_bit_for_bit(tmp_path):
+    """optim.teacher_forcing_ratio=1.0 (the default) draws nothing and trains every batch
+    teacher-forced, as before the field existed: the same identity, and two epochs of losses equal
+    to the bit to those of the code before the field (main at dd7dfda, this CPU, one thread)."""
+    explicit = _tf_cfg(tmp_path, **{"optim.teacher_forcing_ratio": 1.0})
+    assert run_identity(explicit) == run_identity(_tf_cfg(tmp_path))
+    assert "optim.teacher_forcing_ratio" not in identity_dict(explicit)
+    result = train(explicit, tmp_path / "run")
+    assert _history(result) == [
+        (float.fromhex("0x1.4a21470000000p+1"), float.fromhex("0x1.3f58bdf90cbe0p+1")),
+        (float.fromhex("0x1.2bf769c3518a7p+1"), float.fromhex("0x1.3680b705cab70p+1")),
+    ]
+
+
+def test_a_ratio_below_1_is_another_run_and_checked():
+    cfg = make_run_config(task="copy", variant="onestep", overrides={"optim.teacher_forcing_ratio": 0.2})
+    assert identity_dict(cfg)["optim.teacher_forcing_ratio"] == 0.2
+    with pytest.raises(ValueError, match=r"teacher_forcing_ratio=1.5; valid: a probability in \[0, 1\]"):
+        make_run_config(task="copy", overrides={"optim.teacher_forcing_ratio": 1.5})
+    with pytest.raises(ValueError, match="needs optim.train_step='eager'"):
+        make_run_config(task="copy", overrides={"optim.teacher_forcing_ratio": 0.2,
+                                                "optim.train_step": "graphed"})
+
+
+def test_draws_are_once_per_batch_from_the_runs_own_seed_and_epoch():
+    draws = teacher_forcing_draws(seed=0, epoch=1, ratio=0.2, n_batches=4000)
+    assert draws == teacher_forcing_draws(seed=0, epoch=1, ratio=0.2, n_batches=4000)  # pure
+    assert abs(sum(draws) / len(draws) - 0.2) < 0.02  # measured 0.19-0.21
+    assert draws != teacher_forcing_draws(seed=1, epoch=1, ratio=0.2, n_batches=4000)
+    assert draws != teacher_forcing_draws(seed=0, epoch=2, ratio=0.2, n_batches=4000)
+    assert not any(teacher_forcing_draws(seed=0, epoch=1, ratio=0.0, n_batches=50))
+    assert all(teacher_forcing_draws(seed=0, epoch=1, ratio=1.0, n_batches=50))
+
+
+@pytest.mark.parametrize("variant", ["mix_onestep", "dubois_location"])
+def test_free_running_forward_feeds_back_its_own_argmax(variant):
+    """teacher_forced=False reads only <sos> and feeds each step's argmax: its argmax is the
+    greedy decode run for the gold length (past <eos>), and the gold tokens do not matter."""
+    torch.manual_seed(0)
+    model = build_model(get_variant(variant), 14, pad_id=0, sos_id=1, eos_id=2).eval()
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(3, 14, (5, 9), generator=gen)
+    src_len = torch.tensor([9, 7, 5, 9, 3])
+    tgt_in = torch.cat([torch.ones(5, 1, dtype=torch.long), torch.randint(3, 14, (5, 11), generator=gen)], 1)
+    other = torch.cat([tgt_in[:, :1], torch.randint(3, 14, (5, 11), generator=gen)], 1)
+    with torch.no_grad():
+        free = model(src, src_len, tgt_in, teacher_forced=False).logits  # (5, 12, 14)
+        forced = model(src, src_len, tgt_in).logits
+        assert torch.equal(free, model(src, src_len, other, teacher_forced=False).logits)
+    greedy = model.greedy(src, src_len, 12, stop_at_eos=False)
+    assert torch.equal(free.argmax(-1), greedy.tokens)
+    assert not torch.equal(free.argmax(-1), forced.argmax(-1))  # teacher forcing changes the feed
+    assert (free[:, 0] - forced[:, 0]).abs().max() < 1e-5  # step 0 is fed <sos> either way
+
+
+def test_ratio_0_trains_free_running_and_ratio_0_2_is_deterministic_and_packs(tmp_path):
+    """A free-running run differs from a teacher-forced one; at 0.2 the same seed repeats to the
+    bit, a solo run equals its replica in a pack of two seeds (their draws differ per batch), and
+    a run resumed from its epoch-1 checkpoint ends where the uninterrupted one does."""
+    from locattn.packed import train_packed
+
+    forced = train(_tf_cfg(tmp_path), tmp_path / "forced")
+    free = train(_tf_cfg(tmp_path, **{"optim.teacher_forcing_ratio": 0.0}), tmp_path / "free")
+    assert _history(free)[0][0] != _history(forced)[0][0]
+    a = train(_tf_cfg(tmp_path, **{"optim.teacher_forcing_ratio": 0.2}), tmp_path / "a")
+    b = train(_tf_cfg(tmp_path, **{"optim.teacher_forcing_ratio": 0.2}), tmp_path / "b")
+    assert _history(a) == _history(b) and a.test == b.test
+    assert _history(a) != _history(free) and _history(a) != _history(forced)
+    cfgs = [_tf_cfg(tmp_path, seed=s, **{"optim.teacher_forcing_ratio": 0.2}) for s in (3, 4)]
+    packed = train_packed(cfgs, [tmp_path / "p3", tmp_path / "p4"], [None, None])
+    assert _history(packed[0]) == _history(a) and packed[0].test == a.test
+
+    class StopAfterEpoch1:  # an interruption once epoch 1's checkpoint is on disk
+        def on_epoch(self, epoch, metrics, checkpoint_dir):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfgs[0], tmp_path / "resumed", recorder=StopAfterEpoch1())
+    resumed = train(cfgs[0], tmp_path / "resumed")
+    assert _history(resumed) == _history(a) and resumed.test == a.test

@@ -16,7 +16,8 @@ one (B, L)x(B, L, 3H) product instead of two dense maps (for short sources; see
 ``FOLD_VALUE_GATES_MAX_LEN``). The cell itself is the standard GRU
 update (same parameters as ``nn.GRUCell``; a test checks the two agree).
 
-``forward`` is teacher forced (tgt_in = [<sos>, y_1 .. y_{T-1}]); ``greedy`` decodes until each
+``forward`` is teacher forced (tgt_in = [<sos>, y_1 .. y_{T-1}]), or free-running for the
+same number of steps (``teacher_forced=False``, training with a teacher forcing ratio); ``greedy`` decodes until each
 sequence emits <eos> or reaches its caller-given cap, finished sequences emitting ``pad_id``.
 ``start``/``step`` expose one decoding step for external decoders and for tests.
 """
@@ -293,9 +294,14 @@ class Seq2Seq(nn.Module):
     # ------------------------------------------------------------------ decoding
     def forward(  # type: ignore[override]
         self, src: Tensor, src_len: Tensor, tgt_in: Tensor, *, trace: bool = False,
-        noise: Tensor | None = None, check: bool = True,
+        noise: Tensor | None = None, check: bool = True, teacher_forced: bool = True,
     ) -> Seq2SeqOutput:
         """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}].
+
+        ``teacher_forced=False`` runs the decoder free for T steps instead: step t > 0 is fed
+        the argmax of step t-1's logits (no gradient through the choice), also after an emitted
+        ``<eos>``; only ``tgt_in[:, 0]`` (``<sos>``) is read. That is Dubois et al.'s training
+        decoder for a batch that draws no teacher forcing (``optim.teacher_forcing_ratio``).
 
         ``noise`` (U(0, 1) of :meth:`dropout_shape`) replaces the dropout draw from
         ``self.noise``; with it and ``check=False`` the forward has no data-dependent branch and
@@ -303,6 +309,8 @@ class Seq2Seq(nn.Module):
         if check:
             self._check(src, src_len, tgt_in)
         state = self._start(src, src_len, noise)
+        if not teacher_forced:
+            return self._free_running(state, tgt_in, trace)
         emb_gates = self._embed_gates(embed(tgt_in, self.embedding.weight))  # (B, T, 3H)
         tops, steps = [], []
         for gates_t in emb_gates.unbind(1):  # unbind: one gradient stack, not T zero-fills
@@ -311,6 +319,21 @@ class Seq2Seq(nn.Module):
             steps.append(attn)
         logits = self.logits(torch.stack(tops, dim=1))  # (B, T, V)
         return Seq2SeqOutput(logits=logits, trace=_stack_trace(steps, state.dir_gate, self.cfg) if trace else None)
+
+    def _free_running(self, state: DecoderState, tgt_in: Tensor, trace: bool) -> Seq2SeqOutput:
+        """:meth:`forward` fed its own argmax: ``tgt_in.shape[1]`` steps from ``tgt_in[:, 0]``."""
+        gate_table = self._embed_gates(self.embedding.weight)  # (V, 3H); packed: (K, V, 3H)
+        gates_t = embed(tgt_in[:, 0], gate_table)  # (B, 3H)
+        logits, steps = [], []
+        for _ in range(tgt_in.shape[1]):
+            state, attn = self._advance(state, gates_t)
+            logits.append(self.logits(state.hidden[-1]))  # (B, V)
+            steps.append(attn)
+            gates_t = embed(logits[-1].detach().argmax(-1), gate_table)
+        return Seq2SeqOutput(
+            logits=torch.stack(logits, dim=1),
+            trace=_stack_trace(steps, state.dir_gate, self.cfg) if trace else None,
+        )
 
     @torch.no_grad()
     def greedy(

@@ -23,16 +23,31 @@ from locattn.training.data import epoch_order
 from locattn.training.results import NonFiniteLossError
 
 
+def _epoch_generator(stream: str, seed: int, epoch: int, device: str | torch.device) -> torch.Generator:
+    """A generator seeded from (stream, seed, epoch): it needs no checkpoint, and packing cannot
+    change it."""
+    digest = hashlib.sha256(f"locattn-{stream}:{seed}:{epoch}".encode()).digest()
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+    return g
+
+
 def epoch_dropout_noise(seeds: Sequence[int], epoch: int, device: str | torch.device) -> DropoutNoise:
     """Dropout noise for training epoch ``epoch`` of runs with these seeds: one generator per run,
     seeded from (seed, epoch), so the stream needs no checkpoint and packing cannot change it."""
-    gens = []
-    for seed in seeds:
-        digest = hashlib.sha256(f"locattn-dropout:{seed}:{epoch}".encode()).digest()
-        g = torch.Generator(device=torch.device(device))
-        g.manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
-        gens.append(g)
-    return DropoutNoise(gens)
+    return DropoutNoise([_epoch_generator("dropout", seed, epoch, device) for seed in seeds])
+
+
+def teacher_forcing_draws(seed: int, epoch: int, ratio: float, n_batches: int) -> list[bool]:
+    """Which of an epoch's ``n_batches`` training batches are teacher-forced
+    (``optim.teacher_forcing_ratio``): batch i is when the i-th U(0, 1) draw of the run's
+    (seed, epoch) generator is below ``ratio``, as Dubois et al.'s decoder draws once per batch.
+    A ratio of 1 draws nothing (every batch, as before the field existed)."""
+    if ratio >= 1.0:
+        return [True] * n_batches
+    u = torch.rand(n_batches, generator=_epoch_generator("teacher-forcing", seed, epoch, "cpu"),
+                   dtype=torch.float64)
+    return (u < ratio).tolist()
 
 
 # --------------------------------------------------------------------------- the packed model
@@ -90,12 +105,14 @@ def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
 def batch_nll(
     model: torch.nn.Module, params: dict[str, torch.Tensor] | None, src: torch.Tensor,
     src_len: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, noise: torch.Tensor | None,
-    pad: int, k: int, check: bool = True,
+    pad: int, k: int, check: bool = True, teacher_forced: bool = True,
 ) -> torch.Tensor:
-    """Summed token NLL (k,) of a batch of k replicas' rows, teacher forced, with the dropout
-    noise given. ``params``: the parameters to run the model with (a subset of the pack's
-    replicas), None for its own. ``check=False`` leaves out the input checks (compiled path)."""
-    args, kwargs = (src, src_len, tgt_in), {"noise": noise, "check": check}
+    """Summed token NLL (k,) of a batch of k replicas' rows, teacher forced (or free-running,
+    ``teacher_forced=False``), with the dropout noise given. ``params``: the parameters to run the
+    model with (a subset of the pack's replicas), None for its own. ``check=False`` leaves out the
+    input checks (compiled path)."""
+    args = (src, src_len, tgt_in)
+    kwargs = {"noise": noise, "check": check, "teacher_forced": teacher_forced}
     if params is None:
         logits = model(*args, **kwargs).logits  # (k*B, T, V)
     else:
@@ -152,6 +169,11 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
         r.train_split.train_batches(epoch_order(r.cfg.seed, epoch, len(r.train_split)), cfg0.optim.batch_size)
         for r in runs
     ]
+    forced = [  # per run and batch: teacher-forced or free-running
+        teacher_forcing_draws(r.cfg.seed, epoch, r.cfg.optim.teacher_forcing_ratio,
+                              -(-len(r.train_split) // cfg0.optim.batch_size))
+        for r in runs
+    ]
     K = len(runs)
     loss_sums = [torch.zeros((), dtype=torch.float64, device=runs[0].device) for _ in runs]
     n_tokens = [0] * K
@@ -170,7 +192,8 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
             # full batches of 32 matched to the bit in every case measured.
             groups: dict[Any, list[int]] = {}
             for k, b in enumerate(batches):
-                key = (b.src.shape[1], b.tgt_in.shape[1]) if exact else None
+                # a group runs one forward: teacher-forced and free-running replicas run apart
+                key = (b.src.shape[1], b.tgt_in.shape[1], forced[k][step - 1]) if exact else forced[k][step - 1]
                 if exact and b.src.shape[0] != cfg0.optim.batch_size:
                     key = ("alone", k)  # an epoch's last, partial batch: see above
                 if compiled:
@@ -196,7 +219,8 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 elif compiled:  # the same call as a packed replica's, so the same graph and kernels
                     sub = dict(zip(pack.names, pack.stacked))
                 u = noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)) if drop else None
-                nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx))  # (k,)
+                nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx),
+                             teacher_forced=forced[idx[0]][step - 1])  # (k,)
                 for j, k in enumerate(idx):
                     loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
             losses = torch.stack(loss_parts)  # (K,)
@@ -241,5 +265,5 @@ class ReplicaFailed(Exception):
 
 __all__ = [
     "ParamPack", "ReplicaFailed", "batch_nll", "compiled_batch_nll", "epoch_dropout_noise",
-    "packed_train_epoch", "solo_train_epoch",
+    "packed_train_epoch", "solo_train_epoch", "teacher_forcing_draws",
 ]
