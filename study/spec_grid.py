@@ -1,0 +1,273 @@
+"""Parsing the parts of a spec that expand: grid axes into cells (``--only`` included), the
+Optuna search, packing (``pack``, ``pack_seeds``), and the check that every trial's config
+resolves to a valid, finite, trainable ``RunConfig``. Errors are :class:`SpecError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from typing import Any, Mapping
+
+from record import schema
+from study.keys import cell_id, format_value
+from study.spec_checks import (MAX_INT, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
+                               check_mapping, check_unique, short_repr, spec_error)
+from study.spec_model import Cell, SearchSpec
+
+
+def restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> dict:
+    """Keep only the listed values of grid axes (``--only``); each must be one of the axis's."""
+    grid = dict(grid)
+    for key, wanted in only.items():
+        if key not in grid:
+            raise spec_error(path, f"--only {key}", "not a grid axis of this spec/profile", sorted(grid))
+        values = check_list(path, f"grid.{key}", grid[key])
+        by_text = {str(v): v for v in values}
+        missing = [w for w in wanted if str(w) not in by_text]
+        if missing:
+            raise spec_error(path, f"--only {key}", f"{missing[0]!r} is not a value of grid.{key}",
+                       [str(v) for v in values])
+        keep = {str(w) for w in wanted}
+        grid[key] = [v for v in values if str(v) in keep]
+    return grid
+
+
+
+def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any, gpus: float,
+                pack_seeds: bool) -> tuple[bool, tuple[str, ...], Any]:
+    """(pack seeds, packed hparams axes, auto) from ``pack`` and ``pack_seeds``.
+
+    ``pack`` lists ``seeds`` and/or hparams axes that :data:`locattn.packed.PACKABLE_FIELDS`
+    allows to differ inside a pack; ``pack_seeds: true`` is the older spelling of
+    ``pack: [seeds]``. Without either, a spec whose trials get a GPU packs on its own: ``auto``
+    is then a function of the cells returning what to pack (seeds and every packable hparams
+    axis, or nothing when a cell's model cannot be packed); else ``auto`` is None.
+    """
+    from locattn.packed import PACKABLE_FIELDS
+
+    raw = merged.get("pack")
+    valid = ["seeds", *[k for k in hparams if k in PACKABLE_FIELDS]]
+    if raw is None:
+        if "pack_seeds" in merged or gpus <= 0:
+            return pack_seeds, (), None
+        axes = tuple(k for k in hparams if k in PACKABLE_FIELDS) if search is None else ()
+
+        def auto(cells: list[Cell]) -> tuple[bool, tuple[str, ...]]:
+            from locattn.config import make_run_config
+
+            try:
+                for cell in cells:
+                    _check_packable(path, cell, make_run_config(task=cell.task, variant=cell.variant,
+                                                                overrides=cell.overrides))
+            except SpecError:
+                return False, ()
+            return True, axes
+
+        return pack_seeds, (), auto
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise spec_error(path, "pack", f"expected a list of axes, got {raw!r}", valid)
+    for axis in raw:
+        if axis not in valid:
+            why = ("not an hparams axis of this spec/profile" if axis not in hparams
+                   else "a field packed runs may not differ in")
+            raise spec_error(path, "pack", f"{axis!r}: {why}", valid)
+    if "pack_seeds" in merged and merged["pack_seeds"] != ("seeds" in raw):
+        raise spec_error(path, "pack_seeds", f"{merged['pack_seeds']!r} contradicts pack: {raw!r}; keep one")
+    axes = tuple(a for a in raw if a != "seeds")
+    if axes and search is not None:
+        raise spec_error(path, "pack", f"{axes[0]!r}: hparams axes pack only in grid studies (search "
+                   "points are sampled one trial at a time); pack: [seeds] packs a point's seeds")
+    return "seeds" in raw, axes, None
+
+
+def expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
+    """The cells of a grid (task, variant, ablation and config-path axes), each with the task's
+    defaults and the fixed ``overrides`` under its own axis values; bad axis values are refused."""
+    import locattn
+    from locattn.tasks import TASK_DEFAULTS, list_tasks
+
+    axes: dict[str, list] = {}
+    for key, values in grid.items():
+        values = check_list(path, f"grid.{key}", values)
+        if key == "task":
+            valid = sorted(list_tasks())
+            for v in values:
+                if v not in valid:
+                    raise spec_error(path, "grid.task", f"unknown task {v!r}", valid)
+        elif key == "variant":
+            valid = sorted(locattn.list_variants())
+            for v in values:
+                if v not in valid:
+                    raise spec_error(path, "grid.variant", f"unknown variant {v!r}", valid)
+        elif key == "ablation":
+            for i, v in enumerate(values):
+                if not isinstance(v, Mapping) or set(v) - {"name", "overrides"} or "name" not in v:
+                    raise spec_error(
+                        path,
+                        f"grid.ablation[{i}]",
+                        f"expected {{name: str, overrides: {{dotted.path: value}}}}, got {v!r}",
+                    )
+                check_mapping(path, f"grid.ablation[{i}].overrides", v.get("overrides") or {})
+            names = [v["name"] for v in values]
+            if len(set(names)) != len(names):
+                raise spec_error(path, "grid.ablation", f"duplicate ablation names {names}")
+        if key != "ablation":  # two equal values would be one cell, run once and counted twice
+            check_unique(path, f"grid.{key}", [format_value(v) for v in values], values)
+        axes[key] = values
+    cells = []
+    keys = list(axes)
+    for combo in itertools.product(*axes.values()):
+        point = dict(zip(keys, combo))
+        # Task defaults (e.g. SCAN's dev size) first, then the spec's fixed overrides.
+        cell_overrides = {**TASK_DEFAULTS.get(point["task"], {}), **overrides}
+        label: dict[str, Any] = {}
+        for key, value in point.items():
+            if key == "ablation":
+                cell_overrides.update(value.get("overrides") or {})
+                label["ablation"] = value["name"]
+            elif key in ("task", "variant"):
+                label[key] = value
+            else:
+                cell_overrides[key] = value
+                label[key] = value
+        cells.append(
+            Cell(
+                cell=cell_id(label),
+                task=point["task"],
+                variant=point["variant"],
+                overrides=cell_overrides,
+            )
+        )
+    if not cells:
+        raise spec_error(path, "grid", "empty grid: no cells")
+    return cells
+
+
+def parse_search(path: str, raw: Any) -> SearchSpec | None:
+    """The ``search:`` mapping as a :class:`SearchSpec` (None without one), validated."""
+    if raw is None:
+        return None
+    raw = check_mapping(path, "search", raw)
+    bad = sorted(set(raw) - set(SEARCH_KEYS))
+    if bad:
+        raise spec_error(path, f"search.{bad[0]}", "unknown key", sorted(SEARCH_KEYS))
+    space = check_mapping(path, "search.space", raw.get("space") or {})
+    if not space:
+        raise spec_error(path, "search.space", "empty search space")
+    for key, dist in space.items():
+        where = f"search.space.{key}"
+        dist = check_mapping(path, where, dist)
+        kind = dist.get("type")
+        if kind not in SPACE_TYPES:
+            raise spec_error(path, f"{where}.type", f"unknown distribution {kind!r}", list(SPACE_TYPES))
+        if kind == "categorical":
+            check_list(path, f"{where}.choices", dist.get("choices"))
+        else:
+            low, high = dist.get("low"), dist.get("high")
+            for k, v in (("low", low), ("high", high)):
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise spec_error(path, f"{where}.{k}", f"expected a number, got {v!r}")
+            if not low < high or (kind == "loguniform" and low <= 0):
+                raise spec_error(path, where, f"need 0 < low < high for {kind}, got low={low}, high={high}")
+    num_samples = check_int(path, "search.num_samples", raw.get("num_samples", 8), 1, 1_000_000)
+    sampler = raw.get("sampler", "tpe")
+    if sampler not in SAMPLERS:
+        raise spec_error(path, "search.sampler", f"unknown sampler {sampler!r}", list(SAMPLERS))
+    mode = raw.get("mode", "max")
+    if mode not in ("max", "min"):
+        raise spec_error(path, "search.mode", f"unknown mode {mode!r}", ["max", "min"])
+    metric = raw.get("metric", "best_dev_score")
+    valid_metrics = sorted(set(schema.FINAL_METRICS) | set(schema.EPOCH_METRICS))
+    if not isinstance(metric, str) or (metric not in valid_metrics and not metric.startswith("test.")):
+        raise spec_error(path, "search.metric", f"unknown metric {metric!r}", valid_metrics)
+    return SearchSpec(
+        space={k: dict(v) for k, v in space.items()},
+        num_samples=num_samples,
+        sampler=sampler,
+        sampler_seed=check_int(path, "search.sampler_seed", raw.get("sampler_seed", 0)),
+        metric=metric,
+        mode=mode,
+    )
+
+
+def validate_configs(
+    path: str, cells: list[Cell], hparams: dict, search: SearchSpec | None, *, pack_seeds: bool = False
+) -> None:
+    """Resolve every (cell, hparams point) config once and check it: values finite and kept,
+    the model kind fits the task, and packable when trials pack."""
+    from locattn.config import make_run_config
+
+    points = [dict(zip(hparams, v)) for v in itertools.product(*hparams.values())] or [{}]
+    if search is not None:
+        probe = {}
+        for key, dist in search.space.items():
+            probe[key] = dist["choices"][0] if dist["type"] == "categorical" else dist["low"]
+        points = [{**p, **probe} for p in points]
+    seen: set[tuple] = set()
+    for cell in cells:
+        for point in points:
+            sig = (cell.task, cell.variant, json.dumps(point, sort_keys=True, default=str))
+            overrides = {**cell.overrides, **point}
+            try:
+                cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
+            _check_values(path, cell, overrides, cfg)
+            _check_kind(path, cell, cfg)
+            if pack_seeds:
+                _check_packable(path, cell, cfg)
+            seen.add(sig)
+
+
+def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> None:
+    """Every number in the resolved config is finite, and every override kept its value
+    (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
+    from locattn.config import config_to_dict, flatten
+
+    flat = flatten(config_to_dict(cfg))
+    for key, value in flat.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={value!r} is not a finite number")
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, int) and abs(v) > MAX_INT:
+                raise SpecError(f"{path}: cell {cell.cell}: {key}={short_repr(v)}: larger than "
+                                f"{MAX_INT:,}")
+    for key, given in overrides.items():
+        if key not in flat or isinstance(given, bool) or not isinstance(given, (int, float)):
+            continue
+        got = flat[key]
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            continue
+        if isinstance(got, int) and given != int(given):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r}: expected an integer")
+        if float(got) != float(given):
+            raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r} became {got!r}")
+
+
+
+def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
+    """A regression task (Raffel & Ellis) needs a regressor variant, and a seq2seq task a
+    seq2seq one; otherwise the trial would fail only once it starts."""
+    from locattn.tasks import RAFFEL
+
+    want = "regressor" if cfg.task.name in RAFFEL else "seq2seq"
+    if cfg.model.kind != want:
+        kind = "a regression" if want == "regressor" else "a seq2seq"
+        raise SpecError(f"{path}: cell {cell.cell}: task {cfg.task.name!r} is {kind} task, but "
+                        f"variant {cell.variant!r} has model.kind={cfg.model.kind!r}; pair it with "
+                        f"a {want} variant")
+
+
+def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
+    """``pack_seeds`` / ``pack`` need a model the packed trainer handles (seq2seq, a packable attender)."""
+    from locattn.packed import PACKABLE_FAMILIES
+
+    family = cfg.model.attention.family
+    if cfg.model.kind != "seq2seq" or family not in PACKABLE_FAMILIES:
+        raise SpecError(
+            f"{path}: pack_seeds: cell {cell.cell} has model.kind={cfg.model.kind!r}, "
+            f"attention.family={family!r}, which cannot be packed; packable: seq2seq models with "
+            f"attention.family in {list(PACKABLE_FAMILIES)} (drop pack_seeds or these cells)"
+        )
