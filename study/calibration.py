@@ -1,0 +1,101 @@
+"""The cost model's calibration table: seconds per 1,000 tokens per (device, task, variant
+family), measured by ``benchmarks/bench_cost.py`` and committed as :data:`CALIBRATION_FILE`;
+rows a table lacks are medians of the rows it has (:meth:`Calibration.rate`). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+#: The committed calibration table (``benchmarks/bench_cost.py --out`` rewrites it).
+CALIBRATION_FILE = Path(__file__).with_name("cost_calibration.json")
+#: Devices a plan prices. A device with no row in the table is printed as unmeasured.
+DEVICES = {"cpu": "this CPU, one core per run", "h100": "one NVIDIA H100"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rate:
+    """One calibration row: seconds of one thread per 1,000 tokens, and start-up per run."""
+
+    device: str
+    """``cpu`` (one core of the machine the bench ran on) or a GPU name (``h100``)."""
+    task: str
+    """Task key."""
+    family: str
+    """Variant family (:func:`study.runcost.variant_family`)."""
+    train: float
+    """Training seconds per 1,000 training tokens (forward, backward, optimizer step)."""
+    dev: float
+    """Per-epoch scoring seconds per 1,000 dev tokens (Raffel: the held-out split), checkpoint
+    included."""
+    test: float
+    """End-of-run seconds per 1,000 test tokens (greedy decoding of every test split)."""
+    startup: float
+    """Seconds before a run's first epoch: a fresh process's imports, the data, the model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """The calibration table: its rows and how they were measured."""
+
+    rates: tuple[Rate, ...]
+    """One row per (device, task, family) measured."""
+    study_startup: float = 0.0
+    """Seconds a study spends before its first trial starts (Ray, the store, Tune)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Where the rows come from: command, machine, load average, date."""
+
+    def devices(self) -> list[str]:
+        """Devices with at least one row."""
+        return sorted({r.device for r in self.rates})
+
+    def rate(self, device: str, task: str, family: str) -> tuple[Rate | None, str]:
+        """The row for (device, task, family) and how it was found: ``measured``, ``task``
+        (the task's median over its measured families), ``family`` (the family's median over
+        tasks), or (None, ``unmeasured``) when the device has no row at all."""
+        rows = [r for r in self.rates if r.device == device]
+        for r in rows:
+            if r.task == task and r.family == family:
+                return r, "measured"
+        for how, match in (("task", [r for r in rows if r.task == task]),
+                           ("family", [r for r in rows if r.family == family])):
+            if match:
+                return _median_rate(match, device, task, family), how
+        return None, "unmeasured"
+
+
+def _median_rate(rows: Sequence[Rate], device: str, task: str, family: str) -> Rate:
+    return Rate(device=device, task=task, family=family,
+                **{k: statistics.median(getattr(r, k) for r in rows)
+                   for k in ("train", "dev", "test", "startup")})
+
+
+def calibration_from_dict(body: dict[str, Any]) -> Calibration:
+    """Parse the calibration JSON (``{"meta": ..., "study_startup": s, "rates": [...]}``)."""
+    return Calibration(rates=tuple(Rate(**row) for row in body.get("rates", [])),
+                       study_startup=float(body.get("study_startup", 0.0)),
+                       meta=dict(body.get("meta") or {}))
+
+
+def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
+    """Inverse of :func:`calibration_from_dict` (rows sorted, rates rounded to 4 digits)."""
+    rows = sorted(cal.rates, key=lambda r: (r.device, r.task, r.family))
+    return {"meta": cal.meta, "study_startup": round(cal.study_startup, 2),
+            "rates": [{"device": r.device, "task": r.task, "family": r.family,
+                       **{k: float(f"{getattr(r, k):.4g}") for k in ("train", "dev", "test", "startup")}}
+                      for r in rows]}
+
+
+@lru_cache(maxsize=4)
+def load_calibration(path: str | Path = CALIBRATION_FILE) -> Calibration:
+    """The calibration table at ``path`` (the committed one by default); an empty table if the
+    file is missing, so a plan still prints (with the flat fallback, and says so)."""
+    try:
+        return calibration_from_dict(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        return Calibration(rates=())

@@ -1,0 +1,178 @@
+"""The cost model itself (:mod:`study.cost` explains it): the tokens a run processes
+(:class:`Shape`), its predicted seconds on a device (:class:`RunCost`), and a study's cells,
+thread-seconds and wall time. Imports ``locattn`` only, inside the functions that build data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+from study.calibration import Calibration
+
+#: CFQ's official split sizes (``query_complexity_split``), used when its files are absent.
+CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
+#: Tokens per CFQ example (question + SPARQL query) when its files are absent: an ASSUMPTION,
+#: not a measurement (no CFQ data on these machines); a plan that uses it says so.
+CFQ_ASSUMED_TOKENS = 80
+#: A generated split larger than this is priced from a sample of this many examples.
+SAMPLE_EXAMPLES = 20_000
+
+def variant_family(model: Any) -> str:
+    """A model config's cost family: the attention family, ``+mix`` for mixed location
+    attention, prefixed by the encoder when it is not the default BiGRU (``gru_residual/content``)."""
+    att = model.attention
+    name = att.family + ("+mix" if att.family == "location" and att.mode == "mix" else "")
+    return name if model.encoder == "bigru" else f"{model.encoder}/{name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    """Thousands of tokens a run processes."""
+
+    train: float
+    """Trained per epoch."""
+    dev: float
+    """Scored per epoch (Raffel & Ellis: the held-out split of ``optim.raffel_protocol``)."""
+    test: float
+    """Scored once, after the last epoch."""
+    assumed: str = ""
+    """Non-empty when the token counts rest on an assumption (CFQ without its files)."""
+
+
+def split_ktok(examples: Iterable[Any]) -> float:
+    """Thousands of tokens in a list of seq2seq examples (source + target lengths)."""
+    return sum(len(e.src) + len(e.tgt) for e in examples) / 1000.0
+
+
+def run_shape(cfg: Any) -> Shape:
+    """The :class:`Shape` of a resolved ``RunConfig`` (builds or reads its data, cached)."""
+    o = cfg.optim
+    return _shape(cfg.task, o.updates_per_epoch, o.batch_size, o.raffel_protocol)
+
+
+@lru_cache(maxsize=256)
+def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) -> Shape:
+    from locattn.tasks import load_task  # here: builds data, which `study --help` never needs
+
+    if task.name.startswith("raffel_"):
+        from locattn.tasks.raffel import length_range
+        from locattn.training.regression import DEFAULT_UPDATES
+
+        lo, hi = length_range(task)
+        mean = (lo + hi) / 2.0
+        held = task.test_size if protocol == "paper" else task.dev_size
+        return Shape(train=(updates_per_epoch or DEFAULT_UPDATES) * batch_size * mean / 1000.0,
+                     dev=held * mean / 1000.0, test=task.test_size * mean / 1000.0)
+    if task.name == "cfq":
+        try:
+            data = load_task(task, use_cache=False)
+        except (OSError, ValueError):
+            k = CFQ_ASSUMED_TOKENS / 1000.0
+            test = CFQ_SIZES["test"] if not task.test_limit else min(task.test_limit, CFQ_SIZES["test"])
+            return Shape(train=CFQ_SIZES["train"] * k, dev=CFQ_SIZES["dev"] * k, test=test * k,
+                         assumed=f"CFQ files absent: official split sizes, {CFQ_ASSUMED_TOKENS} "
+                                 "tokens per example assumed")
+        scale = {"train": 1.0, "dev": 1.0, "test": 1.0}
+    else:
+        # A huge generated split is sampled (SAMPLE_EXAMPLES) and its tokens scaled up, so that a
+        # plan never builds millions of examples; SCAN and Lookup ignore the sizes.
+        scale = {k: max(1.0, getattr(task, f"{k}_size") / SAMPLE_EXAMPLES) for k in ("train", "dev", "test")}
+        data = load_task(replace(task, **{f"{k}_size": min(getattr(task, f"{k}_size"), SAMPLE_EXAMPLES)
+                                          for k in scale}))
+    return Shape(train=scale["train"] * split_ktok(data.splits["train"]),
+                 dev=scale["dev"] * split_ktok(data.splits["dev"]),
+                 test=scale["test"] * sum(split_ktok(data.splits[n]) for n in data.test_splits))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCost:
+    """Predicted seconds of one run (one seed) on one device, one thread."""
+
+    startup: float
+    """Before the first epoch."""
+    epoch: float
+    """Per epoch (training + dev scoring + checkpoint)."""
+    epochs: int
+    """Epoch budget (``optim.epochs``)."""
+    test: float
+    """Test scoring after the last epoch."""
+    how: str
+    """How the rate was found: measured, task, family, flat or unmeasured."""
+    assumed: str = ""
+    """An assumption the token counts rest on, or empty."""
+
+    @property
+    def total(self) -> float:
+        """Start-up, every epoch of the budget, and the test splits (an upper bound)."""
+        return self.startup + self.epochs * self.epoch + self.test
+
+    def left(self, epochs_done: float, started: bool = True) -> float:
+        """Seconds still to go after ``epochs_done`` epochs (start-up only if not started)."""
+        rest = max(0.0, self.epochs - epochs_done)
+        return (0.0 if started else self.startup) + rest * self.epoch + self.test
+
+
+def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
+             flat_seconds_per_1k_examples: float | None = None) -> RunCost | None:
+    """Predicted :class:`RunCost` of a resolved ``RunConfig`` on ``device``; None when the
+    table has no row for that device and no flat fallback is given."""
+    shape = run_shape(cfg)
+    rate, how = cal.rate(device, cfg.task.name, variant_family(cfg.model))
+    if rate is None:
+        if flat_seconds_per_1k_examples is None:
+            return None
+        # The old flat model: seconds per 1,000 train + dev examples per epoch; no start-up, no test.
+        per_epoch = (cfg.task.train_size + cfg.task.dev_size) / 1000.0 * flat_seconds_per_1k_examples
+        return RunCost(startup=0.0, epoch=per_epoch, epochs=cfg.optim.epochs, test=0.0, how="flat",
+                       assumed=shape.assumed)
+    return RunCost(startup=rate.startup, epoch=shape.train * rate.train + shape.dev * rate.dev,
+                   epochs=cfg.optim.epochs, test=shape.test * rate.test, how=how,
+                   assumed=shape.assumed)
+
+
+# ---------------------------------------------------------------------------- a study
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellCost:
+    """One cell's per-run cost and how many runs it has."""
+
+    cell: str
+    """Cell id."""
+    runs: int
+    """Runs (seeds x hparams points x search points) of the cell."""
+    cost: RunCost
+    """Per run."""
+
+
+def cell_costs(spec: Any, cal: Calibration, device: str = "cpu") -> list[CellCost] | None:
+    """Per-cell run costs of a :class:`study.spec.StudySpec` on ``device``, or None when the
+    device is unmeasured. Cells that no row covers fall back to the spec's flat rate."""
+    from locattn.config import make_run_config  # here: torch, kept off `study --help`
+
+    per_cell = spec.n_runs() // max(1, len(spec.cells))
+    out = []
+    for cell in spec.cells:
+        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        flat = spec.seconds_per_1k_examples if device == "cpu" or device in cal.devices() else None
+        cost = run_cost(cfg, cal, device, flat)
+        if cost is None:
+            return None
+        out.append(CellCost(cell=cell.cell, runs=per_cell, cost=cost))
+    return out
+
+
+def study_seconds(cells: Sequence[CellCost]) -> float:
+    """Thread-seconds of every run of every cell (upper bound)."""
+    return sum(c.runs * c.cost.total for c in cells)
+
+
+def wall_seconds(cells: Sequence[CellCost], slots: int, study_startup: float = 0.0) -> float:
+    """Wall seconds with ``slots`` runs at a time: the study's start-up, then the larger of
+    the work spread over the slots and the longest single run."""
+    if not cells:
+        return study_startup
+    longest = max(c.cost.total for c in cells)
+    return study_startup + max(study_seconds(cells) / max(1, slots), longest)
