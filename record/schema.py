@@ -46,7 +46,7 @@ TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_tab
              "dubois_interp", "rc_table10", "dubois_fig9")  # the last two: reports.tables.EXHIBITS
 
 # test_loss / test_score: Raffel & Ellis runs under optim.raffel_protocol=paper score the test set
-# after every epoch (there is no dev set).
+# after every epoch (there is no dev set). mix_gate: a Mix run's mean gate over the dev set.
 EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
-                 "test_loss", "test_score")
+                 "test_loss", "test_score", "mix_gate")
 FINAL_METRICS = ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100")

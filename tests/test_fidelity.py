@@ -31,8 +31,10 @@ from locattn.tasks import TaskConfig, load_task
 from locattn.tasks.lookup import BITS
 from locattn.train import is_new_best, train
 from locattn.training import checkpoint as ckpt
+from locattn.training.data import EncodedSplit
 from locattn.training.epoch import teacher_forcing_draws
 from locattn.variants import get_variant
+from record.writer import RecordWriter
 
 DATA = Path(__file__).parent / "data"
 
@@ -260,14 +262,22 @@ def test_scheduler_skips_the_first_epoch_like_the_reference(tmp_path, start, ste
     assert state["scheduler"]["last_epoch"] == steps  # one ReduceLROnPlateau.step per counted epoch
 
 
+def _best_model_and_dev(cfg, run_dir: Path, cache_dir: Path):
+    """A finished run's best model (eval mode) and its encoded dev split."""
+    data = load_task(cfg.task, cache_dir=cache_dir)
+    v = data.vocab
+    ids = dict(pad_id=v.pad_id, sos_id=v.sos_id, eos_id=v.eos_id)
+    model = build_model(cfg.model, len(v), **ids)
+    model.load_state_dict(torch.load(run_dir / "best_model.pt", weights_only=True))
+    return model.eval(), EncodedSplit(data.splits["dev"], v, **ids), data
+
+
 # ----------------------------------------------------------------- teacher-forced == greedy match
 
 
 def test_teacher_forced_exact_match_is_the_greedy_exact_match(tmp_path):
     """Exact match counts <eos>: if every teacher-forced argmax is the gold token, greedy decoding
     feeds back exactly the gold prefix and emits the same tokens, <eos> included (and back)."""
-    from locattn.models import build_model as build
-    from locattn.training.data import EncodedSplit
     from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced_matches
 
     cfg = make_run_config(task="copy", variant="onestep", seed=0, overrides={
@@ -275,13 +285,7 @@ def test_teacher_forced_exact_match_is_the_greedy_exact_match(tmp_path):
         "task.train_lengths": [2, 4], "task.dev_lengths": [3, 5], "optim.epochs": 3,
         "cache_dir": str(tmp_path)})
     train(cfg, tmp_path / "run")
-    data = load_task(cfg.task, cache_dir=tmp_path)
-    v = data.vocab
-    ids = dict(pad_id=v.pad_id, sos_id=v.sos_id, eos_id=v.eos_id)
-    model = build(cfg.model, len(v), **ids)
-    model.load_state_dict(torch.load(tmp_path / "run" / "best_model.pt", weights_only=True))
-    model.eval()
-    split = EncodedSplit(data.splits["dev"], v, **ids)
+    model, split, data = _best_model_and_dev(cfg, tmp_path / "run", tmp_path)
     tf = teacher_forced_matches(model, split, 64)
     dec = greedy_decode(model, split, split_caps(split, data.decode_cap), 64)
     greedy = [e and p == g for p, e, g in zip(dec.pred, dec.ended, split.tgt_ids)]
@@ -428,3 +432,43 @@ def test_ratio_0_trains_free_running_and_ratio_0_2_is_deterministic_and_packs(tm
         train(cfgs[0], tmp_path / "resumed", recorder=StopAfterEpoch1())
     resumed = train(cfgs[0], tmp_path / "resumed")
     assert _history(resumed) == _history(a) and resumed.test == a.test
+
+
+# ----------------------------------------------------------------- 10. Mix gate per epoch (issue 24 §2.4)
+
+
+@pytest.mark.parametrize("variant", ["mix_onestep_pr", "onestep"])
+def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant):
+    """A Mix run's epoch metrics carry ``mix_gate``, the mean gate over the dev set's
+    teacher-forced steps (what the Recorder hears, and what the study's writer logs to MLflow);
+    other runs have none."""
+    cfg = _tf_cfg(tmp_path, variant=variant)
+    heard: list[dict] = []
+
+    class Heard:
+        def on_epoch(self, epoch, metrics, checkpoint_dir):
+            heard.append(dict(metrics))
+
+        def on_end(self, result):
+            pass
+
+    result = train(cfg, tmp_path / "run", recorder=Heard())
+    assert len(heard) == 2 and all(("mix_gate" in m) == (variant != "onestep") for m in heard)
+    if variant == "onestep":
+        return
+    model, split, _ = _best_model_and_dev(cfg, tmp_path / "run", tmp_path / "cache")
+    b = split.batch(torch.arange(len(split)))  # every dev example at once, by hand
+    with torch.no_grad():
+        gate = model(b.src, b.src_len, b.tgt_in, trace=True).trace.mix_gate  # (B, T)
+    by_hand = float(gate[b.tgt_out != split.pad_id].double().mean())
+    best = heard[result.best_epoch - 1]["mix_gate"]
+    assert 0 < best < 1 and abs(best - by_hand) < 1e-6
+    assert [h["mix_gate"] for h in result.history] == [m["mix_gate"] for m in heard]
+
+    writer = RecordWriter(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", study="gate",
+                          artifact_location=(tmp_path / "artifacts").as_uri(), parent_tags={}).open()
+    state = writer.create_run("k", tags={}, params={}, name="k")
+    writer.buffer_epochs("k", result.history)
+    writer.flush()
+    logged = writer.client.get_metric_history(state.run_id, "mix_gate")
+    assert sorted((m.step, m.value) for m in logged) == [(h["epoch"], h["mix_gate"]) for h in result.history]

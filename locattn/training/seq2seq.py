@@ -14,7 +14,7 @@ import torch
 from locattn.config import RunConfig, config_to_dict, run_identity
 from locattn.models import build_model
 from locattn.training import checkpoint as ckpt
-from locattn.training.attention import attention_record, longest_split, write_attention
+from locattn.training.attention import attention_record, longest_split, mean_mix_gate, write_attention
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
@@ -171,8 +171,10 @@ class Seq2SeqRun:
             "dev_score": dev_acc,
             "dev_seq_acc": dev_acc,
             "lr": lr,
-            "epoch_seconds": train_seconds + time.perf_counter() - start,
         }
+        if self.cfg.model.attention.mode == "mix":  # how much a Mix run relies on location (issue 24)
+            metrics["mix_gate"] = mean_mix_gate(self.model, self.dev_split, o.dev_batch_size)
+        metrics["epoch_seconds"] = train_seconds + time.perf_counter() - start
         self.history.append({"epoch": self.epoch, **metrics})
         path = ckpt.save_checkpoint(self.out_dir, ckpt.checkpoint_meta(self.cfg, self.epoch), self.state())
         recorder.on_epoch(self.epoch, metrics, path)
