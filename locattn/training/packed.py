@@ -29,6 +29,7 @@ import torch
 from locattn.config import RunConfig, config_to_dict, flatten, identity_dict, run_identity
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
+from locattn.training.decode import graphed_greedy_dev_accuracy, graphed_test_decodes
 from locattn.training.epoch import ReplicaFailed, packed_train_epoch
 from locattn.training.graphed import (graphed_dev_scores, graphed_train_epoch, measure_bytes_per_replica,
                                      pick_pack_size)
@@ -153,6 +154,7 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
 
     results: list[Any] = [None] * len(runs)
     graphed: dict[Any, Any] | None = {} if cfgs[0].optim.train_step == "graphed" else None
+    greedy: dict[Any, Any] = {}  # the graphed pack's greedy dev decoder (its graphs), while it lasts
     active = [k for k, r in enumerate(runs) if r.stop_reason is None and r.epoch < r.cfg.optim.epochs]
     while active:
         # replicas at the lowest epoch train together (all of them unless resumed unevenly)
@@ -164,8 +166,11 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
         try:
             if graphed is not None:
                 losses = graphed_train_epoch([runs[k] for k in group], low + 1, graphed)
-                scored = [k for k in group if runs[k].cfg.optim.dev_scoring == "teacher_forced"]
-                devs = dict(zip(scored, graphed_dev_scores([runs[k] for k in scored]))) if scored else {}
+                devs = dict(zip(group, graphed_dev_scores([runs[k] for k in group])))
+                free = [k for k in group if runs[k].cfg.optim.dev_scoring == "greedy"]
+                if free:  # the greedy dev accuracy of the pack, decoded together
+                    accs = graphed_greedy_dev_accuracy([runs[k] for k in free], greedy)
+                    devs.update({k: (devs[k][0], a) for k, a in zip(free, accs)})
             else:
                 losses, devs = packed_train_epoch([runs[k] for k in group], low + 1), {}
         except ReplicaFailed as failed:
@@ -182,10 +187,16 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
             runs[k].end_epoch(loss, seconds, recs[k], dev=devs.get(k))
             if runs[k].stop_reason is not None:
                 active.remove(k)
-    for k, run in enumerate(runs):
-        if results[k] is not None:
-            continue
-        result = run.finish()
+    done = [k for k in range(len(runs)) if results[k] is None]
+    decoded: list[Any] = [None] * len(runs)
+    if graphed is not None and done:  # the pack's test splits decoded together (locattn.training.decode)
+        for k in done:
+            runs[k].load_best()
+        for k, dec in zip(done, graphed_test_decodes([runs[k] for k in done])):
+            decoded[k] = dec
+    for k in done:
+        run = runs[k]
+        result = run.finish(decoded=decoded[k])
         (run.out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
         recs[k].on_end(result)
         results[k] = result

@@ -16,8 +16,11 @@ from locattn.training.examples import split_examples
 def score_test_splits(
     model: torch.nn.Module, data: Any, cfg: RunConfig, ids: dict[str, int], *,
     on_test_split: Any = None, keep_examples: dict[str, Any] | None = None,
+    decoded: dict[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Greedy-decode every test split; per-split metrics and accuracy by output length.
+
+    ``decoded``: splits already decoded (by name; :mod:`locattn.training.decode`), not decoded again.
 
     ``on_test_split(split, done, total)``, when given, is called before each split (``done``
     splits scored of ``total``) and once more at the end with ``done == total``: the
@@ -32,15 +35,15 @@ def score_test_splits(
         examples = data.splits[name]
         split = EncodedSplit(examples, data.vocab, **ids, device=device)
         want_attn = split.attn is not None
-        decoded = greedy_decode(
+        done_split = (decoded or {}).get(name) or greedy_decode(
             model, split, split_caps(split, data.decode_cap), cfg.optim.dev_batch_size,
             want_attention=want_attn, attn_steps=cfg.optim.attn_loss_steps,
             attn_decode=cfg.optim.attn_loss_decode,
         )
-        test[name], by_length[name] = split_metrics(split, decoded)
+        test[name], by_length[name] = split_metrics(split, done_split)
         if keep_examples is not None:  # examples.json: first wrong / right predictions (cfg.outputs)
             keep_examples[name] = split_examples(
-                data.splits[name], decoded.pred, decoded.ended, split.tgt_ids,
+                data.splits[name], done_split.pred, done_split.ended, split.tgt_ids,
                 lambda p: [data.vocab.itos[i] for i in p],
                 n_wrong=cfg.outputs.n_wrong, n_right=cfg.outputs.n_right,
             )

@@ -18,6 +18,7 @@ from locattn.training.attention import attention_record, longest_split, mean_mix
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
 from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
+from locattn.training.decode import graphed_greedy_dev_accuracy, graphed_test_decodes
 from locattn.training.graphed import graphed_dev_scores, solo_graphed_epoch
 from locattn.training.examples import EXAMPLES_JSON, check_trace_choice
 from locattn.training.recorders import Recorder
@@ -116,8 +117,12 @@ class Seq2SeqRun:
     def dev_scores(self) -> tuple[float, float]:
         """(dev loss, dev sequence accuracy under ``optim.dev_scoring``)."""
         o = self.cfg.optim
-        if o.train_step == "graphed" and o.dev_scoring == "teacher_forced":  # scored as a pack of one
-            return graphed_dev_scores([self])[0]
+        if o.train_step == "graphed":  # scored as a pack of one (locattn.training.decode)
+            dev_loss, tf_acc = graphed_dev_scores([self])[0]
+            if o.dev_scoring == "teacher_forced":
+                return dev_loss, tf_acc
+            cache = self.__dict__.setdefault("greedy_cache", {})
+            return dev_loss, graphed_greedy_dev_accuracy([self], cache)[0]
         dev_loss, tf_acc = teacher_forced(self.model, self.dev_split, o.dev_batch_size)
         if o.dev_scoring == "teacher_forced":
             return dev_loss, tf_acc
@@ -179,14 +184,24 @@ class Seq2SeqRun:
         path = ckpt.save_checkpoint(self.out_dir, ckpt.checkpoint_meta(self.cfg, self.epoch), self.state())
         recorder.on_epoch(self.epoch, metrics, path)
 
-    def finish(self, on_test_split: Any = None) -> RunResult:
-        start = time.perf_counter()
+    def load_best(self) -> None:
+        """Put the best model's weights (by dev score) into ``model``."""
         if self.best_state is not None:
             self.model.load_state_dict(self.best_state)
+
+    def finish(self, on_test_split: Any = None, decoded: dict[str, Any] | None = None) -> RunResult:
+        """Score the best model on every test split and write the run's files. ``decoded``: test
+        splits its pack decoded already (by name); under ``optim.train_step: graphed`` the rest
+        are decoded as a pack of one (:func:`~locattn.training.decode.graphed_test_decodes`)."""
+        start = time.perf_counter()
+        self.load_best()
         torch.save(self.model.state_dict(), self.out_dir / BEST_MODEL_FILE)
+        if decoded is None and self.cfg.optim.train_step == "graphed":
+            decoded = graphed_test_decodes([self])[0]
         saved: dict[str, Any] = {}
         test, by_length = score_test_splits(self.model, self.data, self.cfg, self.ids,
-                                            on_test_split=on_test_split, keep_examples=saved)
+                                            on_test_split=on_test_split, keep_examples=saved,
+                                            decoded=decoded)
         (self.out_dir / EXAMPLES_JSON).write_text(json.dumps(saved) + "\n")
         outputs = self.cfg.outputs
         traced = outputs.trace_split or longest_split(self.data)
