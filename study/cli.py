@@ -1,4 +1,4 @@
-"""``study`` command line: launch, resume, status, runs, ui, report.
+"""``study`` command line: launch, resume, status, runs, ui, report, migrate.
 
     study launch ablations/rc_table2.yaml [--profile quick] [--name N] [--root studies/]
                  [--address ADDR] [--tracking-uri URI] [--max-concurrent N] [--dry-run]
@@ -28,6 +28,8 @@ from locattn.cliparse import Parser, closest_path, parse
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, slices
+from study.driver import StudyLock
+from study.folder import migrate
 from study.results import cell_results, format_results
 from study.spec import SpecError, check_study_name
 from study.ui import (UI_FILTER, browse_host, check_port, current_store, experiment_url,
@@ -83,6 +85,11 @@ def parser() -> Parser:
     up.add_argument("--host", default="127.0.0.1",
                     help="bind address (default 127.0.0.1; use an SSH tunnel rather than 0.0.0.0)")
 
+    mp = sub.add_parser("migrate", help="upgrade a study folder written by an older version to the "
+                                        "current record format, in place")
+    mp.add_argument("study", help=STUDY_HELP)
+    mp.add_argument("--root", default="studies", help=ROOT_HELP)
+
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
                                     "with the study found by name under --root.")
@@ -95,7 +102,7 @@ def parser() -> Parser:
 
 
 DESCRIPTION = ("Run an ablation study from a spec (ablations/*.yaml) on Ray Tune, recording\n"
-               "every run in MLflow: launch, resume, status, runs, ui, report.")
+               "every run in MLflow: launch, resume, status, runs, ui, report, migrate.")
 EXAMPLES = """examples:
   study launch ablations/rc_table2.yaml --profile smoke
   study status rc_table2-smoke
@@ -258,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve(ui_command(store, args.host, args.port),
                          probe=health_url(args.host, args.port), ready=ready)
+        if args.cmd == "migrate":
+            paths = find_study(args.study, args.root)
+            lock = StudyLock(paths, sys.stdout).acquire()  # never under a running driver
+            try:
+                migrate(paths, sys.stdout)
+            finally:
+                lock.release()
+            return 0
         if args.cmd == "report":
             from study.folder import load_meta
 

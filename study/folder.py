@@ -1,7 +1,9 @@
 """A study's folder as the driver keeps it: ``study.json`` read, written and moved.
 
-The folder's layout is :mod:`record.layout`'s. Standard library, ``record`` and ``study.spec``
-only: no Ray, no MLflow.
+The folder's layout is :mod:`record.layout`'s; its record format, and the upgrade of an older
+one, :mod:`study.migrate`'s (a ``study.json`` is upgraded in memory when read, on disk by
+``study migrate``). Standard library, ``record``, ``study.spec`` and ``study.migrate`` only: no
+Ray, no MLflow.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths
 from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path, unpack
+from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, resolve_spec
 
 
@@ -23,7 +27,20 @@ class StudyError(SpecError):
 
 
 def load_meta(paths: StudyPaths) -> dict[str, Any]:
-    """The saved ``study.json``; a one-line error when it is missing, empty, corrupt or unreadable."""
+    """The saved ``study.json``, upgraded to the current record format (:mod:`study.migrate`); a
+    one-line error when it is missing, empty, corrupt, unreadable or of a newer format."""
+    return _upgraded(paths, read_meta(paths))[0]
+
+
+def _upgraded(paths: StudyPaths, meta: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    try:
+        return upgrade_meta(meta)
+    except FormatError as exc:
+        raise StudyError(f"{paths.meta}: {exc}") from None
+
+
+def read_meta(paths: StudyPaths) -> dict[str, Any]:
+    """The saved ``study.json`` as it is on disk (any record format); errors as :func:`load_meta`'s."""
     if not paths.meta.is_file():
         raise SpecError(f"{paths.dir}: no study here (missing study.json); launch it first")
     try:
@@ -100,9 +117,11 @@ def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None
 
 
 def write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
+    """Write ``study.json`` atomically, in the current record format (``meta`` is read through
+    :func:`load_meta`, or new)."""
     tmp = paths.meta.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(meta, indent=1, default=str))
+        tmp.write_text(json.dumps({**meta, FORMAT_KEY: FORMAT_VERSION}, indent=1, default=str))
         os.replace(tmp, paths.meta)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -110,8 +129,8 @@ def write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
 
 
 def legacy_tune_state(tune_dir: Path) -> bool:
-    """Whether ``tune_dir`` holds a searcher state that is not JSON: written by a version that
-    pickled it (before issue 13), which this version never unpickles."""
+    """Whether ``tune_dir`` holds a searcher state that is not JSON: a pickled one, which is
+    never loaded (unpickling a file can run code)."""
     for path in tune_dir.glob("searcher-state-*"):
         try:
             json.loads(path.read_text())
@@ -144,3 +163,24 @@ def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
     write_meta(paths, meta)
     print(f"[study {meta['name']}] moved from {old_dir}: now recording in {paths.db}", file=out)
     return True
+
+
+def migrate(paths: StudyPaths, out: TextIO) -> list[str]:
+    """``study migrate``: upgrade a study folder to the current record format in place, and say
+    what changed (one line each; none when it is current). A pickled searcher state
+    (:func:`legacy_tune_state`) is set aside as ``tune.legacy-<time>``, since it is never
+    loaded; the runs and the store are untouched. The caller holds the study's lock."""
+    meta, changes = _upgraded(paths, read_meta(paths))
+    if legacy_tune_state(paths.tune):
+        aside = paths.tune.with_name(f"tune.legacy-{int(time.time())}")
+        paths.tune.rename(aside)
+        changes.append(f"{paths.tune.name}/: a pickled searcher state, set aside as {aside.name} (the "
+                       "remaining trials are planned from the record)")
+    if changes:
+        write_meta(paths, meta)
+    name = meta["name"]
+    for change in changes:
+        print(f"[study {name}] {change}", file=out)
+    print(f"[study {name}] {paths.dir}: record format {FORMAT_VERSION}"
+          + (" (already current)" if not changes else ""), file=out)
+    return changes

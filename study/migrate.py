@@ -1,0 +1,68 @@
+"""The record format of a study folder, and its upgrades.
+
+``study.json`` carries ``format``: :data:`FORMAT_VERSION` for a folder this code writes, absent
+(format 0) for one written before the key existed. Every difference between an older format
+and the current one is handled here, in :data:`MIGRATIONS`, and nowhere else: a study's
+``study.json`` is upgraded in memory when it is read (:func:`upgrade_meta`), so the driver, the
+status command and the reports see one format; ``study migrate`` (:func:`study.folder.migrate`)
+writes the upgrade to disk. Standard library only.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+#: The record format this code reads and writes.
+FORMAT_VERSION = 1
+#: ``study.json``'s key for it.
+FORMAT_KEY = "format"
+#: The trainer a study runs when its ``study.json`` names none (the only one format 0 knew).
+DEFAULT_TRAIN_FN = "locattn.train:train"
+
+
+def _to_1(meta: dict[str, Any]) -> list[str]:
+    """Format 0 -> 1: the optional keys a launch has always written get explicit values, so
+    readers need no defaults of their own."""
+    done = []
+    if "only" not in meta:
+        meta["only"] = {}
+        done.append("only: {} (the whole grid)")
+    if "train_fn" not in meta:
+        meta["train_fn"] = DEFAULT_TRAIN_FN
+        done.append(f"train_fn: {DEFAULT_TRAIN_FN}")
+    return done
+
+
+#: ``MIGRATIONS[n]`` upgrades a ``study.json`` of format ``n`` to ``n + 1`` in place and says
+#: what it changed, one item per change.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], list[str]]] = {0: _to_1}
+
+
+class FormatError(ValueError):
+    """A ``study.json`` whose format this code cannot read (newer, or not a format number)."""
+
+
+def meta_format(meta: dict[str, Any]) -> int:
+    """The record format of a ``study.json`` (0 when it has no ``format`` key)."""
+    version = meta.get(FORMAT_KEY, 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise FormatError(f"{FORMAT_KEY}: {version!r} is not a record format (0 to {FORMAT_VERSION})")
+    if version > FORMAT_VERSION:
+        raise FormatError(f"{FORMAT_KEY} {version}: written by a newer locattn (this one reads formats "
+                          f"0 to {FORMAT_VERSION}); upgrade locattn to use this study")
+    return version
+
+
+def upgrade_meta(meta: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``meta`` upgraded to :data:`FORMAT_VERSION` (a copy; ``meta`` itself is unchanged), and
+    what each step changed, as ``"format n -> n+1: <change>"`` lines."""
+    version = meta_format(meta)
+    out = copy.deepcopy(meta)
+    log = []
+    while version < FORMAT_VERSION:
+        changes = MIGRATIONS[version](out)
+        log.extend(f"format {version} -> {version + 1}: {c}" for c in changes or ["format number only"])
+        version += 1
+    out[FORMAT_KEY] = FORMAT_VERSION
+    return out, log
