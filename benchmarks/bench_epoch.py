@@ -4,9 +4,10 @@
                                      [--threads 1] [--repeats 2] [--quick] [--no-eval]
                                      [--cases copy/onestep,lookup/mix_locattn,recopy/mono]
 
-Contenders per case: this project's training on each ``--paths`` (``RunConfig.train_path``) at
-each pack size ``--k`` (K = 1: a solo run; K > 1: seeds 0..K-1 trained as one pack, dev scored
-per seed), and for ``copy/onestep`` with ``--reference DIR`` the reference code
+Contenders per case: this project's training on each ``--paths`` (``RunConfig.train_path``
+``eager``/``compiled``, or ``graphed``: ``optim.train_step: graphed``, the device path's
+static-shape step, uncaptured on CPU) at each pack size ``--k`` (K = 1: a solo run; K > 1:
+seeds 0..K-1 trained as one pack, dev scored per seed), and for ``copy/onestep`` with ``--reference DIR`` the reference code
 (JRC1995/MonotonicLocationAttention, a checkout at DIR, not part of this project) on the same
 data: its BiGRU OneStep config, model, agent and collater, and its Trainer's loop (forward,
 backward, clip + AdamW per batch of 32; teacher-forced dev under no_grad with its per-batch
@@ -20,7 +21,9 @@ turn, so load changes hit all alike. Reported: CPU seconds of the process (the m
 rounds; noise only adds time) of the training pass and the dev pass per seed, wall beside it,
 and ``x ref``: the reference's epoch CPU seconds over this contender's per seed. With
 evaluation it also greedy-decodes every Copy test split (7 x 2,000 examples, lengths up to 100)
-with the eager OneStep model. ``--quick`` uses 1/10 of the sizes, the eager path, K = 1 and one
+with the eager OneStep model, and, for each graphed K, decodes them for the K replicas as the
+graphed path scores tests (:mod:`locattn.training.decode`: one batched pass) against K eager
+decodes (``greedy_decode`` per replica), per seed. ``--quick`` uses 1/10 of the sizes, the eager path, K = 1 and one
 repeat.
 """
 
@@ -46,7 +49,11 @@ from benchmarks._common import Timing, best, machine_line, parse_args, peak_rss_
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun, score_test_splits  # noqa: E402
+from locattn.training.data import EncodedSplit  # noqa: E402
+from locattn.training.decode import graphed_test_decodes  # noqa: E402
 from locattn.training.epoch import packed_train_epoch  # noqa: E402
+from locattn.training.evaluate import greedy_decode, split_caps  # noqa: E402
+from locattn.training.graphed import graphed_dev_scores, graphed_train_epoch  # noqa: E402
 
 CASES = "copy/onestep,lookup/mix_locattn,recopy/mono"
 
@@ -69,19 +76,27 @@ def _children_cpu() -> float:
 
 def ours(cfgs: list[Any], data: Any, tmp: Path) -> tuple[Callable[[int], tuple[Timing, Timing]], list[Seq2SeqRun]]:
     """Epoch function of this project's runs ``cfgs`` (one: solo; several: one pack)."""
-    runs = [Seq2SeqRun(cfg, data, tmp / f"{cfg.train_path}-{len(cfgs)}-{cfg.seed}") for cfg in cfgs]
+    runs = [Seq2SeqRun(cfg, data, tmp / f"{cfg.train_path}-{cfg.optim.train_step}-{len(cfgs)}-{cfg.seed}")
+            for cfg in cfgs]
+    graphed = cfgs[0].optim.train_step == "graphed"
+    cache: dict[Any, Any] = {}  # the graphed step, kept across epochs as train_packed keeps it
 
     def epoch(n: int) -> tuple[Timing, Timing]:
         for r in runs:
             r.epoch = n
         with timed() as t_train:
-            if len(runs) == 1:
+            if graphed:
+                graphed_train_epoch(runs, n, cache)
+            elif len(runs) == 1:
                 runs[0].train_epoch()
             else:
                 packed_train_epoch(runs, n)
         with timed() as t_dev:
-            for r in runs:
-                r.dev_scores()
+            if graphed:
+                graphed_dev_scores(runs)
+            else:
+                for r in runs:
+                    r.dev_scores()
         return t_train, t_dev
 
     return epoch, runs
@@ -194,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
              "task.test_size": 2_000 // scale, "num_threads": args.threads}
     ks = [int(k) for k in args.k.split(",")]
     copy_run = None
+    graphed_runs: dict[int, list[Seq2SeqRun]] = {}  # Copy's graphed packs, by K
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
             task, variant = case.split("/")
@@ -204,13 +220,16 @@ def main(argv: list[str] | None = None) -> int:
                 contenders.append(Contender("reference", 1, reference(args.reference, data)))
             for path in args.paths.split(","):
                 for k in ks:
+                    how = {"optim.train_step": "graphed"} if path == "graphed" else {"train_path": path}
                     cfgs = [make_run_config(task=task, variant=variant, seed=s,
-                                            overrides={**sizes, "train_path": path}) for s in range(k)]
+                                            overrides={**sizes, **how}) for s in range(k)]
                     data = data or load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
                     epoch, runs = ours(cfgs, data, Path(tmp))
                     contenders.append(Contender(f"{path} K={k}", k, epoch))
                     if task == "copy" and path == "eager" and k == 1:
                         copy_run = runs[0]
+                    if task == "copy" and path == "graphed":
+                        graphed_runs[k] = runs
             n_train, n_dev = len(data.splits["train"]), len(data.splits["dev"])
             for c in contenders:  # the untimed first epoch: compiles (or loads) compiled graphs
                 w0, c0 = time.perf_counter(), time.process_time() + _children_cpu()
@@ -247,7 +266,27 @@ def main(argv: list[str] | None = None) -> int:
                   f"with attnLoss): wall {t_eval.wall:.2f} s, cpu {t_eval.cpu:.2f} s, "
                   f"maxrss {peak_rss_mb():.0f} MB")
             print("  " + ", ".join(f"{s}={100 * m['seq_acc']:.1f}%" for s, m in test.items()))
+        if not args.no_eval:
+            for k, runs in graphed_runs.items():
+                print(packed_decoding_line(runs), flush=True)
     return 0
+
+
+def packed_decoding_line(runs: list[Seq2SeqRun]) -> str:
+    """Greedy decoding of every Copy test split for the K ``runs``: one batched pass (the graphed
+    path's test scoring) against K eager ``greedy_decode`` calls, CPU (wall) s per seed."""
+    data, ids, K = runs[0].data, runs[0].ids, len(runs)
+    with timed() as t_packed:
+        graphed_test_decodes(runs)
+    with timed() as t_eager:
+        for run in runs:
+            for name in data.test_splits:
+                split = EncodedSplit(data.splits[name], data.vocab, **ids)
+                greedy_decode(run.model, split, split_caps(split, data.decode_cap), run.cfg.optim.dev_batch_size,
+                              want_attention=True, attn_steps=run.cfg.optim.attn_loss_steps)
+    return (f"greedy decoding of the Copy test splits, K={K}, per seed: packed (graphed path) "
+            f"{t_packed.cpu / K:.2f} CPU-s ({t_packed.wall / K:.2f} wall), eager {t_eager.cpu / K:.2f} "
+            f"CPU-s ({t_eager.wall / K:.2f} wall): x{t_eager.cpu / max(t_packed.cpu, 1e-9):.2f}")
 
 
 if __name__ == "__main__":
