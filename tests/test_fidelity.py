@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from locattn.config import identity_dict, make_run_config, run_identity
+from locattn.config import config_to_dict, flatten, identity_dict, make_run_config, run_identity
 from locattn.models import build_model
 from locattn.models.attention import SourceMemory
 from locattn.models.attention.location import NORM_EPS, LocationAttender, head_bounds
@@ -35,6 +35,7 @@ from locattn.training.data import EncodedSplit
 from locattn.training.epoch import teacher_forcing_draws
 from locattn.variants import get_variant
 from record.writer import RecordWriter
+from study.spec import load_spec
 
 DATA = Path(__file__).parent / "data"
 
@@ -472,3 +473,32 @@ def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant
     writer.flush()
     logged = writer.client.get_metric_history(state.run_id, "mix_gate")
     assert sorted((m.step, m.value) for m in logged) == [(h["epoch"], h["mix_gate"]) for h in result.history]
+
+
+# ----------------------------------------------------------------- 11. the decisive runs' arms (issue 24 §2)
+
+
+@pytest.mark.parametrize("spec, profile, field, value", [
+    ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
+    ("rc_table7", "paper_mix_t1", "model.attention.mix_temperature", 1.0),
+    ("rc_table7", "paper_mix_softmax", "model.attention.location_norm", "softmax"),
+])
+def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, value):
+    """Every run of an arm profile is the ``paper`` profile's run of the same task, variant and
+    seed with exactly one field changed (so it is another run), and ``paper`` keeps its runs."""
+    path = Path(__file__).parent.parent / "ablations" / f"{spec}.yaml"
+
+    def configs(name: str) -> dict:
+        out = {}
+        for t in load_spec(path, name).grid_trials():
+            for seed in t.seeds:
+                cfg = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
+                out[(t.task, t.variant, seed)] = cfg
+        return out
+
+    arm, paper = configs(profile), configs("paper")
+    assert len(arm) >= 30 and set(arm) <= set(paper)
+    for key, cfg in arm.items():
+        mine, base = flatten(config_to_dict(cfg)), flatten(config_to_dict(paper[key]))
+        assert {k for k in mine if mine[k] != base[k]} == {field} and mine[field] == value
+        assert run_identity(cfg) != run_identity(paper[key])
