@@ -106,6 +106,19 @@ def test_packed_greedy_scoring_equals_solo_scoring(tmp_path: Path) -> None:
         assert packed[1].test[name]["seq_acc"] == split_metrics(split, ref)[0]["seq_acc"]
 
 
+def test_gold_length_attention_splits_are_left_to_the_eager_decode(tmp_path: Path) -> None:
+    from locattn.training.decode import graphed_test_decodes
+
+    def decoded_splits(**extra) -> list[set[str]]:
+        c = cfg(tmp_path, **extra)
+        run = Seq2SeqRun(c, load_task(c.task, cache_dir=c.cache_dir), tmp_path / "r")
+        return [set(d) for d in graphed_test_decodes([run])]
+
+    every = decoded_splits()
+    assert every[0] and every[0] == set(load_task(cfg(tmp_path).task, cache_dir=str(tmp_path / "cache")).test_splits)
+    assert decoded_splits(**{"optim.attn_loss_decode": "gold_length"}) == [set()]  # Copy: all have gold attention
+
+
 def test_capture_needs_cuda(tmp_path: Path) -> None:
     c = cfg(tmp_path)
     run = Seq2SeqRun(c, load_task(c.task, cache_dir=c.cache_dir), tmp_path)

@@ -73,6 +73,7 @@ class PackedGreedy:
         self.model._check = _no_check
         self.model.noise = None
         self.graphs: dict[tuple[int, int, bool], Any] = {}
+        self.pool: Any = None  # one memory pool for every graph (see _run)
         self.buffers: dict[tuple[int, int, bool], dict[str, torch.Tensor]] = {}
 
     @torch.no_grad()
@@ -143,8 +144,11 @@ class PackedGreedy:
                 self._body(buf)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
+            # one pool for all shapes: a graph's outputs go to buffers made outside it, so nothing
+            # it allocates outlives its replay, and the graphs replay one at a time on one stream
+            self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
             try:
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph, pool=self.pool):
                     self._body(buf)
             except RuntimeError as err:  # e.g. a host read inside an attender
                 warnings.warn(f"greedy decoding could not be captured ({err}); it runs uncaptured",
