@@ -7,6 +7,7 @@ See docs/architecture.md §6. Imports nothing.
 ROLE = "locattn.role"
 ROLE_STUDY = "study"
 ROLE_TRIAL = "trial"
+ROLE_CELL = "cell"  # a cell's run: its seeds' runs nest under it; reports ignore it
 STUDY = "locattn.study"
 RUN_KEY = "locattn.run_key"
 CELL = "locattn.cell"

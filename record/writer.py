@@ -9,6 +9,14 @@ so re-launching or resuming continues the same run and never logs an epoch step 
 
 What goes into a run (which tags, which params) is the caller's business (``study.record``);
 this module knows MLflow's client, the record's status tags and the run folder's artifacts.
+
+The runs: the study's parent run; a run per cell (variant x task, and any further grid axis;
+``locattn.role`` ``cell``) carrying the median over seeds of its chosen point's final metrics
+(:mod:`record.summary`), rewritten each time a seed of the cell finishes and when the writer
+opens (a resume); and the seeds' trial runs, nested under their cell's run. A cell's run is a
+top-level run (tagged with its study, not nested under the study's run): MLflow's runs table
+fetches the parents of the runs it shows, so cells under the study's run would fold into one
+row. Records written before cell runs existed have their trial runs under the study's run.
 """
 
 from __future__ import annotations
@@ -24,14 +32,15 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import unquote, urlparse
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from record import layout, schema
-from record.store import ensure_sqlite_store, local_store, run_index
+from record.store import StoreError, StudyNotFound, ensure_sqlite_store, local_store, read_rows, run_index
+from record.summary import cell_medians, chosen_point
 
 MAX_TAG_CHARS = 5000
 """Tag values are cut to this many characters (MLflow's limit is 8,000)."""
@@ -91,6 +100,19 @@ def package_versions() -> dict[str, str]:
 def study_key(study: str) -> str:
     """Run key of the study's parent run."""
     return hashlib.sha1(json.dumps(["study", study]).encode()).hexdigest()[:16]
+
+
+CELL_KEY_PREFIX = "cell-"
+
+
+def cell_key(study: str, cell: str) -> str:
+    """Run key of a cell's run: ``cell-<hash>`` (trial run keys are bare hashes)."""
+    return CELL_KEY_PREFIX + hashlib.sha1(json.dumps(["cell", study, cell]).encode()).hexdigest()[:16]
+
+
+def is_cell_key(key: str) -> bool:
+    """Whether ``key`` is a cell run's key (:func:`cell_key`)."""
+    return key.startswith(CELL_KEY_PREFIX)
 
 
 # ---------------------------------------------------------------------------- store access
@@ -179,12 +201,15 @@ def chunks(items: list, n: int) -> Iterable[list]:
 
 
 class RecordWriter:
-    """The study's MLflow runs: a parent run for the study and one run per trial seed, each
-    found by its run key. Call :meth:`open` first (it is idempotent)."""
+    """The study's MLflow runs: a parent run for the study, one run per cell and one run per
+    trial seed, each found by its run key. Call :meth:`open` first (it is idempotent).
+    ``cell_name(task, variant, cell)`` names a cell's run in the UI."""
 
     def __init__(self, *, tracking_uri: str, study: str, artifact_location: str | None,
-                 parent_tags: Mapping[str, str], flush_seconds: float = 5.0) -> None:
+                 parent_tags: Mapping[str, str], flush_seconds: float = 5.0,
+                 cell_name: Callable[[str, str, str], str] | None = None) -> None:
         self.tracking_uri = tracking_uri
+        self.cell_name = cell_name
         self.study = study
         self.artifact_location = artifact_location
         self.parent_tags = dict(parent_tags)
@@ -213,6 +238,7 @@ class RecordWriter:
         self.t_open = self.last_flush = time.time()
         self.parent_id = self._open_parent()
         self.ready = True
+        self.update_cells()  # a resume: the cells' medians from what the record holds
         return self
 
     def seconds_open(self) -> float:
@@ -259,6 +285,61 @@ class RecordWriter:
         state = RunState(run_id=run.info.run_id)
         self.runs[key] = state
         return state
+
+    def cell_run(self, cell: str, task: str, variant: str) -> RunState:
+        """The run of ``cell`` (created, top-level, if missing): its seeds' runs go under it
+        (``mlflow.parentRunId``)."""
+        key = cell_key(self.study, cell)
+        state = self.runs.get(key)
+        if state is None:
+            tags = {schema.ROLE: schema.ROLE_CELL, schema.STUDY: self.study, schema.RUN_KEY: key,
+                    schema.CELL: cell, schema.TASK: task, schema.VARIANT: variant}
+            name = self.cell_name(task, variant, cell) if self.cell_name else cell
+            run = self.client.create_run(self.experiment_id, tags=tags, run_name=name)
+            state = self.runs[key] = RunState(run_id=run.info.run_id)
+        return state
+
+    def update_cells(self, cells: Iterable[str] | None = None) -> int:
+        """Log on each cell's run (``cells``, or every cell with a finished run) the median over
+        its chosen point's finished seeds of each final metric, and the chosen point as its
+        ``locattn.hparams`` tag (step: the cell's finished runs, so the latest is the newest).
+        Returns how many cells were written."""
+        wanted = None if cells is None else set(cells)
+        try:
+            rows = read_rows(self.tracking_uri, self.study,
+                             tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS,
+                                       schema.TASK, schema.VARIANT),
+                             metric_keys=schema.FINAL_METRICS, metric_prefixes=("test.",))
+        except (StudyNotFound, StoreError):  # a file store (tests) or a store not there yet
+            return 0
+        tags: dict[str, dict[str, str]] = {}
+        for run_id, k, v in rows.tags:
+            tags.setdefault(run_id, {})[k] = v
+        metrics: dict[str, dict[str, float]] = {}
+        for run_id, k, v in rows.metrics:
+            metrics.setdefault(run_id, {})[k] = v
+        points: dict[str, dict[str, list[dict[str, float]]]] = {}
+        where: dict[str, tuple[str, str]] = {}
+        for run_id, t in sorted(tags.items()):
+            cell = t.get(schema.CELL)
+            if (t.get(schema.ROLE) != schema.ROLE_TRIAL or cell is None
+                    or t.get(schema.STATUS) != schema.STATUS_FINISHED
+                    or (wanted is not None and cell not in wanted)):
+                continue
+            points.setdefault(cell, {}).setdefault(t.get(schema.HPARAMS) or "{}", []).append(
+                metrics.get(run_id, {}))
+            where[cell] = (t.get(schema.TASK, ""), t.get(schema.VARIANT, ""))
+        ts = int(time.time() * 1000)
+        for cell, by_point in points.items():
+            state = self.cell_run(cell, *where[cell])
+            hparams = chosen_point(by_point)
+            step = sum(len(runs) for runs in by_point.values())
+            medians = [Metric(k, v, ts, step) for k, v in cell_medians(by_point[hparams]).items()]
+            for chunk in chunks(medians, BATCH):
+                self.client.log_batch(state.run_id, metrics=chunk,
+                                      tags=[RunTag(schema.HPARAMS, hparams[:MAX_TAG_CHARS])],
+                                      synchronous=True)
+        return len(points)
 
     def mark_running(self, state: RunState) -> None:
         """A run starts (again): status ``running``."""
@@ -359,7 +440,7 @@ class RecordWriter:
     def run_counts(self, expected: int) -> dict[str, int]:
         """True counts of the study's trial runs in the record (not Tune's trial states)."""
         parent = study_key(self.study)
-        states = [s.status for k, s in self.runs.items() if k != parent]
+        states = [s.status for k, s in self.runs.items() if k != parent and not is_cell_key(k)]
         done = sum(1 for s in states if s == schema.STATUS_FINISHED)
         failed = sum(1 for s in states if s == schema.STATUS_FAILED)
         return {"runs_expected": expected, "runs_finished": done, "runs_failed": failed,
@@ -391,9 +472,13 @@ class RecordWriter:
             mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
         self.set_tags(self.parent_id, {schema.STATUS: status})
         self.client.set_terminated(self.parent_id, mlflow_status)
+        for key, state in self.runs.items():  # the cells' runs end with the study's
+            if is_cell_key(key):
+                self.client.set_terminated(state.run_id, mlflow_status)
         if status == schema.STATUS_INTERRUPTED:  # its trial runs stopped with it: none left RUNNING
-            for state in self.runs.values():
-                if state.run_id != self.parent_id and state.status == schema.STATUS_RUNNING:
+            for key, state in self.runs.items():
+                if (state.run_id != self.parent_id and not is_cell_key(key)
+                        and state.status == schema.STATUS_RUNNING):
                     self.set_tags(state.run_id, {schema.STATUS: schema.STATUS_INTERRUPTED})
                     self.client.set_terminated(state.run_id, "KILLED")
                     state.status = schema.STATUS_INTERRUPTED

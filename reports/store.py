@@ -159,8 +159,10 @@ def assemble_runs(
         )
         .sort("run_id")
     )
-    return RunSet(study=study, source=source, runs=frame,
-                  metrics=metrics.sort(["run_id", "key"]))
+    # A cell's run carries its seeds' medians for the MLflow UI: not a run of the record's tables.
+    cells = frame.filter(pl.col("role") == schema.ROLE_CELL)["run_id"].to_list()
+    return RunSet(study=study, source=source, runs=frame.filter(~pl.col("run_id").is_in(cells)),
+                  metrics=metrics.filter(~pl.col("run_id").is_in(cells)).sort(["run_id", "key"]))
 
 
 def read_runs(

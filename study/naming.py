@@ -79,6 +79,14 @@ def abbreviate(key: str) -> str:
     return "-".join(w for w in words if w) or key
 
 
+def cell_name(task: str, variant: str, cell: str = "") -> str:
+    """The UI name of a cell's run: :func:`run_name` without seed and hyperparameters
+    (``1step·copy``, ``ffattn·raffel-add·t0=50``)."""
+    parts = [abbreviate(variant), abbreviate(task)]
+    parts += [f"{short_key(p)}={v}" for p, v in split_cell(cell).items() if p not in ("task", "variant")]
+    return SEP.join(parts)[:MAX_RUN_NAME]
+
+
 def run_name(*, task: str, variant: str, seed: int, hparams: Mapping[str, Any] | None = None,
              cell: str = "") -> str:
     """The UI name of one trial run: ``variant·task·s<seed>[·<hparam>=<value>]...[·<axis>=<value>]...``

@@ -19,7 +19,7 @@ from locattn.config import config_to_dict, flatten
 from record import layout, schema
 from record.store import redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
-from study.naming import run_name
+from study.naming import cell_name, run_name
 from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
 from study.trainable import (NOTICES, OBJECTIVE, final_metrics, finished_result, is_packed,
@@ -101,7 +101,7 @@ class MlflowRecorder(_TuneCallback):
         self.n_seeds = n_seeds
         self.writer = RecordWriter(tracking_uri=tracking_uri, study=study,
                                    artifact_location=artifact_location, parent_tags=parent_tags,
-                                   flush_seconds=flush_seconds)
+                                   flush_seconds=flush_seconds, cell_name=cell_name)
         self.trial_current: dict[str, str] = {}  # Tune trial id -> run key in progress
         self.failure: str | None = None
         """One line saying how the store failed mid-run (:func:`store_failure`), or None."""
@@ -151,7 +151,7 @@ class MlflowRecorder(_TuneCallback):
             schema.CODE_VERSION: w.code_version,
             schema.VERSIONS: w.versions,
             schema.DEV_SCORING: str(flat.get("optim.dev_scoring", "")),
-            "mlflow.parentRunId": w.parent_id,
+            "mlflow.parentRunId": w.cell_run(t["cell"], t["task"], t["variant"]).run_id,
         }
         if is_packed(config):
             tags[schema.PACKED_WITH] = ",".join(str(s) for s in t["seeds"])
@@ -239,7 +239,10 @@ class MlflowRecorder(_TuneCallback):
             return
         self.writer.buffer_epochs(key, epochs)
         finals = {k: v for k, v in result.items() if is_final_metric(k, v)}
+        newly = state.status != schema.STATUS_FINISHED
         self.writer.finish(key, finals, run_dir(self.study_dir, key))
+        if newly:  # the cell's medians, now (not for a restored trial's replay of a finished seed)
+            self.writer.update_cells([trial.config["trial"]["cell"]])
 
     @_guarded
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -318,6 +321,7 @@ def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
         finals = {k: v for k, v in final_metrics(out_dir, result).items()
                   if k in schema.FINAL_METRICS or k.startswith("test.")}
         recorder.writer.finish(key, finals, out_dir)
+        recorder.writer.update_cells([config["trial"]["cell"]])
         fixed += 1
     return fixed
 

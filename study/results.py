@@ -19,11 +19,11 @@ from typing import Any
 
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
+from record.summary import DEV_KEY, chosen_point, median_of
 
 #: A seed "solved" a cell at this accuracy (%) or more.
 SOLVED_AT = 90.0
 HEADLINE_METRICS = ("seq_acc", "accuracy")
-DEV_KEY = "best_dev_score"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,12 +89,8 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
             points.setdefault(t[schema.CELL], {}).setdefault(t.get(schema.HPARAMS) or "{}", []).append(run_id)
     out = []
     for cell, by_point in points.items():
-        def dev(ids: list[str]) -> float:
-            vals = [metrics.get(r, {}).get(DEV_KEY) for r in ids]
-            vals = [v for v in vals if v is not None and not math.isnan(v)]
-            return statistics.median(vals) if vals else -math.inf
-
-        hparams, ids = max(sorted(by_point.items()), key=lambda kv: dev(kv[1]))
+        hparams = chosen_point({p: [metrics.get(r, {}) for r in ids] for p, ids in by_point.items()})
+        ids = by_point[hparams]
         values: dict[str, list[float]] = {}
         for metric in HEADLINE_METRICS:
             for r in ids:
@@ -106,12 +102,12 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
                 break
         split = hardest_split(list(values)) or ""
         seeds = values.get(split, [])
-        d = dev(ids)
+        d = median_of([metrics.get(r, {}) for r in ids], DEV_KEY)
         out.append(CellResult(
             cell=cell, split=split, median=statistics.median(seeds) if seeds else None,
             solved=sum(v >= SOLVED_AT for v in seeds), n=len(seeds),
             hparams=_short(hparams) if len(by_point) > 1 or hparams != "{}" else "",
-            dev=None if d == -math.inf else 100 * d))
+            dev=None if d is None else 100 * d))
     return out
 
 

@@ -389,3 +389,113 @@ def test_launch_end_and_status_of_a_search_study_show_the_chosen_point(tmp_path:
     assert lines[3].endswith("Full tables: study report search_lr-smoke")
     show_results({"dry_run": True, "name": "search_lr-smoke", "dir": str(d)})
     assert capsys.readouterr().out == ""
+
+
+# --------------------------------------------------------------------------- cell runs
+
+
+def _cell_runs(db: Path, study: str) -> dict[str, object]:
+    """cell id -> its MLflow run (role ``cell``)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name(study).experiment_id
+    return {r.data.tags["locattn.cell"]: r for r in client.search_runs(
+        [exp], filter_string="tags.`locattn.role` = 'cell'")}
+
+
+def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp_path: Path) -> None:
+    """The writer opening a record without cell runs (a resume of an older study) writes one
+    run per cell: the median over seeds of the chosen point's finals
+    (the point with the best median dev score), its hparams and seed count; opening again
+    writes no second cell run; reports and the run counts see only the trial runs."""
+    from record.writer import RecordWriter
+    from reports.store import read_runs
+    from study.naming import cell_name
+
+    lr1, lr3 = {"optim.lr": 1e-3}, {"optim.lr": 3e-3}
+    runs = [SynthRun(task="copy", variant="onestep", seed=s, hparams=lr1, n_seeds=3,
+                     metrics={"best_dev_score": dev, "test.len100.seq_acc": acc})
+            for s, dev, acc in ((0, 0.9, 0.5), (1, 0.8, 0.6), (2, 0.7, 0.1))]
+    runs += [SynthRun(task="copy", variant="onestep", seed=s, hparams=lr3, n_seeds=3,
+                      metrics={"best_dev_score": 0.2, "test.len100.seq_acc": 0.9}) for s in (0, 1, 2)]
+    runs += [SynthRun(task="reverse_copy", variant="onestep_no_step2", seed=s, hparams=lr1, n_seeds=3,
+                      metrics={"best_dev_score": 0.5, "test.len100.seq_acc": v})
+             for s, v in ((0, 0.25), (1, 0.75))]
+    runs.append(SynthRun(task="reverse_copy", variant="onestep_no_step2", seed=2, hparams=lr1,
+                         n_seeds=3, status="failed"))
+    db = tmp_path / "mlflow.db"
+    write_bulk_sql(db, "s", runs, tables=["rc_table2"])
+    uri = f"sqlite:///{db}"
+
+    def writer() -> RecordWriter:
+        return RecordWriter(tracking_uri=uri, study="s", artifact_location=None,
+                            parent_tags={"locattn.n_runs": "9"}, cell_name=cell_name).open()
+
+    w = writer()
+    cells = _cell_runs(db, "s")
+    assert sorted(cells) == ["task=copy,variant=onestep", "task=reverse_copy,variant=onestep_no_step2"]
+    one = cells["task=copy,variant=onestep"]
+    assert one.info.run_name == "1step·copy"
+    assert one.data.metrics == {"best_dev_score": 0.8, "test.len100.seq_acc": 0.5, "seeds_finished": 3.0}
+    assert json.loads(one.data.tags["locattn.hparams"]) == lr1
+    assert "mlflow.parentRunId" not in one.data.tags  # top-level: a row of its own in the UI
+    two = cells["task=reverse_copy,variant=onestep_no_step2"]
+    assert two.info.run_name == "-step2·rev-copy"
+    assert two.data.metrics == {"best_dev_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0}
+    assert w.run_counts(9) == {"runs_expected": 9, "runs_finished": 8, "runs_failed": 1,
+                               "runs_unfinished": 0}
+    w.finish_parent(interrupted=False)
+    writer()  # a second resume: the same two cell runs, the same numbers
+    again = _cell_runs(db, "s")
+    assert {c: r.info.run_id for c, r in again.items()} == {c: r.info.run_id for c, r in cells.items()}
+    assert again["task=copy,variant=onestep"].data.metrics == one.data.metrics
+    rs = read_runs(uri, "s")
+    assert set(rs.runs["role"].to_list()) == {"study", "trial"} and rs.runs.height == 2 + 9
+    assert not set(rs.metrics["run_id"].to_list()) & {r.info.run_id for r in cells.values()}
+
+
+def test_a_real_study_nests_its_seeds_under_a_cell_run_with_their_medians(tmp_path: Path, capsys) -> None:
+    """One tiny study through the real launcher: each trial run's parent is its cell's run,
+    whose metrics are the medians over its 2 seeds; status counts 2 runs; reports see no cell
+    run."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    from reports.store import read_runs
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\ndescription: two runs\ntables: []\n"
+        "grid: {task: [copy], variant: [onestep]}\nseeds: 2\n"
+        "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
+        "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
+    root = tmp_path / "studies"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    db = root / "tiny" / "mlflow.db"
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("tiny").experiment_id
+    by_role: dict[str, list] = {}
+    for r in client.search_runs([exp]):
+        by_role.setdefault(r.data.tags["locattn.role"], []).append(r)
+    (study,), (cell,), trials = by_role["study"], by_role["cell"], by_role["trial"]
+    assert cell.info.run_name == "1step·copy" and cell.info.status == "FINISHED"
+    assert "mlflow.parentRunId" not in cell.data.tags and cell.data.tags["locattn.study"] == "tiny"
+    assert sorted(t.info.run_name for t in trials) == ["1step·copy·s0", "1step·copy·s1"]
+    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {cell.info.run_id}
+    finals = [k for k in trials[0].data.metrics if k == "best_dev_score" or k.startswith("test.")]
+    assert "test.len15.seq_acc" in finals
+    for key in finals:
+        values = sorted(t.data.metrics[key] for t in trials)
+        assert cell.data.metrics[key] == pytest.approx(sum(values) / 2), key
+    assert cell.data.metrics["seeds_finished"] == 2.0
+    code, out, err = run_main(["status", "tiny", "--root", str(root)], capsys, study_main)
+    lines = out.splitlines()
+    assert code == 0 and lines[lines.index("no driver running") - 1].split() == \
+        ["total", "2", "0", "0", "0", "0"]
+    assert set(read_runs(f"sqlite:///{db}", "tiny").runs["role"].to_list()) == {"study", "trial"}
