@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -50,3 +53,22 @@ def trial_run_rows(db: Path) -> list[dict]:
     finally:
         con.close()
     return [r for r in runs.values() if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL]
+
+
+def launch_tiny(tmp_path: Path, extra: str = "", *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``study launch`` of a tiny spec ``tiny`` (Copy, OneStepAttn, 2 seeds, 1 epoch; ``extra``:
+    more spec lines) in a real subprocess with local Ray; returns the process and the studies
+    root. Ray's token mode is left to the launcher (unset)."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\ndescription: two runs\ntables: []\n"
+        f"grid: {{task: [copy], variant: [onestep]}}\n{extra}seeds: 2\n"
+        "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
+        "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
+    root = tmp_path / "studies"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+                           *args], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    return proc, root

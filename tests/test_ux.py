@@ -468,23 +468,13 @@ def test_latex_captions_read_like_the_papers_and_floats_stay_together() -> None:
 
 def test_a_real_launch_names_runs_by_what_differs_and_prints_no_token_line(tmp_path: Path) -> None:
     """One tiny study through the real launcher, local Ray and SQLite MLflow store."""
-    import os
     import sqlite3
     import subprocess
     import sys
 
-    spec = tmp_path / "tiny.yaml"
-    spec.write_text(
-        "name: tiny\ndescription: two runs\ntables: []\n"
-        "grid: {task: [copy], variant: [onestep]}\nhparams: {optim.lr: [1.0e-3]}\nseeds: 2\n"
-        "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
-        "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
-    root = tmp_path / "studies"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
-    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
-                           "--progress-seconds", "30"], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    from tests.study_helpers import launch_tiny
+
+    proc, root = launch_tiny(tmp_path, "hparams: {optim.lr: [1.0e-3]}\n", "--progress-seconds", "30")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Token authentication" not in proc.stdout + proc.stderr
     con = sqlite3.connect(root / "tiny" / "mlflow.db")
