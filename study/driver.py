@@ -226,8 +226,7 @@ def quiet_tune() -> None:
     # dataframe fetch has no files to read: silence that warning only.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     controller = logging.getLogger("ray.tune.execution.tune_controller")
-    for log, keep in ((controller, _stale_checkpoint_filter), (logging.getLogger("ray.tune.tune"),
-                      _tune_log_filter), (controller, _trial_failure_filter),
+    for log, keep in ((logging.getLogger("ray.tune.tune"), _tune_log_filter), (controller, _trial_failure_filter),
                       (logging.getLogger("mlflow.store.db.utils"), _store_error_filter)):
         if keep not in log.filters:
             log.addFilter(keep)
@@ -240,21 +239,6 @@ def _store_error_filter(record: Any) -> bool:
 
     exc = record.exc_info[1] if record.exc_info else None
     return exc is None or store_failure("", exc) is None
-
-
-def _stale_checkpoint_filter(record: Any) -> bool:
-    """Drop Tune's error about deleting a checkpoint that a killed driver already deleted.
-
-    After ``Tuner.restore`` the restored checkpoint list can name checkpoints that the previous
-    (killed) driver pruned after its last state snapshot; Tune then fails to delete them again
-    and logs the error, but the new checkpoint is registered. Nothing is lost.
-    """
-    exc = record.exc_info[1] if record.exc_info else None
-    return not (
-        isinstance(exc, FileNotFoundError)
-        and "checkpoint_" in str(exc)
-        and "Error handling checkpoint" in str(record.msg)
-    )
 
 
 def _trial_failure_filter(record: Any) -> bool:

@@ -1,8 +1,7 @@
 """Launch, resume and widen studies: spec -> Ray Tune (+ Optuna) -> MLflow.
 
 :func:`launch` and :func:`resume` take the study's lock and hand the study to one runner, which
-plans the trials (the grid queue, or Optuna per cell), builds one ``TuneConfig``, and fits. The
-folder is :mod:`study.folder`'s, the driver process's plumbing :mod:`study.driver`'s, the record
+fits a new Tuner that :mod:`study.plan` plans from the spec and the record. The folder is :mod:`study.folder`'s, the driver process's plumbing :mod:`study.driver`'s, the record
 :mod:`study.record`'s. Nothing here calls ``ray.init`` at import time.
 """
 
@@ -14,30 +13,19 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from locattn.config import make_run_config
-from record import layout, schema
+from record import schema
 from record.layout import StudyPaths, study_paths
-from record.store import is_server, redact, split_credentials, sqlite_path, sqlite_uri
+from record.store import is_server, redact, split_credentials, sqlite_path
 from study import slices
 from study.cost import study_eta
 from study.driver import Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text, quiet_tune
-from study.folder import (StudyError, legacy_tune_state, load_meta, one_line_os_error, relocate,
+from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings, widens)
-from study.trainable import run_trial, trial_descriptor, trial_dirname, trial_run_keys
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
-#: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
-#: bytes) whenever one trial has reported this many checkpoints since the last snapshot, so
-#: that a snapshot never names a pruned checkpoint. At 3 (one per epoch) a study of N short
-#: trials wrote ~N snapshots of O(N) bytes: quadratic. At 10, a forced snapshot comes at most
-#: once per 10 epochs of the fastest trial and short trials never force one; the rest follow
-#: Tune's timer (``TUNE_GLOBAL_CHECKPOINT_S``, default auto: ~5 % of the driver's time).
-#: Finished trials drop the model files of their checkpoints (study.trainable), so the
-#: disk cost of keeping 10 is paid only by running trials.
-TUNE_CHECKPOINTS_KEPT = 10
 
 
 def launch(
@@ -236,8 +224,7 @@ def _run_locked(
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
     # --dry-run` starts no Ray.
-    from ray import tune
-
+    from study import plan
     from study.progress import ProgressLine
     from study.record import MlflowRecorder, reconcile
 
@@ -280,45 +267,24 @@ def _run_locked(
         ray_start = init_ray(address)
         if lock is not None and ray_start.session_dir:  # our private Ray: its helpers are ours
             lock.write(ray_session=ray_start.session_dir)
-        if legacy_tune_state(paths.tune):
-            aside = paths.tune.with_name(f"tune.legacy-{int(time.time())}")
-            paths.tune.rename(aside)
-            print(f"[study {name}] {paths.tune} holds a pickled searcher state from an older "
-                  f"version (never loaded: unpickling can run code); set aside as {aside.name}, "
-                  "the remaining trials are planned from the record", file=out)
-        trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
-        restore = tune.Tuner.can_restore(str(paths.tune))
-        trials, skipped = _trials(spec, paths, meta, recorder)
-        search_alg, n_trials, skipped = (None, spec.n_trials(), 0) if restore else \
-            _plan(spec, paths, meta, trials, skipped, out)
-        if not restore and search_alg is None:
+        # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/
+        # (tuner.pkl, its snapshots) holds pickles, and unpickling a planted one runs its code.
+        # Unfinished trials continue from their runs' own verified checkpoints (study.trainable).
+        trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
+        search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
+        if search_alg is None:
             print(f"[study {name}] every trial is already finished in the record", file=out)
             writer.finish_parent(interrupted=False)
             return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                     **writer.run_counts(spec.n_runs()), "interrupted": False}
-        limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
-        slots = limit or max(1, int((os.cpu_count() or 1) // max(spec.cpus, 1e-9)))
-        eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), slots)
+        eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
-                                            epochs_per_trial=_max_epochs(spec), counts=recorder.trial_counts,
+                                            epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
                                             seconds=progress_seconds, out=out, t0=t_start, eta=eta,
                                             over=recorder.trial_over)]
-        if restore:
-            tuner = tune.Tuner.restore(
-                str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True
-            )
-            _use_callbacks(tuner, callbacks)
-        else:
-            tuner = tune.Tuner(trainable, param_space={}, tune_config=_tune_config(search_alg, n_trials, limit),
-                               run_config=tune.RunConfig(
-                                   name=layout.TUNE_DIR,
-                                   storage_path=str(paths.dir),
-                                   callbacks=callbacks,
-                                   failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT),
-                                   verbose=0,
-                               ))
+        tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
+                                max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks)
         t_fit = time.time()
         grid = None
         with interrupt:
@@ -367,88 +333,3 @@ def _run_locked(
             import ray
 
             ray.shutdown()
-
-
-def _trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: Any
-            ) -> tuple[list[dict[str, Any]], int]:
-    """(trial descriptors, trials skipped): a grid study's trials the record does not hold
-    finished, or a search study's cell groups (one per cell x hparams point)."""
-
-    common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
-                  metric=spec.search.metric if spec.search else "best_dev_score",
-                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
-    if spec.search is not None:
-        return [trial_descriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
-                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=spec.seeds,
-                                 **common)
-                for cell in spec.cells for hp in spec.hparam_points()], 0
-    done = {k for k, s in recorder.runs.items() if s.status == schema.STATUS_FINISHED}
-    trials, skipped = [], 0
-    for t in spec.grid_trials():
-        desc = trial_descriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
-                                hparams=t.hparams, seeds=t.seeds, points=t.points, **common)
-        if all(k in done for _, k in trial_run_keys({"trial": desc})):
-            skipped += 1
-        else:
-            trials.append(desc)
-    return trials, skipped
-
-
-def _plan(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: list[dict[str, Any]],
-          skipped: int, out: TextIO) -> tuple[Any | None, int, int]:
-    """(Tune searcher, trials it will run, trials skipped) of a study without Tune state to
-    restore, from :func:`_trials`; no searcher when every trial is already finished in the
-    record. A grid study queues its trials; a search study runs Optuna per cell."""
-    from study.search import CellSearch, TrialQueue  # Ray Tune and Optuna (see _run_locked)
-
-    name = meta["name"]
-    if spec.search is not None:
-        searcher = CellSearch(
-            groups=trials, space=spec.search.space, num_samples=spec.search.num_samples,
-            sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
-            mode=spec.search.mode, storage_url=sqlite_uri(paths.optuna_db), study=name,
-        )
-        return searcher, spec.n_trials(), 0
-    if not trials:
-        return None, 0, skipped
-    if skipped:
-        print(f"[study {name}] {skipped} of {skipped + len(trials)} trials already "
-              f"finished in the record; running the other {len(trials)}", file=out)
-    return TrialQueue(trials), len(trials), skipped
-
-
-def _tune_config(search_alg: Any, num_samples: int, limit: int | None) -> Any:
-    """The one ``TuneConfig`` of every study: trials from ``search_alg``, first-in first-out."""
-    from ray import tune  # (see _run_locked)
-
-    from study.search import OpenTrialsScheduler
-
-    return tune.TuneConfig(
-        search_alg=search_alg,
-        num_samples=num_samples,
-        max_concurrent_trials=limit or None,
-        reuse_actors=True,
-        scheduler=OpenTrialsScheduler(),
-        trial_dirname_creator=_trial_dirname,
-    )
-
-
-def _trial_dirname(trial: Any) -> str:
-    return trial_dirname(trial.trial_id)
-
-
-def _use_callbacks(tuner: Any, callbacks: list) -> None:
-    """Give a restored Tuner this session's callbacks. ``Tuner.restore`` brings back pickled
-    copies of the old ones (settings only, no store connection) and takes no new ones: Tune has
-    no public way to replace them, so this reaches into the tuner's run config."""
-    try:
-        tuner._local_tuner.get_run_config().callbacks = callbacks
-    except AttributeError:  # pragma: no cover - depends on Ray internals
-        pass
-
-
-def _max_epochs(spec: StudySpec) -> int:
-    cell = spec.cells[0]
-    cfg = make_run_config(task=cell.task, variant=cell.variant,
-                          overrides={**cell.overrides, **spec.hparam_points()[0]})
-    return cfg.optim.epochs

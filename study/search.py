@@ -22,13 +22,16 @@ from ray.tune.search.optuna import OptunaSearch
 
 from study.trainable import OBJECTIVE
 
+#: Optuna user attribute of a search point: the sampler's RNG states after it was drawn.
+RNG_ATTR = "locattn.sampler_rng"
+
 
 class TrialQueue(Searcher):
     """Tune searcher of a grid study: hands out the trial descriptors in order, O(1) per trial.
 
     (``tune.grid_search`` over N descriptors deep-copies the whole list for every trial it
-    generates: O(N) each, O(N^2) per study.) Its state, saved with Tune's experiment snapshots
-    and restored by ``Tuner.restore``, is the list and the next index.
+    generates: O(N) each, O(N^2) per study.) A resumed study plans a new queue from the record
+    (``study.launch``): Tune's saved state is never restored.
     """
 
     def __init__(self, items: list[dict[str, Any]]) -> None:
@@ -49,14 +52,9 @@ class TrialQueue(Searcher):
         return None
 
     def save(self, checkpoint_path: str) -> None:
-        # JSON, not a pickle: restoring a study never executes code from its tune/ folder.
+        # (Tune's snapshots call this; nothing reads it back.)
         with open(checkpoint_path, "w") as f:
-            json.dump({"items": self.items, "next": self.next}, f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as f:
-            data = json.load(f)
-        self.items, self.next = list(data["items"]), int(data["next"])
+            json.dump({"next": self.next}, f)
 
 
 class OpenTrialsScheduler(FIFOScheduler):
@@ -145,28 +143,37 @@ class CompleteOnlyOptunaSearch(OptunaSearch):
         else:
             super().on_trial_complete(trial_id, {OBJECTIVE: result[OBJECTIVE]}, error=False)
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-safe state: Tune trial id -> Optuna trial id, completed trials, sampler RNGs.
+    def suggest(self, trial_id: str) -> dict | None:
+        point = super().suggest(trial_id)
+        trial = self._ot_trials.get(trial_id)
+        if trial is not None and isinstance(point, dict):
+            # The sampler's RNGs after this point, in the Optuna store (JSON): a resumed study
+            # continues the same sequence of points (:meth:`resume`).
+            trial.set_user_attr(RNG_ATTR, {path: _rng_to_json(rng) for path, rng in _sampler_rngs(self._sampler)})
+        return point
 
-        The Optuna study itself (its trials, params and values) is in its RDB storage.
-        """
-        return {
-            "trials": {tid: int(t._trial_id) for tid, t in self._ot_trials.items()},
-            "completed": sorted(self._completed_trials),
-            "rng": {path: _rng_to_json(rng) for path, rng in _sampler_rngs(self._sampler)},
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Inverse of :meth:`state_dict` on a searcher built with the same study and sampler."""
+    def resume(self) -> tuple[int, list[Any]]:
+        """Continue from the Optuna store alone (Tune's saved state is never read): the
+        sampler's RNGs as after the newest point, and (points asked so far, the asked points
+        that never got a result, oldest first: a killed driver's)."""
         import optuna
 
-        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, int(otid))
-                           for tid, otid in state["trials"].items()}
-        self._completed_trials = set(state["completed"])
-        saved = state.get("rng") or {}
+        trials = self._ot_study.get_trials(deepcopy=False)
+        saved = next((t.user_attrs[RNG_ATTR] for t in reversed(trials) if RNG_ATTR in t.user_attrs), {})
         for path, rng in _sampler_rngs(self._sampler):
-            if path in saved:
+            if isinstance(saved.get(path), list):
                 _rng_from_json(rng, saved[path])
+        open_ = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+        return len(trials), open_
+
+    def adopt(self, trial_id: str, frozen: Any) -> dict:
+        """Hand out an asked point again as Tune trial ``trial_id``; its result is told to the
+        same Optuna trial."""
+        import optuna
+        from ray.tune.utils.util import unflatten_dict
+
+        self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, frozen._trial_id)
+        return unflatten_dict(dict(frozen.params))
 
 
 def _sampler_rngs(sampler: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -242,11 +249,21 @@ class CellSearch(Searcher):
                     storage=storage,
                 )
             )
+        # A resumed study: the points asked so far count, and those that never got a result
+        # are handed out again first, with the same values (their runs continue).
+        self.reissue: list[tuple[int, Any]] = []
+        for i, sub in enumerate(self.subs):
+            self.count[i], open_ = sub.resume()
+            self.reissue += [(i, frozen) for frozen in open_]
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True
 
     def suggest(self, trial_id: str) -> dict | None:
+        if self.reissue:
+            i, frozen = self.reissue.pop(0)
+            self.owner[trial_id] = i
+            return {"trial": dict(self.groups[i]), "search": self.subs[i].adopt(trial_id, frozen)}
         open_groups = [i for i, n in enumerate(self.count) if n < self.num_samples]
         if not open_groups:
             return Searcher.FINISHED
@@ -267,16 +284,7 @@ class CellSearch(Searcher):
             self.subs[i].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        # JSON, not a pickle: restoring a study never executes code from its tune/ folder. The
-        # Optuna studies themselves live in optuna.db; the samplers are rebuilt from the spec.
+        # (Tune's snapshots call this; nothing reads it back: a resumed study rebuilds the
+        # search from optuna.db, see __init__.)
         with open(checkpoint_path, "w") as f:
-            json.dump({"count": self.count, "owner": self.owner,
-                       "subs": [sub.state_dict() for sub in self.subs]}, f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as f:
-            data = json.load(f)
-        self.count = [int(n) for n in data["count"]]
-        self.owner = {str(k): int(v) for k, v in data["owner"].items()}
-        for sub, body in zip(self.subs, data["subs"]):
-            sub.load_state_dict(body)
+            json.dump({"count": self.count}, f)

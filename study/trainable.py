@@ -24,6 +24,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import statistics
 import time
@@ -44,6 +45,12 @@ STATE_DIGEST = "sha256"
 RUN_SUBDIR = "run"
 #: Tune's experiment directory under the study (``tune.RunConfig(name=...)``).
 TUNE_DIRNAME = layout.TUNE_DIR
+#: Key of a run's trial file listing the Tune trial directories that trained it, newest last. A
+#: resumed study starts new Tune trials (it never restores Tune's pickled state), which find
+#: the earlier attempts' checkpoints there. Only names of this form, directly under ``tune/``.
+TUNE_TRIALS = "tune_trials"
+TUNE_TRIAL_NAME = re.compile(r"trial_[A-Za-z0-9_]{1,64}")
+TUNE_TRIALS_KEPT = 8
 
 
 def trial_dirname(trial_id: str) -> str:
@@ -248,7 +255,8 @@ def _notice(notices: list[str] | None, text: str) -> None:
         notices.append(text)
 
 
-def newest_checkpoint(restored: Path | None, trial_dir: Path | None, notices: list[str] | None = None
+def newest_checkpoint(restored: Path | None, trial_dir: Path | None, notices: list[str] | None = None,
+                      earlier: list[Path] = (), keys: set[str] | None = None
                       ) -> tuple[Path | None, dict | None]:
     """The most advanced complete checkpoint among the restored one and the trial's own.
 
@@ -261,21 +269,50 @@ def newest_checkpoint(restored: Path | None, trial_dir: Path | None, notices: li
     The choice depends only on what verifies, never on which checkpoint Tune's snapshot names
     nor on directory names (a restore from an older snapshot makes Tune reuse the names of
     newer checkpoints): every candidate is read, and an unfinished seed counts only the epochs
-    of model files the checkpoint holds and whose checksums match.
+    of model files the checkpoint holds and whose checksums match. ``earlier``: the trial
+    directories of earlier attempts (:func:`earlier_trial_dirs`); with ``keys``, a state that
+    names another run is skipped.
     """
     candidates = [restored] if restored is not None else []
-    for folder in (trial_dir, restored.parent if restored is not None else None):
+    for folder in (trial_dir, restored.parent if restored is not None else None, *earlier):
         if folder is not None and folder.is_dir() and folder.name.startswith("trial_"):
             candidates += [p for p in sorted(folder.glob("checkpoint_*")) if p not in candidates]
     best: tuple[tuple[int, int], Path, dict] | None = None
     for path in candidates:
         state = read_complete(path, notices)
-        if state is None:
+        if state is None or (keys is not None and not _names_only(state, keys)):
             continue
         rank = _rank(_held(state, path))
         if best is None or rank > best[0]:
             best = (rank, path, state)
     return (best[1], best[2]) if best is not None else (None, None)
+
+
+def _names_only(state: Mapping[str, Any], keys: set[str]) -> bool:
+    """Whether a trial state speaks only of the runs ``keys`` (the older layout names none)."""
+    named = set(state.get("replicas") or {}) | set(state.get("done") or [])
+    return named <= keys
+
+
+def earlier_trial_dirs(study_dir: str | Path, out_dirs: list[Path]) -> list[Path]:
+    """The Tune trial directories that earlier attempts of these runs reported checkpoints to,
+    as their trial files list them (:data:`TUNE_TRIALS`); a name of any other form is ignored."""
+    tune_dir = Path(study_dir).resolve() / TUNE_DIRNAME
+    found: list[Path] = []
+    for out_dir in out_dirs:
+        for name in _listed_trials(out_dir):
+            if tune_dir / name not in found:
+                found.append(tune_dir / name)
+    return found
+
+
+def _listed_trials(out_dir: Path) -> list[str]:
+    try:
+        names = json.loads((out_dir / TRIAL_FILE).read_text()).get(TUNE_TRIALS)
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str) and TUNE_TRIAL_NAME.fullmatch(n)] \
+        if isinstance(names, list) else []
 
 
 def _held(state: Mapping[str, Any], ckpt_dir: Path) -> Mapping[str, Any]:
@@ -328,10 +365,15 @@ def _trial_dir(study_dir: str | Path) -> Path | None:
     return Path(study_dir).resolve() / TUNE_DIRNAME / trial_dirname(trial_id)
 
 
-def write_trial_file(out_dir: Path, config: Mapping[str, Any], seed: int) -> None:
-    """Record in ``out_dir`` which trial and seed it belongs to (for reconciliation)."""
+def write_trial_file(out_dir: Path, config: Mapping[str, Any], seed: int, tune_trial: str | None = None
+                     ) -> None:
+    """Record in ``out_dir`` which trial and seed it belongs to (for reconciliation), and the
+    Tune trial directories that trained it (``tune_trial`` added last)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     body = {"trial": config["trial"], "search": dict(config.get("search") or {}), "seed": int(seed)}
+    listed = [n for n in _listed_trials(out_dir) if n != tune_trial] + ([tune_trial] if tune_trial else [])
+    if listed:
+        body[TUNE_TRIALS] = listed[-TUNE_TRIALS_KEPT:]
     tmp = out_dir / f".{TRIAL_FILE}.tmp"
     tmp.write_text(json.dumps(body, sort_keys=True, default=str))
     os.replace(tmp, out_dir / TRIAL_FILE)
@@ -423,6 +465,9 @@ class Trial:
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
         self.keep = study_keep(self.t["study_dir"])  # what a finished run keeps (study.retention)
+        self.trial_dir = _trial_dir(self.t["study_dir"])
+        self.earlier = [d for d in earlier_trial_dirs(self.t["study_dir"], list(self.out_dirs.values()))
+                        if d != self.trial_dir]
 
     def restore(self) -> None:
         """Put every unfinished seed's trainer checkpoint back from the most advanced complete
@@ -436,7 +481,8 @@ class Trial:
             # Scanned also when Tune restores nothing: its last experiment snapshot can predate
             # the trial's first checkpoint (a killed driver), while the trial directory holds newer ones.
             restored = Path(ctx.__enter__()) if ctx is not None else None
-            ckpt_dir, found = newest_checkpoint(restored, _trial_dir(self.t["study_dir"]), self.notices)
+            ckpt_dir, found = newest_checkpoint(restored, self.trial_dir, self.notices, self.earlier,
+                                                {key for _, key in self.keys})
             if ckpt_dir is None and self.notices:
                 self.notices.append("no intact checkpoint left: the trial's unfinished seeds restart "
                                     "from epoch 0")
@@ -470,7 +516,8 @@ class Trial:
             if done is not None:
                 self.finish(seed, key, done, skipped=True)
             else:
-                write_trial_file(self.out_dirs[key], self.config, seed)
+                write_trial_file(self.out_dirs[key], self.config, seed,
+                                 self.trial_dir.name if self.trial_dir is not None else None)
                 todo.append((seed, key, cfg))
         return todo
 
@@ -536,8 +583,10 @@ class Trial:
         return key if self.t.get("points") else str(seed)
 
     def close(self) -> None:
-        """Every seed finished: drop the model files from the trial's Tune checkpoints."""
-        _strip_finished(_trial_dir(self.t["study_dir"]))
+        """Every seed finished: drop the model files from the trial's Tune checkpoints (and
+        from those of its earlier attempts)."""
+        for folder in (self.trial_dir, *self.earlier):
+            _strip_finished(folder)
 
 
 def upgrade_state(found: Mapping[str, Any], ckpt_dir: Path, keys: list[tuple[int, str]]

@@ -468,22 +468,6 @@ def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_p
     assert not old.exists()  # nothing was written back to the old folder
 
 
-def test_a_pickled_searcher_state_from_an_older_version_is_never_loaded(tmp_path: Path) -> None:
-    """Studies launched before the searcher state became JSON hold a pickle in tune/; resuming
-    them must not unpickle it (code execution) nor fail: the state is set aside instead."""
-    import pickle
-
-    from study.launch import legacy_tune_state
-
-    tune_dir = tmp_path / "tune"
-    tune_dir.mkdir()
-    (tune_dir / "searcher-state-2026-01-01_00-00-00.pkl").write_text(json.dumps({"items": [], "next": 0}))
-    assert not legacy_tune_state(tune_dir)
-    (tune_dir / "searcher-state-2025-12-31_00-00-00.pkl").write_bytes(pickle.dumps({"items": []}))
-    assert legacy_tune_state(tune_dir)
-    assert not legacy_tune_state(tmp_path / "missing")
-
-
 def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, tmp_path: Path,
                                                                   capsys) -> None:
     """`study launch` with the same spec and profile and a wider --only grows the study: its

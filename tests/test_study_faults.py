@@ -840,3 +840,96 @@ def test_a_store_path_with_uri_syntax_stays_one_path(tmp_path: Path) -> None:
         with SQLReader(uri) as reader:
             assert reader.query("SELECT count(*) FROM t", {}) == [(0,)]
     assert sqlite_uri("/a/plain/mlflow.db") == "sqlite:////a/plain/mlflow.db"  # recorded URIs unchanged
+
+
+class _Planted:
+    """A pickle payload: unpickling it runs ``touch <marker>``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.faults  # a real driver killed mid-training, then resumed
+def test_pickles_planted_in_tune_and_a_run_folder_run_nothing_on_resume(tmp_path: Path) -> None:
+    """#27 item 1: `study resume` once unpickled tune/tuner.pkl, search_gen_state-*.json and the
+    trials' storage values. Every file of tune/ and of the unfinished run's folder is replaced
+    by a payload that would create a marker file; the resume runs none of them and finishes."""
+    spec = write_spec(tmp_path, "plant", overrides={**TINY, "task.train_size": 160, "optim.epochs": 12})
+    root = tmp_path / "s"
+    study = root / "plant-smoke"
+    log = tmp_path / "d.log"
+    d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
+    wait_for(lambda: any(e >= 2 for e, _ in checkpoints(study)), 300, "epoch 2", d, log)
+    kill_tree(d.pid)
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Planted(marker))
+    tune_dir = study / "tune"
+    for extra in ("tuner.pkl", "search_gen_state-2030-01-01_00-00-00.json",
+                  "searcher-state-2030-01-01_00-00-00.pkl"):
+        (tune_dir / extra).write_bytes(b"")
+    (run,) = (study / "runs").iterdir()
+    planted = [p for folder in (tune_dir, run) for p in folder.rglob("*") if p.is_file()]
+    assert len(planted) > 10 and any(p.name.startswith("experiment_state") for p in planted)
+    for path in planted:
+        path.write_bytes(payload)
+
+    res = study_cli("resume", str(study), "--progress-seconds", "5", timeout=600)
+    assert not marker.exists(), "a planted pickle ran"
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "1 of 1 runs finished" in res.stdout
+    (row,) = trial_runs(study / "mlflow.db").values()
+    assert row["status"] == "FINISHED" and row["steps"]["train_loss"] == list(range(1, 13))
+
+
+def test_a_search_resumed_from_optuna_db_alone_draws_the_same_points(tmp_path: Path) -> None:
+    """A resumed search study rebuilds its searcher from optuna.db (Tune's pickled state is
+    never read): points asked but not finished by a killed driver are handed out again with
+    the same values, and later points equal an uninterrupted search's."""
+    import math
+
+    import optuna
+
+    from record.store import sqlite_uri
+    from study.search import CellSearch
+    from study.trainable import OBJECTIVE
+
+    def searcher(db: Path) -> CellSearch:
+        return CellSearch(groups=[{"cell": "task=copy,variant=onestep", "hparams": {}}],
+                          space={"optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+                          num_samples=5, sampler="tpe", sampler_seed=3, mode="max",
+                          storage_url=sqlite_uri(db), study="s")
+
+    def lr(point: dict) -> float:
+        return point["search"]["optim.lr"]
+
+    def done(s: CellSearch, tid: str, point: dict) -> None:
+        s.on_trial_complete(tid, {OBJECTIVE: -abs(math.log10(lr(point)) + 3)})
+
+    whole = searcher(tmp_path / "a.db")
+    expected = []
+    for i in range(5):
+        point = whole.suggest(f"a{i}")
+        expected.append(lr(point))
+        done(whole, f"a{i}", point)
+
+    first = searcher(tmp_path / "b.db")
+    p0, p1 = first.suggest("b0"), first.suggest("b1")
+    done(first, "b0", p0)
+    del first  # the driver is killed with b1 asked and unfinished
+    second = searcher(tmp_path / "b.db")
+    again = second.suggest("c1")
+    assert lr(again) == lr(p1)  # the unfinished point, handed out again
+    done(second, "c1", again)
+    rest = []
+    for i in range(2, 5):
+        point = second.suggest(f"c{i}")
+        rest.append(lr(point))
+        done(second, f"c{i}", point)
+    assert second.suggest("c5") == CellSearch.FINISHED
+    assert [lr(p0), lr(p1), *rest] == expected
+    (summary,) = optuna.get_all_study_summaries(sqlite_uri(tmp_path / "b.db"))
+    assert summary.n_trials == 5  # one Optuna trial per point, none duplicated
