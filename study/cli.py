@@ -32,8 +32,8 @@ from study.driver import StudyLock
 from study.folder import migrate
 from study.results import cell_results, format_results
 from study.spec import SpecError, check_study_name
-from study.ui import (UI_FILTER, browse_host, check_port, current_store, experiment_url,
-                      health_url, serve, server_url, store_uri, ui_command)
+from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
+                      health_url, save_view, serve, server_url, store_uri, ui_command)
 
 
 def parser() -> Parser:
@@ -254,13 +254,17 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             store = store_uri(meta["tracking_uri"], paths.dir)
             check_port(args.host, args.port)
-            url = experiment_url(f"http://{browse_host(args.host)}:{args.port}", store, meta["name"])
+            base = f"http://{browse_host(args.host)}:{args.port}"
+            view = save_view(store, meta["name"])
+            url = base + view if view else experiment_url(base, store, meta["name"])
             print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
                   file=sys.stderr, flush=True)
 
             def ready() -> None:
                 print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
-                print(f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
+                print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
+                      "its seeds' runs inside; the headline metric columns)" if view else
+                      f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
                       "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
 
             return serve(ui_command(store, args.host, args.port),

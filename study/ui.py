@@ -9,8 +9,10 @@
 - ``kill -9`` of ``study ui`` stops the server too (``PR_SET_PDEATHSIG``).
 - MLflow's job runner is off (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``): the UI needs none,
   it delayed the start and left processes behind on Ctrl-C.
+- The URL opens a saved view (:func:`save_view`): the cells' runs with their seeds' runs inside,
+  and the headline metric columns shown.
 
-Standard library only; the server is ``python -m mlflow server``.
+Standard library only, but for :func:`save_view`; the server is ``python -m mlflow server``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import json
 import urllib.request
 from pathlib import Path
 from typing import Callable, TextIO
@@ -30,7 +33,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
 from record.layout import META_FILE, STORE_FILE
-from record.store import experiment_id, sqlite_path, sqlite_uri, unpack
+from record.store import StoreError, StudyNotFound, experiment_id, read_rows, sqlite_path, sqlite_uri, unpack
+from record.summary import DEV_KEY, SEEDS_KEY
+from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -67,6 +72,74 @@ def experiment_url(base: str, tracking_uri: str, name: str) -> str:
     query = (f"searchFilter={quote(UI_FILTER)}&orderByKey={quote('attributes.run_name')}"
              f"&orderByAsc=true")
     return f"{base}/#/experiments/{exp}/runs?{query}"
+
+
+#: The saved view ``study ui`` opens: an experiment tag ``mlflow.sharedViewState.<id>`` that
+#: MLflow's UI (3.17) lists under its views and opens by ``?viewStateShareKey=<id>``. Its value
+#: is the UI's saved-view envelope, whose ``state`` holds the runs table's search facets and
+#: column and grouping state (the UI ignores it when the URL has search facets of its own).
+VIEW_ID = "locattn-cells"
+VIEW_NAME = "cells and seeds (locattn)"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+#: The view's filter: the cells' runs (and the seeds' runs nested inside them), not the study's.
+CELL_FILTER = f"tags.{schema.ROLE} != '{schema.ROLE_STUDY}'"
+
+
+def metric_column(key: str) -> str:
+    """The runs table's column id of a metric."""
+    return f"metrics.`{key}`"
+
+
+def view_state(tracking_uri: str, name: str) -> dict:
+    """The runs table the study's view shows. Columns: per headline split of the cells (the
+    hardest test split, :func:`study.results.cell_results`), its sequence accuracy (or
+    accuracy), then ``best_dev_score`` and, on cell runs, ``seeds_finished``.
+
+    A record with cell runs: every run but the study's, by start time, so each seed's run sits
+    under its cell's run (MLflow nests runs under a parent in the result when sorted by time),
+    and a cell's row shows its medians. An older record (no cell runs): the trial runs grouped
+    by the ``locattn.cell`` tag, each group showing MLflow's average over its seeds."""
+    try:
+        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE,), metric_keys=[],
+                         metric_prefixes=("test.",))
+    except (StudyNotFound, StoreError):
+        rows = None
+    keys = {k for _, k, *_ in rows.metrics} if rows else set()
+    has_cells = bool(rows) and any(v == schema.ROLE_CELL for _, _, v in rows.tags)
+    columns = []
+    for split in sorted({r.split for r in cell_results(tracking_uri, name) if r.split}):
+        key = next((f"test.{split}.{m}" for m in HEADLINE_METRICS if f"test.{split}.{m}" in keys), None)
+        if key is not None:
+            columns.append(metric_column(key))
+    columns += [metric_column(DEV_KEY)] + ([metric_column(SEEDS_KEY)] if has_cells else [])
+    if has_cells:
+        return {"searchFilter": CELL_FILTER, "orderByKey": "attributes.start_time",
+                "orderByAsc": True, "selectedColumns": columns}
+    return {"searchFilter": UI_FILTER, "orderByKey": "attributes.run_name", "orderByAsc": True,
+            "selectedColumns": columns, "groupsExpanded": {},
+            "groupBy": {"aggregateFunction": "average",
+                        "groupByKeys": [{"mode": "tag", "groupByData": schema.CELL}]}}
+
+
+def save_view(tracking_uri: str, name: str) -> str | None:
+    """Write the study's view (:func:`view_state`) as a saved view of its experiment in a
+    SQLite store; None when it cannot (not SQLite, no experiment, a read-only store)."""
+    exp = experiment_id(tracking_uri, name)
+    if exp is None:
+        return None
+    now = int(time.time() * 1000)
+    envelope = json.dumps({"name": VIEW_NAME, "createdAt": now, "updatedAt": now,
+                           "state": json.dumps(view_state(tracking_uri, name))})
+    # MLflow only here: `study ui` starts an MLflow server anyway.
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri=tracking_uri).set_experiment_tag(exp, VIEW_TAG_PREFIX + VIEW_ID, envelope)
+    except Exception as exc:  # noqa: BLE001 - the view is a convenience: the flat URL stands
+        print(f"study ui: could not save the view in the store ({type(exc).__name__}); "
+              "opening the trial runs instead", file=sys.stderr, flush=True)
+        return None
+    return f"/#/experiments/{exp}/runs?viewStateShareKey={VIEW_ID}"
 
 
 def browse_host(host: str) -> str:

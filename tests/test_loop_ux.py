@@ -489,3 +489,19 @@ def test_a_real_study_nests_its_seeds_under_a_cell_run_with_their_medians(tmp_pa
     assert code == 0 and lines[lines.index("no driver running") - 1].split() == \
         ["total", "2", "0", "0", "0", "0"]
     assert set(read_runs(f"sqlite:///{db}", "tiny").runs["role"].to_list()) == {"study", "trial"}
+
+
+def test_the_ui_view_of_a_record_without_cell_runs_groups_its_seeds_by_cell() -> None:
+    """The committed 144-run record predates cell runs: its view groups the trial runs by the
+    locattn.cell tag and shows each cell's headline split (len100 for the probing tasks,
+    longer_seen_5 for Lookup) beside best_dev_score."""
+    from study.ui import current_store, view_state
+
+    record = ROOT / "results" / "record" / "rc_table2-quick-v2"
+    meta = json.loads((record / "study.json").read_text())
+    state = view_state(current_store(meta["tracking_uri"], record), meta["name"])
+    assert state["searchFilter"] == "tags.locattn.role = 'trial'"
+    assert state["groupBy"] == {"aggregateFunction": "average",
+                                "groupByKeys": [{"mode": "tag", "groupByData": "locattn.cell"}]}
+    assert state["selectedColumns"] == ["metrics.`test.len100.seq_acc`",
+                                        "metrics.`test.longer_seen_5.seq_acc`", "metrics.`best_dev_score`"]

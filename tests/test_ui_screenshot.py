@@ -1,9 +1,9 @@
 """The MLflow UI as a researcher sees it: ``study ui`` serves a real study store with a real
 ``mlflow server``, and a real headless Chromium opens the URL it prints (issue 16, item 1).
 
-The page must show the trial runs flat (not under the collapsed parent), filtered and named by
-what differs (``1step·copy·s0·lr=1e-3``). Skips, saying why, where no Chromium is
-installed (``.ci/run`` installs Debian's ``chromium``).
+The page opens the study's saved view: a row per cell run, named by what differs (``1step·copy``)
+and showing the medians over its seeds in the headline metric columns, its seeds' runs inside.
+Skips, saying why, where no Chromium is installed (``.ci/run`` installs Debian's ``chromium``).
 """
 
 from __future__ import annotations
@@ -36,31 +36,42 @@ def _free_port() -> int:
 
 def _store(root: Path) -> list[str]:
     """A study directory with a real MLflow store: 2 variants x 2 seeds x 2 learning rates,
-    named as the study names its runs. Returns the run names."""
+    named as the study names its runs, each seed's run under its cell's run as a launch writes
+    them (the cell runs by the study's own writer). Returns the cell runs' names."""
     import json
     import sqlite3
 
+    from record.writer import RecordWriter
     from reports.synth import SynthRun, write_bulk_sql
-    from study.naming import run_name
+    from study.naming import cell_name, run_name
 
     d = root / "ui-demo"
     d.mkdir(parents=True)
+    acc = {("onestep", 0): 0.4321, ("onestep", 1): 0.6543, ("content", 0): 0.125, ("content", 1): 0.25}
     runs = [SynthRun(task="copy", variant=v, seed=s, hparams={"optim.lr": lr}, n_seeds=2,
-                     metrics={"best_dev_score": 0.9, "test.len100.seq_acc": 0.5})
+                     metrics={"best_dev_score": 0.9 if lr == 1e-3 else 0.1,
+                              "test.len100.seq_acc": acc[v, s] if lr == 1e-3 else 0.0})
             for v in ("onestep", "content") for s in (0, 1) for lr in (1e-3, 3e-3)]
     write_bulk_sql(d / "mlflow.db", "ui-demo", runs, tables=["rc_table2"])
-    names = [run_name(task=r.task, variant=r.variant, seed=r.seed, hparams=r.hparams) for r in runs]
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    writer = RecordWriter(tracking_uri=uri, study="ui-demo", artifact_location=None, parent_tags={},
+                          cell_name=cell_name).open()
     con = sqlite3.connect(d / "mlflow.db")
     with con:  # write_bulk_sql numbers the trial runs 2, 3, ... in order (1 is the parent)
-        for i, name in enumerate(names):
-            con.execute("UPDATE runs SET name = ? WHERE run_uuid = ?", (name, f"{i + 2:032x}"))
+        for i, r in enumerate(runs):
+            rid = f"{i + 2:032x}"
+            cell = writer.cell_run(f"task={r.task},variant={r.variant}", r.task, r.variant)
+            con.execute("UPDATE runs SET name = ? WHERE run_uuid = ?",
+                        (run_name(task=r.task, variant=r.variant, seed=r.seed, hparams=r.hparams), rid))
+            con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = 'mlflow.parentRunId'",
+                        (cell.run_id, rid))
     con.close()
     meta = {"name": "ui-demo", "spec_path": "", "profile": "smoke", "only": {}, "raw": {},
             "resolved": {"grid": {"task": ["copy"], "variant": ["onestep", "content"]},
                          "hparams": {"optim.lr": [1e-3, 3e-3]}, "search": None, "seeds": [0, 1]},
-            "tracking_uri": f"sqlite:///{d / 'mlflow.db'}"}
+            "tracking_uri": uri}
     (d / "study.json").write_text(json.dumps(meta))
-    return names
+    return [cell_name("copy", v) for v in ("onestep", "content")]
 
 
 def _browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
@@ -71,7 +82,7 @@ def _browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
          *args], capture_output=True, text=True, timeout=180)
 
 
-def test_study_ui_shows_the_trial_runs_by_name_in_a_real_browser(tmp_path: Path) -> None:
+def test_study_ui_opens_a_row_per_cell_with_its_medians_in_the_metric_columns(tmp_path: Path) -> None:
     root = tmp_path / "studies"
     names = _store(root)
     port = _free_port()
@@ -80,8 +91,8 @@ def test_study_ui_shows_the_trial_runs_by_name_in_a_real_browser(tmp_path: Path)
                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         first = ui.stdout.readline()
-        m = re.match(r"MLflow UI for study 'ui-demo': (http://127\.0\.0\.1:\d+/#/experiments/\d+/runs\?\S+)",
-                     first)
+        m = re.match(r"MLflow UI for study 'ui-demo': (http://127\.0\.0\.1:\d+/#/experiments/\d+/runs"
+                     r"\?viewStateShareKey=locattn-cells)$", first.strip())
         assert m, first
         url = m.group(1)
         deadline = time.time() + 120
@@ -93,14 +104,22 @@ def test_study_ui_shows_the_trial_runs_by_name_in_a_real_browser(tmp_path: Path)
             assert ui.poll() is None, "study ui exited"
             time.sleep(1)
         dom = _browser("--dump-dom", url, profile=tmp_path / "profile1").stdout
-        # The filter in the URL shows the 8 trial runs (not the parent), flat, by their names.
-        assert re.search(r"<strong>8</strong>\s*matching runs", dom), dom[-2000:]
+        # The saved view: its columns are the headline metrics, each cell's run is a row (its
+        # 4 runs nested inside it, collapsed), and the row shows the medians of the chosen lr.
+        for column in ("test.len100.seq_acc", "best_dev_score", "seeds_finished"):
+            assert re.search(rf">\s*{re.escape(column)}\s*<", dom), column
         for name in names:
             assert name in dom, name
+        assert "0.5432" in dom and "0.1875" in dom  # median of 0.4321, 0.6543; of 0.125, 0.25
+        # 2 cell runs and 8 seeds' runs match; the seeds' runs are inside their cell's row
+        assert re.search(r"<strong>10</strong>\s*matching runs", dom), dom[-2000:]
+        assert "1step·copy·s0" not in dom
         png = tmp_path / "ui.png"
         _browser(f"--screenshot={png}", url, profile=tmp_path / "profile2")
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+        if os.environ.get("LOCATTN_UI_PNG"):  # regenerate README's picture: docs/img/mlflow_ui.png
+            shutil.copyfile(png, os.environ["LOCATTN_UI_PNG"])
     finally:
         os.killpg(ui.pid, signal.SIGTERM)  # study ui and its mlflow server (our process group)
         try:
