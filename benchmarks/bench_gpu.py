@@ -14,6 +14,11 @@ on the same device, i.e. one unpacked trial. Reference: the OneStep model and ag
 JRC1995/MonotonicLocationAttention (a checkout at ``--reference PATH``, e.g. from the fetch
 tool) trained for one epoch on the same examples, batches and device, plus its dev forward.
 
+Per K also greedy decoding of the dev split as the graphed path scores (test and greedy dev)
+splits: the K replicas in one :class:`locattn.training.decode.PackedGreedy` (graphs recorded
+on the first pass, reported apart, then one replayed pass timed), against the eager
+``greedy_decode`` of replica 0 alone; replica 0's tokens must equal that eager decode.
+
 Equivalence: replica 0 (seed 0) has the same epoch losses in every pack (the graphed path
 packs bit for bit); the script exits 1 when it does not. Without CUDA (or ``--device cpu``)
 the same code runs uncaptured and every result line is marked CPU: those numbers say nothing
@@ -38,6 +43,8 @@ import torch  # noqa: E402
 
 from benchmarks._common import Timing, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
+from locattn.training.decode import PackedGreedy  # noqa: E402
+from locattn.training.evaluate import greedy_decode, split_caps  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
 from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E402
@@ -110,6 +117,22 @@ def run_reference(path: Path, data: Any, device: torch.device, batch_size: int) 
     return measure(device, epoch)[0]
 
 
+def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> bool:
+    """Print the greedy decoding of the dev split by the pack of ``runs`` (captured on a GPU)
+    against replica 0's eager decode; whether replica 0's tokens equal the eager ones."""
+    split, run = runs[0].dev_split, runs[0]
+    caps = split_caps(split, run.data.decode_cap)
+    decoder = PackedGreedy(runs, run.cfg.optim.dev_batch_size)
+    first, _ = measure(device, lambda: decoder.decode(split, caps))
+    again, out = measure(device, lambda: decoder.decode(split, caps))
+    eager, ref = measure(device, lambda: greedy_decode(run.model, split, caps, run.cfg.optim.dev_batch_size))
+    same = out[0].pred == ref.pred and out[0].ended == ref.ended
+    print(f"[{on}] K={K:<4d} greedy decode of dev ({len(split)}): first {first.wall:.2f} s, then wall "
+          f"{again.wall:.2f} s (cpu {again.cpu:.2f} s) -> {K * len(split) / again.wall:.0f} sequences/s; "
+          f"eager replica 0 alone {eager.wall:.2f} s; replica 0 tokens equal eager: {same}", flush=True)
+    return same
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -177,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
                   f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
                   f"seed 0 losses equal to K={ks[0]}: {same}", flush=True)
+            failed |= not decode_line(on, K, runs, device)
             del step, runs
         if args.reference is not None:
             ref = run_reference(args.reference, data, device, cfg0.optim.batch_size)
@@ -186,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             print("reference code: not run (give --reference PATH to a checkout)", flush=True)
     print(machine_line(), flush=True)  # the load average after, beside the one before
     if failed:
-        print("FAILED: replica 0's losses differ between pack sizes", file=sys.stderr)
+        print("FAILED: replica 0's losses differ between pack sizes, or its decoded tokens from "
+              "its eager decode", file=sys.stderr)
         return 1
     return 0
 
