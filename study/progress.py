@@ -1,7 +1,10 @@
 """The driver's progress line: trials done, running, failed and pending, elapsed time and ETA.
 
 A Tune callback of its own beside the recorder (``study.record.MlflowRecorder``), which it asks
-how many trials are really done: Tune marks a trial stopped by Ctrl-C as terminated too.
+how many trials are really done: Tune marks a trial stopped by Ctrl-C as terminated too. On a
+terminal a second line names the running runs with their epoch and dev score
+(``running: 1step·copy·s0 ep 3/10 dev 45.2%``); not on a pipe or in a log, whose lines stay
+as they were.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from study.cost import StudyEta, eta_key, format_eta
+from study.naming import run_name
 from study.trainable import is_packed
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
@@ -52,11 +56,13 @@ class ProgressLine(_TuneCallback):
         self.eta = eta
         self.over = over or (lambda trial: False)
         self.started: dict[str, float] = {}  # Tune trial id -> when it (re)started
+        self.running: dict[str, str] = {}  # Tune trial id -> its run's name, epoch and dev score
 
     # Pickled into Tune's tuner state (and replaced on restore): keep only the settings.
     def __getstate__(self) -> dict:
         return {"study": self.study, "total_trials": self.total_trials,
-                "epochs_per_trial": self.epochs_per_trial, "seconds": self.seconds, "eta": None}
+                "epochs_per_trial": self.epochs_per_trial, "seconds": self.seconds, "eta": None,
+                "running": {}}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -75,6 +81,7 @@ class ProgressLine(_TuneCallback):
         if result.get("kind") == "epoch" and result.get("seed") is not None:
             self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
                                                            self.epochs_per_trial)
+            self.running[trial.trial_id] = running_label(trial.config["trial"], result, self.epochs_per_trial)
             self.line(trials)
         elif result.get("kind") == "seed_final":
             self.fraction[trial.trial_id] = 0.0
@@ -116,9 +123,28 @@ class ProgressLine(_TuneCallback):
                    f"({hms(self.eta.left(seen))} of work x{self.eta.ratio():.2f})")
         else:
             eta = f"ETA {hms((total - units) / rate if rate > 0 else float('nan'))}"
+        out = self.out or sys.stdout
         print(f"[study {self.study}] {c['done']}/{total} done, {c['running']} running, "
               f"{c['failed']} failed, {pending} pending | elapsed {hms(now - self.t0)}"
-              f" | {eta}", file=self.out or sys.stdout, flush=True)
+              f" | {eta}", file=out, flush=True)
+        labels = [self.running[t.trial_id] for t in trials
+                  if t.status == "RUNNING" and t.trial_id in self.running]
+        if labels and not finished and getattr(out, "isatty", lambda: False)():
+            more = f" | +{len(labels) - MAX_RUNNING} more" if len(labels) > MAX_RUNNING else ""
+            print(f"  running: {' | '.join(labels[:MAX_RUNNING])}{more}", file=out, flush=True)
+
+
+#: Running runs named on the terminal's second progress line.
+MAX_RUNNING = 6
+
+
+def running_label(trial: dict, result: dict, epochs: int) -> str:
+    """``1step·copy·s0 ep 3/10 dev 45.2%`` for an epoch result of a trial (``config["trial"]``)."""
+    name = run_name(task=trial["task"], variant=trial["variant"], seed=int(result["seed"]),
+                    cell=trial.get("cell", ""))
+    dev = result.get("dev_score")
+    return (f"{name} ep {int(result['epoch'])}/{epochs}"
+            + (f" dev {100 * dev:.1f}%" if isinstance(dev, (int, float)) else ""))
 
 
 def trial_fraction(trial: Any, seed: int, epoch: int, epochs_per_trial: int) -> float:

@@ -505,3 +505,37 @@ def test_the_ui_view_of_a_record_without_cell_runs_groups_its_seeds_by_cell() ->
                                 "groupByKeys": [{"mode": "tag", "groupByData": "locattn.cell"}]}
     assert state["selectedColumns"] == ["metrics.`test.len100.seq_acc`",
                                         "metrics.`test.longer_seen_5.seq_acc`", "metrics.`best_dev_score`"]
+
+
+def test_the_progress_line_names_the_running_runs_on_a_terminal_only() -> None:
+    """On a terminal a second line gives each running run's name, epoch and dev score; a pipe
+    or a log gets the one progress line as before."""
+    import io
+    from types import SimpleNamespace
+
+    from study.progress import ProgressLine
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    def trial(i: int, variant: str, status: str) -> SimpleNamespace:
+        return SimpleNamespace(trial_id=f"t{i}", status=status, config={"trial": {
+            "task": "copy", "variant": variant, "cell": f"task=copy,variant={variant}", "seeds": [i]}})
+
+    trials = [trial(0, "onestep", "RUNNING"), trial(1, "onestep_no_step2", "RUNNING"),
+              trial(2, "mono", "PENDING")]
+    counts = lambda ts: {"done": 0, "running": 2, "failed": 0, "pending": 1}  # noqa: E731
+    for out, expect_second in ((Terminal(), True), (io.StringIO(), False)):
+        line = ProgressLine(study="s", total_trials=3, epochs_per_trial=10, counts=counts,
+                            seconds=0.0, out=out)
+        line.on_trial_result(0, trials, trials[0], {"kind": "epoch", "seed": 0, "epoch": 3,
+                                                     "dev_score": 0.4521})
+        line.on_trial_result(0, trials, trials[1], {"kind": "epoch", "seed": 1, "epoch": 7})
+        lines = out.getvalue().splitlines()
+        assert lines[0].startswith("[study s] 0/3 done, 2 running, 0 failed, 1 pending")
+        if expect_second:
+            assert lines[-1] == "  running: 1step·copy·s0 ep 3/10 dev 45.2% | -step2·copy·s1 ep 7/10"
+            assert len(lines) == 4  # two results: a progress line and a running line each
+        else:
+            assert len(lines) == 2 and not any("running:" in ln for ln in lines)
