@@ -5,7 +5,8 @@
 - ``store``: the one door into MLflow's database (SQL on SQLite or Postgres) and the only
   code that parses or redacts a tracking URI.
 
-- ``writer``: the MLflow half of the record (the study driver's only MLflow writer).
+- ``writer``: the MLflow half of the record (the study driver's only MLflow writer);
+- ``summary``: a cell's number, the median over seeds of its chosen point (standard library).
 
 ``study`` (the writer) and ``reports`` (the reader) both stand on this package and on
 ``locattn``, and never import each other. Nothing here imports torch, Ray or polars. Only
