@@ -16,7 +16,7 @@ from locattn.config import make_run_config
 from record import layout, schema
 from record.layout import StudyPaths
 from record.store import sqlite_uri
-from study.launch import DEFAULT_TRAIN_FN  # (launch imports this module only when it runs)
+from study.migrate import DEFAULT_TRAIN_FN
 from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
 from study.trainable import run_trial, trial_descriptor, trial_dirname, trial_run_keys
