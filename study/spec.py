@@ -208,7 +208,7 @@ def resolve_spec(
         "max_failures": max_failures,
         "cost": {"seconds_per_1k_examples": spk},
     }
-    if pack_seeds:  # only when set, so studies recorded before the key existed still match
+    if pack_seeds:  # only when set: the resolved spec a study saved without the key still matches
         resolved["pack_seeds"] = True
     if keep != DEFAULT_KEEP:  # likewise
         resolved["keep"] = keep

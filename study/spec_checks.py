@@ -57,7 +57,6 @@ SAMPLERS = ("tpe", "random", "gp")
 RESOURCE_KEYS = {"cpus", "gpus"}
 COST_KEYS = {"seconds_per_1k_examples"}
 SPECIAL_AXES = ("task", "variant", "ablation")
-PROFILES_REQUIRED = ("smoke", "quick", "paper")
 #: A study name (``--name``, a spec's ``name``, ``<name>-<profile>``) is one directory under
 #: the root: no separators, no '..', no leading dot, nothing a URI would read as syntax.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
