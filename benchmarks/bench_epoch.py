@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._common import Timing, best, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
+from benchmarks._common import Timing, machine_line, parse_args, peak_rss_mb, timed  # noqa: E402
 from locattn.config import make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun, score_test_splits  # noqa: E402

@@ -23,6 +23,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from locattn.cliparse import Parser, closest_path, parse
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths

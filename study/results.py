@@ -15,7 +15,6 @@ import json
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
