@@ -29,7 +29,6 @@ import torch
 from locattn.config import run_config_from_dict
 from locattn.metrics import attn_loss_terms
 from locattn.models import build_model
-from locattn.models.functional import embed
 from locattn.tasks import load_task
 from locattn.training.data import EncodedSplit
 
@@ -42,7 +41,6 @@ def score(model: torch.nn.Module, split: EncodedSplit, batch_size: int = 256) ->
     """Squared-error sums and step counts of both scorings over one split."""
     sums = {"emitted": [0.0, 0], "gold_length": [0.0, 0], "gold_steps": 0}
     offset = int(getattr(model, "source_offset", 0))
-    gate_table = model._embed_gates(model.embedding.weight)
     for index in split.sorted_batches(batch_size):
         b = split.batch(index)
         gold = split.attn[b.index]  # (B, T) gold source index per target step, -1 = none
@@ -53,8 +51,8 @@ def score(model: torch.nn.Module, split: EncodedSplit, batch_size: int = 256) ->
         lengths = torch.zeros_like(prev)
         weights = []
         for _ in range(T):  # free-running for the gold length, never stopping at <eos>
-            state, attn = model._advance(state, embed(prev, gate_table))
-            tok = model.logits(state.hidden[-1]).argmax(-1)
+            logits, state, attn = model.step(state, prev)
+            tok = logits.argmax(-1)
             lengths += (~ended).long()  # the recorded decode would have emitted this step
             ended |= tok == model.eos_id
             weights.append(attn.weights)
