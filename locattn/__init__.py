@@ -7,8 +7,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    # The registry imports torch: load it on first use, so that a light module such as
-    # ``locattn.training.files`` (read by ``study status``) imports without torch.
+    # The registry builds every variant's ModelConfig (30-130 ms): load it on first use, so that
+    # a light module such as ``locattn.training.files`` (read by ``study status``) stays light.
     if name in __all__:
         from locattn import variants
 

@@ -13,26 +13,30 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from locattn.cliparse import EXIT_USAGE, Parser, parse
+from locattn.labels import task_label
+from locattn.variants import PAPER_LABELS, list_variants
 
 class UsageError(Exception):
     """A problem with the command line (reported in one line, exit 2)."""
 
 
+# The imports inside functions below keep torch (locattn.tasks, locattn.config, locattn.train,
+# locattn.models), tqdm and numpy (locattn.plot) off the path of ``locattn --help``.
+
+
 def _task_labels() -> dict[str, str]:
-    from locattn.tasks import TASK_LABELS, list_tasks
+    from locattn.tasks import TASK_LABELS, list_tasks  # torch: see above
 
     return {name: TASK_LABELS.get(name, "") for name in list_tasks()}
 
 
 def _task_names() -> list[str]:
-    from locattn.tasks import list_tasks
+    from locattn.tasks import list_tasks  # torch: see above
 
     return list(list_tasks())
 
 
 def _variant_labels(pattern: str = "*") -> dict[str, str]:
-    from locattn.variants import list_variants
-
     return dict(list_variants(pattern))
 
 
@@ -116,7 +120,7 @@ def check_operational(args: argparse.Namespace) -> None:
         if not DEVICE_PATTERN.fullmatch(args.device):
             raise UsageError(f"--device {args.device!r} is not a device here; valid: cpu, cuda, "
                              "cuda:N, mps")
-        import torch
+        import torch  # only to check a device that was asked for
 
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise UsageError(f"--device {args.device}: CUDA is not available on this machine "
@@ -130,11 +134,10 @@ def check_task_files(task: Any) -> None:
     is written, so a missing or malformed file is one line naming it (as ``study launch`` does)."""
     if not task.data_dir and task.name != "cfq":
         return  # generated data: nothing the user can get wrong here
-    from locattn.tasks import load_task
+    from locattn.tasks import load_task  # torch: see above
+    from locattn.tasks.cfq import expected_files_message
 
     if task.name == "cfq" and not task.data_dir:
-        from locattn.tasks.cfq import expected_files_message
-
         text = expected_files_message(None).replace("in TaskConfig.data_dir (now None) ", "in DIR ")
         raise UsageError("task 'cfq' has no data here: pass --set task.data_dir=DIR, a local copy; "
                          + text.removeprefix("cfq: "))
@@ -181,7 +184,7 @@ class ProgressRecorder:
     """A tqdm bar over epochs showing the training loss and dev score."""
 
     def __init__(self, total: int, initial: int, desc: str) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # 40 ms: only when a bar is shown
 
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit="epoch", dynamic_ncols=True)
         self.scoring: Any = None
@@ -194,7 +197,7 @@ class ProgressRecorder:
     def on_test_split(self, split: str, done: int, total: int) -> None:
         """Greedy scoring of the test splits after training: one bar step per split."""
         if self.scoring is None:
-            from tqdm import tqdm
+            from tqdm import tqdm  # see __init__
 
             self.bar.close()
             self.scoring = tqdm(total=total, initial=done, desc="scoring test splits",
@@ -226,7 +229,7 @@ def format_table(result: Any) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from locattn.train import CheckpointMismatchError, NonFiniteLossError, train
+    from locattn.train import CheckpointMismatchError, NonFiniteLossError, train  # torch
     from locattn.training import checkpoint as ckpt
     from locattn.training.recorders import JsonlRecorder, MultiRecorder
 
@@ -267,12 +270,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # torch and numpy: see the note at _task_labels
 
     from locattn.models import build_model
+    from locattn.plot import draw_attention
     from locattn.tasks import load_task
     from locattn.train import BEST_MODEL_FILE, attention_record, load_run_config, longest_split
-    from locattn.plot import draw_attention
 
     try:
         cfg = load_run_config(args.run)
@@ -296,9 +299,6 @@ def cmd_attention(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = args.out or args.run / f"attention-{split}-{args.index}.png"
-    from locattn.labels import task_label
-    from locattn.variants import PAPER_LABELS
-
     title = (f"{task_label(cfg.task.name)} / {PAPER_LABELS.get(cfg.variant, cfg.variant)}: "
              f"{split} #{args.index}")
     title += "" if record["correct"] else " (wrong)"

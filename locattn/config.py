@@ -15,7 +15,9 @@ from typing import Any, Literal, Mapping
 
 from locattn.metrics import AttnLossDecode, AttnLossSteps
 from locattn.models.config import ModelConfig
+from locattn.tasks import TASK_DEFAULTS
 from locattn.tasks.config import DATA_VERSIONS, TaskConfig
+from locattn.variants import get_variant
 
 DevScoring = Literal["teacher_forced", "greedy"]
 SelectOn = Literal["dev_acc", "dev_loss"]
@@ -194,8 +196,6 @@ class RunConfig:
 
 
 def _default_model() -> ModelConfig:
-    from locattn.variants import get_variant
-
     return get_variant(RunConfig.__dataclass_fields__["variant"].default)
 
 
@@ -379,9 +379,6 @@ def make_run_config(
     ``task.train_size`` ...). The task's own defaults (``locattn.tasks.TASK_DEFAULTS``: SCAN's dev
     size, Raffel & Ellis' batch of 100 ...) come first; ``overrides`` win over them.
     """
-    from locattn.tasks import TASK_DEFAULTS
-    from locattn.variants import get_variant
-
     task_cfg = task if isinstance(task, TaskConfig) else TaskConfig(name=task)
     cfg = RunConfig(task=task_cfg, variant=variant, model=get_variant(variant), seed=seed)
     return apply_overrides(cfg, {**TASK_DEFAULTS.get(task_cfg.name, {}), **(overrides or {})})

@@ -73,6 +73,7 @@ def draw_attention(
     ``mix_gate`` (length T) and ``dir_gate`` (scalar). μ (a position in [0, 1]) is drawn on
     the heatmap in column units; the other traces go in a panel on the right.
     """
+    # matplotlib (about 0.3 s) only when a figure is drawn; the backend is chosen before pyplot
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -10,12 +10,14 @@ encode_examples(examples, vocab) -> Batch
 from __future__ import annotations
 
 import dataclasses
-
+import random
 from pathlib import Path
 from typing import Any
 
 from locattn import labels as _labels
+from locattn.tasks import algorithmic as alg
 from locattn.tasks import cache as _cache
+from locattn.tasks import cfq, lookup, raffel, scan
 from locattn.tasks.base import (
     NO_ATTN,
     Batch,
@@ -116,8 +118,6 @@ def load_task(cfg: TaskConfig, *, cache_dir: str | Path | None = None,
     """
     data = _load_task(cfg, cache_dir=cache_dir, use_cache=use_cache)
     if cfg.dev_from_long1:
-        from locattn.tasks import lookup
-
         data = lookup.move_long1_to_dev(data, cfg.dev_from_long1, seed=cfg.data_seed)
     if cfg.test_limit and data.kind == "seq2seq":
         data = limit_test_splits(data, cfg.test_limit, seed=cfg.data_seed)
@@ -127,8 +127,6 @@ def load_task(cfg: TaskConfig, *, cache_dir: str | Path | None = None,
 def limit_test_splits(data: TaskData, limit: int, *, seed: int) -> TaskData:
     """``data`` with each test split cut to at most ``limit`` examples: a seeded subsample
     that keeps the split's order."""
-    import random
-
     splits = dict(data.splits)
     for name in data.test_splits:
         examples = splits[name]
@@ -146,8 +144,6 @@ def _load_task(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool
         raise ValueError(unknown_task_message(name))
 
     if name in ALGORITHMIC:
-        from locattn.tasks import algorithmic as alg
-
         def make() -> tuple[dict[str, list[Example]], list[str]]:
             return alg.generate(cfg), list(alg.RULES[name].tokens)
 
@@ -160,8 +156,6 @@ def _load_task(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool
         )
 
     if name in LOOKUP:
-        from locattn.tasks import lookup
-
         if cfg.data_dir:
             return lookup.load_dir(cfg)
 
@@ -172,8 +166,6 @@ def _load_task(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool
         return lookup.task_data(name, splits, tokens)
 
     if name == "scan":
-        from locattn.tasks import scan
-
         if cfg.data_dir:
             return scan.load_dir(cfg)
 
@@ -185,10 +177,6 @@ def _load_task(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool
         return scan.task_data(splits, tokens)
 
     if name == "cfq":
-        from locattn.tasks import cfq
-
         return cfq.load_dir(cfg)
-
-    from locattn.tasks import raffel
 
     return raffel.load(cfg)

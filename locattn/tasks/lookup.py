@@ -36,8 +36,10 @@ Variants (separate task keys):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import random
 from pathlib import Path
 
 import numpy as np
@@ -215,9 +217,6 @@ def task_data(name: str, splits: dict[str, list[Example]], vocab_tokens: list[st
 def move_long1_to_dev(data: TaskData, n: int, *, seed: int) -> TaskData:
     """``data`` with ``n`` seeded-random rows of ``longer_seen_1`` appended to the dev split and
     removed from that test split (the reference's Lookup protocol, REFERENCE §3)."""
-    import dataclasses
-    import random
-
     long1 = data.splits.get("longer_seen_1")
     if not long1:
         raise ValueError(

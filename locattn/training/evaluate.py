@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from locattn.metrics import attn_loss_terms
 from locattn.training.data import EncodedSplit
 
 
@@ -83,8 +84,6 @@ def greedy_decode(
     a second decode per batch runs free for exactly each gold length and every gold step is
     scored (Dubois's evaluation).
     """
-    from locattn.metrics import attn_loss_terms
-
     model.eval()
     n = len(split)
     pred: list[list[int]] = [[] for _ in range(n)]
