@@ -159,7 +159,7 @@ class SQLReader:
         try:
             if self._engine is None:
                 return self._conn.execute(sql, dict(params)).fetchall()
-            import sqlalchemy
+            import sqlalchemy  # see __init__
 
             return [tuple(r) for r in self._conn.execute(sqlalchemy.text(sql), dict(params))]
         except sqlite3.DatabaseError as exc:
@@ -453,7 +453,8 @@ def _migrate(db: Path) -> None:
 
 def _head_revision() -> str:
     """MLflow's newest schema revision (its migration scripts' head)."""
-    from alembic.script import ScriptDirectory  # installed with MLflow
+    # alembic and mlflow (installed with MLflow; about 1 s): only when a store is created
+    from alembic.script import ScriptDirectory
     from mlflow.store.db.utils import _get_alembic_config
 
     return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()

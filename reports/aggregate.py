@@ -168,7 +168,7 @@ def wilcoxon_pair(a: dict[int, float], b: dict[int, float]) -> tuple[float | Non
     Returns (p, number of non-zero paired differences). p is 1.0 when every shared difference
     is zero, and None when there are no shared seeds.
     """
-    from scipy.stats import wilcoxon
+    from scipy.stats import wilcoxon  # scipy only where statistics are asked for
 
     shared = sorted(set(a) & set(b))
     if not shared:

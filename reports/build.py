@@ -17,6 +17,8 @@ import polars as pl
 from reports.agreement import agreement
 from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, DEV_KEY, CellSummary, TableResult,
                                aggregate, cell_summaries, headline_keys)
+from reports.exhibits import build_exhibits
+from reports.figures import study_figures
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import LAYOUTS, RENDERERS, SUMMARY_ID, Provenance, render_summary
@@ -214,15 +216,11 @@ def build_reports(
             written.append(path)
     exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]
     if exhibit_ids:
-        from reports.exhibits import build_exhibits  # matplotlib only when an exhibit is asked for
-
         src = str(source)
         uri, _ = (resolve_source(tracking_uri=src, study=study) if "://" in src
                   else resolve_source(src, study=study))
         written += build_exhibits(built.runset, uri, exhibit_ids, out, formats,
                                   built.provenance, paper_label)
     if figures:
-        from reports.figures import study_figures
-
         written += study_figures(source, study, out)
     return written

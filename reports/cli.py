@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from locattn.cliparse import Parser, closest_path, parse
-from reports.store import STORE_FILE, ReportsError
+from reports.store import STORE_FILE, ReportsError, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, TABLES
 
 
@@ -68,7 +68,7 @@ def parser() -> Parser:
 def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
     """Run a parsed ``build``: ``args`` has ``study_dir``, ``tracking_uri``, ``study`` and the
     options of :func:`add_build_options`. Prints the written paths; returns the exit status."""
-    from reports.build import IncompleteError, build_reports
+    from reports.build import IncompleteError, build_reports  # numpy, renderers: off --help
 
     if (args.study_dir is None) == (args.tracking_uri is None):
         print(f"{prog}: give a study directory or --tracking-uri URI --study NAME", file=sys.stderr)
@@ -121,8 +121,7 @@ def run_list(study_dir: str | None) -> int:
         print(f"reports list: {missing_study_dir(study_dir)}", file=sys.stderr)
         return 2
     if study_dir is not None:
-        from reports.build import tables_of_study
-        from reports.store import read_runs, resolve_source
+        from reports.build import tables_of_study  # see run_build
 
         try:
             uri, name = resolve_source(study_dir)

@@ -20,6 +20,7 @@ the study package writes; downloaded through MLflow for a tracking server).
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
@@ -28,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import polars as pl
 
+from reports.figures import save_figure
 from reports.render import Provenance, latex_escape
 from record import store
 from record.layout import ATTENTION_JSON, EXAMPLES_JSON
@@ -155,9 +157,7 @@ def read_artifact_json(tracking_uri: str, artifact_uri: str, name: str) -> Any |
             return None
         text = path.read_text(encoding="utf-8")
     else:  # a tracking server's artifact store (mlflow-artifacts:/, s3://, ...)
-        import tempfile
-
-        import mlflow.artifacts
+        import mlflow.artifacts  # mlflow (about 1 s) only for a tracking server's artifacts
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -353,6 +353,7 @@ def _axis_labels(record: Mapping[str, Any], L: int) -> list[str]:
 def trace_figure(record: Mapping[str, Any], *, title: str = ""):
     """Figure 9 layout: final attention (top left), the variables per decoding step as a table
     (top right), content and location attention (bottom). Returns the figure."""
+    # matplotlib (about 0.3 s) only when a figure is drawn; the backend is chosen before pyplot
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -440,8 +441,6 @@ def build_exhibits(
 ) -> list[Path]:
     """Write every exhibit in ``ids``: ``<id>.md/.tex/.csv`` (examples) or ``<id>.png/.pdf`` and
     ``<id>.md`` (its caption) for traces. Returns the written paths."""
-    from reports.figures import save_figure
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

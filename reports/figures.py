@@ -23,12 +23,15 @@ import polars as pl
 
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
-from reports.labels import paper_label
 from record import schema
-from reports.tables import DUBOIS_INTERP_SPLITS
+from reports.aggregate import DEV_KEY, aggregate
+from reports.labels import paper_label
+from reports.store import read_runs, resolve_source
+from reports.tables import DUBOIS_INTERP_SPLITS, get_table
 
 
 def _plt():
+    # matplotlib (about 0.3 s) only when a figure is drawn; the backend is chosen before pyplot
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -77,8 +80,6 @@ def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen")
     into one point. When a cell has several hyperparameter settings, the one with the best
     median ``best_dev_score`` is used, as in the tables.
     """
-    from reports.aggregate import DEV_KEY
-
     runs = runset.runs.filter(
         (pl.col("task") == task) & (pl.col("status") == schema.STATUS_FINISHED)
         & (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
@@ -283,9 +284,6 @@ def raffel_frame(runset) -> pl.DataFrame:
     under the dev-selected one; read ``optim.raffel_protocol`` and ``epochs_to_100`` too)."""
     if "task.t0" not in runset.runs.columns:
         raise ValueError("Raffel figures need the run param 'task.t0'; read it with param_keys")
-    from reports.aggregate import aggregate
-    from reports.tables import get_table
-
     table = get_table("raffel_table1")
     res = aggregate(runset, table)
     chosen = {(c.tasks[0], v, dict(c.params)["task.t0"]): res.cell(v, c.key).hparams[0]
@@ -338,8 +336,6 @@ def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
 
 def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
     """Every figure the study's data allow: length curves per task, Raffel accuracy curves."""
-    from reports.store import read_runs, resolve_source
-
     src = str(source)
     uri, name = (resolve_source(tracking_uri=src, study=study) if "://" in src
                  else resolve_source(src, study=study))

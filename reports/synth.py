@@ -80,6 +80,8 @@ _MLFLOW_STATUS = {schema.STATUS_FINISHED: "FINISHED", schema.STATUS_FAILED: "FAI
 def write_with_client(tracking_uri: str, study: str, runs: Iterable[SynthRun], *,
                       tables: Sequence[str] = (), t0_ms: int = 1_700_000_000_000) -> list[str]:
     """Write a parent run and ``runs`` through ``MlflowClient``; returns the trial run ids."""
+    # mlflow (about 1 s) only when a store is written through its client
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -95,8 +97,6 @@ def write_with_client(tracking_uri: str, study: str, runs: Iterable[SynthRun], *
         tags = _tags(study, r) | {"mlflow.parentRunId": parent.info.run_id}
         run = client.create_run(eid, start_time=start, tags=tags)
         rid = run.info.run_id
-        from mlflow.entities import Metric, Param
-
         client.log_batch(
             rid,
             metrics=[Metric(k, float(v), start + 500, 0) for k, v in sorted(r.metrics.items())],
@@ -112,7 +112,7 @@ def write_with_client(tracking_uri: str, study: str, runs: Iterable[SynthRun], *
 
 def create_empty_store(db_path: str | Path, study: str) -> int:
     """Let MLflow create its SQLite schema and the study's experiment; returns its id."""
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # mlflow only when a store is created
 
     client = MlflowClient(tracking_uri=sqlite_uri(Path(db_path).resolve()))
     exp = client.get_experiment_by_name(study)
