@@ -10,7 +10,7 @@ def __getattr__(name: str) -> Any:
     # The registry builds every variant's ModelConfig (30-130 ms): load it on first use, so that
     # a light module such as ``locattn.training.files`` (read by ``study status``) stays light.
     if name in __all__:
-        from locattn import variants
+        from locattn import variants  # see above
 
         return getattr(variants, name)
     raise AttributeError(f"module 'locattn' has no attribute {name!r}")

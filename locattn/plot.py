@@ -77,7 +77,7 @@ def draw_attention(
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend: see above
     import matplotlib.ticker
 
     weights = np.asarray(record["weights"], dtype=float)  # (T, L)

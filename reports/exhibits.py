@@ -357,7 +357,7 @@ def trace_figure(record: Mapping[str, Any], *, title: str = ""):
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend: see above
     w = np.asarray(record["weights"], dtype=float)
     if w.ndim != 2 or w.size == 0:
         raise ReportsError(f"attention record has no (T, L) weights (shape {w.shape})")

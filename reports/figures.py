@@ -35,7 +35,7 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend: see above
 
     return plt
 

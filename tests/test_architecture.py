@@ -10,7 +10,9 @@
 - only ``record.store`` opens MLflow's database (``sqlite3``, SQLAlchemy) or writes a
   ``sqlite:`` tracking URI;
 - a file name of a study folder or a run folder is written as a string once, by its owner
-  (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant.
+  (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
+- in ``locattn``, ``record`` and ``reports`` an import inside a function says why in a comment
+  (which heavy or optional dependency it keeps off which light path).
 """
 
 from __future__ import annotations
@@ -371,3 +373,53 @@ def test_the_file_name_checker_flags_a_retyped_name(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text('STATE = "state.pt"\nP = "checkpoint/state.pt"\n"""Writes state.pt."""\n')
     assert len(_file_name_literals(path, _owned_names())) == 2
+
+
+# ---------------------------------------------------------------------------- function-level imports
+REASONED_IMPORT_PACKAGES = ("locattn", "record", "reports")
+
+
+def _unreasoned_imports(path: Path) -> list[str]:
+    """Function-level imports whose group (consecutive import lines) carries no ``#`` comment on
+    its lines or on the line just above it: the comment says which heavy dependency it keeps off
+    which light path."""
+    text = path.read_text()
+    lines = text.splitlines()
+    out = []
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if not isinstance(inner, (ast.Import, ast.ImportFrom)):
+                continue
+            first = last = inner.lineno - 1
+            def part(i: int) -> bool:  # an import line, or a blank line inside the group
+                return lines[i].lstrip().startswith(("import ", "from ")) or not lines[i].strip()
+
+            while first > 0 and part(first - 1):
+                first -= 1
+            while last + 1 < len(lines) and part(last + 1):
+                last += 1
+            if not any("#" in line for line in lines[max(first - 1, 0):last + 1]):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                out.append(f"{where}:{inner.lineno}: {lines[inner.lineno - 1].strip()}")
+    return sorted(set(out))
+
+
+def test_every_function_level_import_says_why():
+    found = [line for name, path in MODULES.items()
+             if name.split(".")[0] in REASONED_IMPORT_PACKAGES for line in _unreasoned_imports(path)]
+    assert not found, "function-level imports without a reason (a comment):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def f():\n    import torch\n", 1),
+    ("def f():\n    import torch  # heavy: off the CLI\n", 0),
+    ("def f():\n    # torch off --help\n    import torch\n    import numpy\n", 0),
+    ("def f():\n    import torch  # off --help\n\n    import numpy\n", 0),
+    ("import torch\n", 0),
+])
+def test_the_import_reason_checker_flags_what_it_should(tmp_path, source, expected):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert len(_unreasoned_imports(path)) == expected
