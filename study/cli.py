@@ -29,7 +29,7 @@ from locattn.cliparse import Parser, closest_path, parse
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, slices
-from study.driver import StudyLock
+from study.driver import StudyLock, early_signals, hold_signals
 from study.folder import migrate
 from study.results import cell_results, format_results
 from study.spec import SpecError, check_study_name
@@ -172,17 +172,19 @@ def show_results(summary: dict[str, Any]) -> None:
 
 def exit_code(summary: dict[str, Any]) -> int:
     """A driver's exit status: 75 when its --time-limit stopped it (``study resume`` goes on),
-    130 interrupted, 1 when a trial failed or a run will not finish in this launch (its summary
-    line says how many), else 0."""
+    130 interrupted (also by a signal before the study started), 1 when a trial failed or a run
+    will not finish in this launch (its summary line says how many), else 0."""
     if summary.get("time_limit"):
         return slices.EXIT_TIME_LIMIT
-    if summary.get("interrupted"):
+    if summary.get("interrupted") or early_signals:
         return 130
     return 1 if summary.get("errors") or summary.get("runs_unfinished") else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
+    if args.cmd in ("launch", "resume"):
+        hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.Interrupt)
     try:
         if args.cmd in ("launch", "resume") and not args.address:
             # A private local Ray enables token authentication and says so on every launch;

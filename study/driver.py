@@ -201,16 +201,44 @@ def init_ray(address: str | None = None) -> RayStart:
     pp = os.environ.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in pp.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pp) if p)
-    if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-        return RayStart(started=True)
-    context = ray.init(
-        address="local",
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
-    return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+    ours = signal.getsignal(signal.SIGTERM)
+    if callable(ours):
+        # A driver's Interrupt handles SIGTERM. ray.init replaces any handler with one that
+        # calls sys.exit, which inside Ray's start-up gave a traceback or a C++ abort; it has no
+        # option to keep ours, so its setter is skipped while it runs. Then Ray's core installs
+        # its own (it logs, then the driver aborts at exit, -6): ours is put back after it.
+        from ray._private import utils as ray_utils
+
+        setter, ray_utils.set_sigterm_handler = ray_utils.set_sigterm_handler, lambda handler: None
+    else:
+        ray_utils = setter = None
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            return RayStart(started=True)
+        context = ray.init(
+            address="local",
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+        return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+    finally:
+        if setter is not None:
+            ray_utils.set_sigterm_handler = setter
+            signal.signal(signal.SIGTERM, ours)
+
+
+def stop_ray(start: RayStart) -> None:
+    """Shut down the Ray that :func:`init_ray` started or joined, then SIGKILL, by PID, what is
+    left of a private one (after a second Ctrl-C its agents outlived ``ray.shutdown``)."""
+    if not start:
+        return
+    import ray  # the driver's heavy import (see init_ray)
+
+    ray.shutdown()
+    if start.session_dir:
+        kill_session_processes(start.session_dir)
 
 
 def quiet_tune() -> None:
@@ -275,12 +303,30 @@ def limit_text(seconds: float) -> str:
     return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"
 
 
+#: SIGINT/SIGTERM numbers a launch or resume received before its driver's :class:`Interrupt`
+#: took over (:func:`hold_signals`); the driver then stops before the trials start.
+early_signals: list[int] = []
+
+
+def hold_signals() -> None:
+    """Until a driver's :class:`Interrupt` takes over, remember a SIGINT or SIGTERM instead of
+    raising: a ``KeyboardInterrupt`` inside an import (torch, numpy, Ray: the first seconds
+    of ``study launch``) left modules half-built and ended in a ``RecursionError`` traceback."""
+    for sig in Interrupt.SIGNALS:
+        signal.signal(sig, lambda signum, frame: early_signals.append(signum))
+
+
 class Interrupt:
     """Ctrl-C (SIGINT) or SIGTERM (a plain ``kill``, a scheduler or service manager stopping
-    the driver) during ``fit``: the first asks Tune to stop gracefully (its SIGUSR1 handler
-    saves the experiment state); a second one raises ``KeyboardInterrupt``. Either way
-    ``event`` is set, so the study reports itself interrupted (exit status 130). Without this,
-    SIGTERM met the handler ``ray.init`` installs, which exits at once.
+    the driver), from the moment the driver starts its study until Ray is shut down.
+
+    The first one sets ``event`` and says so in one line: during ``fit`` (:meth:`fit`) it also
+    asks Tune to stop gracefully (its SIGUSR1 handler saves the experiment state); before it
+    (the store opening, Ray starting: the first seconds of a launch) the driver skips the fit.
+    Either way the study reports itself interrupted (exit status 130) and stays resumable. A
+    second one during ``fit`` stops it at once (``KeyboardInterrupt`` inside :meth:`fit`);
+    outside ``fit`` nothing is interrupted half-way (a ``KeyboardInterrupt`` inside
+    ``ray.init`` aborted Ray's C++ core, exit -6): the study is stopping already.
 
     With a ``deadline`` (:func:`deadline`, ``--time-limit``), a timer asks for the same graceful
     stop at the deadline (a SIGTERM to this process while ``fit`` runs, or only ``event`` before
@@ -295,7 +341,8 @@ class Interrupt:
         self.previous: dict[int, Any] = {}
         self.deadline = deadline
         self.timed_out = False
-        self.active = False
+        self.fitting = False
+        self.fitted = False
         self.timer: threading.Timer | None = None
         if deadline is not None:
             self.timer = threading.Timer(max(0.0, deadline[1] - time.monotonic()), self._time_up)
@@ -311,7 +358,7 @@ class Interrupt:
         if self.event.is_set():
             return
         self.timed_out = True
-        if self.active:
+        if self.fitting:
             os.kill(os.getpid(), signal.SIGTERM)  # handled by _handle, in the main thread
         else:
             self.event.set()
@@ -319,33 +366,62 @@ class Interrupt:
                   "trials started", file=self.out, flush=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.event.is_set():
-            raise KeyboardInterrupt
+        again = self.event.is_set()
         self.event.set()
-        if self.timed_out:
+        if again and self.fitting:
+            raise KeyboardInterrupt  # caught in fit()
+        if again and not self.fitting:
+            return  # (already stopping; said once)
+        if self.timed_out and not again:
             print(f"[study {self.name}] time limit {limit_text(self.deadline[0])} nearly reached: "
                   "stopping the trials and saving state", file=self.out, flush=True)
+        elif not self.fitting:
+            when = "after the trials" if self.fitted else "before the trials started"
+            print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}) {when}: stopping",
+                  file=self.out, flush=True)
+            return
         else:
             print(f"[study {self.name}] interrupted ({signal.Signals(signum).name}): stopping the trials and "
                   "saving state (Ctrl-C again to stop at once)", file=self.out, flush=True)
         tune_handler = signal.getsignal(signal.SIGUSR1)
         if callable(tune_handler):
             tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
-            for sig in self.SIGNALS:  # (Tune's handler reinstalled the previous SIGINT one)
-                signal.signal(sig, self._handle)
-        else:
-            raise KeyboardInterrupt
+            self.install()  # (Tune's handler reinstalled the previous SIGINT one)
 
-    def __enter__(self) -> "Interrupt":
+    def fit(self, tuner: Any) -> Any:
+        """``tuner.fit()`` unless the study is already stopping; None when it did not run or a
+        second signal stopped it at once (Tune's state as of its last snapshot)."""
+        if self.event.is_set():  # (a signal or a --time-limit spent before the fit)
+            return None
+        self.fitting = True
+        try:
+            return tuner.fit()
+        except KeyboardInterrupt:
+            self.event.set()
+            return None
+        finally:
+            self.fitting = False
+            self.fitted = True
+
+    def install(self) -> "Interrupt":
         if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-            self.active = True
+            for sig in self.SIGNALS:
+                before = signal.signal(sig, self._handle)
+                self.previous.setdefault(sig, before)
+            if early_signals and not self.event.is_set():  # (one that came before, see hold_signals)
+                self._handle(early_signals[0], None)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.active = False
+    def uninstall(self) -> None:
+        self.fitting = False
         self.cancel()
         for sig, handler in self.previous.items():
             if handler is not None:
                 signal.signal(sig, handler)
         self.previous = {}
+
+    def __enter__(self) -> "Interrupt":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()

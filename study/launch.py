@@ -18,7 +18,8 @@ from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
 from study import slices
 from study.cost import study_eta
-from study.driver import Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text, quiet_tune
+from study.driver import (Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text,
+                          quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.retention import disk_line
@@ -193,10 +194,14 @@ def resume(
         lock.release()
 
 
-def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    """:func:`_run_locked`, with a full disk or a read-only store said in one line."""
+def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], *, out: TextIO,
+         deadline: tuple[float, float] | None = None, **kw: Any) -> dict[str, Any]:
+    """:func:`_run_locked`, with Ctrl-C and SIGTERM ours from here on (a signal in the first
+    seconds of a launch stops it in one line and leaves it resumable: driver.Interrupt), and a
+    full disk or a read-only store said in one line."""
+    interrupt = Interrupt(meta["name"], out, deadline).install()
     try:
-        return _run_locked(spec, paths, meta, **kw)
+        return _run_locked(spec, paths, meta, out=out, deadline=deadline, interrupt=interrupt, **kw)
     except OSError as exc:
         raise StudyError(one_line_os_error(exc, paths.dir)) from None
     except Exception as exc:  # noqa: BLE001 - the store's own errors: one line when disk/permission
@@ -207,6 +212,8 @@ def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], **kw: Any) ->
             raise StudyError(one_line_os_error(exc, db or Path(redact(meta["tracking_uri"])),
                                                paths.dir)) from None
         raise
+    finally:
+        interrupt.uninstall()
 
 
 def _run_locked(
@@ -219,6 +226,7 @@ def _run_locked(
     progress_seconds: float,
     out: TextIO,
     lock: StudyLock | None,
+    interrupt: Interrupt,
     deadline: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     quiet_tune()
@@ -254,7 +262,6 @@ def _run_locked(
         n_seeds=len(spec.seeds),
     )
     writer = recorder.writer
-    interrupt = Interrupt(name, out, deadline)
     ray_start = RayStart(started=False)
     try:
         # The record first: finished runs the store lost (a deleted mlflow.db, another store,
@@ -286,13 +293,7 @@ def _run_locked(
         tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
                                 max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks)
         t_fit = time.time()
-        grid = None
-        with interrupt:
-            try:
-                if not interrupt.event.is_set():  # (a --time-limit spent before the fit)
-                    grid = tuner.fit()
-            except KeyboardInterrupt:  # a second Ctrl-C: stop now, state as of the last snapshot
-                interrupt.event.set()
+        grid = interrupt.fit(tuner)
         fit_seconds = time.time() - t_fit
         if recorder.failure is not None:
             raise StudyError(f"{recorder.failure}; the runs are safe in {paths.dir}: free or restore "
@@ -328,8 +329,4 @@ def _run_locked(
             print(f"{line}; `study ui {paths.dir}` to browse", file=out)
         return summary
     finally:
-        interrupt.cancel()
-        if ray_start:
-            import ray
-
-            ray.shutdown()
+        stop_ray(ray_start)

@@ -933,3 +933,57 @@ def test_a_search_resumed_from_optuna_db_alone_draws_the_same_points(tmp_path: P
     assert [lr(p0), lr(p1), *rest] == expected
     (summary,) = optuna.get_all_study_summaries(sqlite_uri(tmp_path / "b.db"))
     assert summary.n_trials == 5  # one Optuna trial per point, none duplicated
+
+
+def _session_leftovers(sid: int) -> list[str]:
+    """Processes still in a driver's session (it was started with ``start_new_session``)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "name"]):
+        try:
+            if os.getsid(p.info["pid"]) == sid:
+                out.append(f"{p.info['pid']} {p.info['name']}")
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+@pytest.mark.faults  # real drivers signalled while they start, and twice while they train
+def test_signals_in_the_first_seconds_and_a_double_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
+    """#27 item 9: a Ctrl-C or SIGTERM in the first seconds of a launch (imports, the store,
+    ray.init) gave a traceback, a Ray C++ abort (-6) or was swallowed; a double Ctrl-C left Ray
+    agents behind. Each now exits 130 without a traceback, no process of the driver's session
+    outlives it, and the study resumes to the end."""
+    spec = write_spec(tmp_path, "early", overrides={**TINY, "task.train_size": 160, "optim.epochs": 30})
+    root = tmp_path / "s"
+    study = root / "early-smoke"
+    cases = [(signal.SIGINT, 0.8), (signal.SIGTERM, 4.0), (signal.SIGINT, 7.0), (signal.SIGTERM, 10.0)]
+    for i, (signum, after) in enumerate(cases):
+        log = tmp_path / f"early{i}.log"
+        d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
+        time.sleep(after)
+        os.kill(d.pid, signum)
+        rc = d.wait(timeout=180)
+        text = log.read_text()
+        assert rc == 130, (signum, after, rc, text[-3000:])
+        assert "Traceback" not in text and "Aborted" not in text, text[-3000:]
+        assert "interrupted" in text, text[-3000:]
+        wait_for(lambda: not _session_leftovers(d.pid), 30, f"no process left by driver {d.pid}")
+
+    # Twice during training: stop at once, nothing left behind.
+    log = tmp_path / "double.log"
+    d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
+    wait_for(lambda: any(e >= 2 for e, _ in checkpoints(study)), 300, "epoch 2", d, log)
+    os.kill(d.pid, signal.SIGINT)
+    time.sleep(0.05)  # (Tune's graceful stop can take under half a second)
+    os.kill(d.pid, signal.SIGINT)
+    rc = d.wait(timeout=180)
+    text = log.read_text()
+    assert rc == 130 and "Traceback" not in text, text[-3000:]
+    assert f"Interrupted: continue with `study resume {study}`" in text, text[-3000:]
+    assert "before the trials started" not in text
+    wait_for(lambda: not _session_leftovers(d.pid), 30, f"no process left by driver {d.pid}")
+
+    res = study_cli("resume", str(study), "--progress-seconds", "5", timeout=600)
+    assert res.returncode == 0 and "1 of 1 runs finished" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
