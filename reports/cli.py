@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from locattn.cliparse import Parser, closest_path, parse
+from record.store import ARCHIVE_SUFFIX
 from reports.store import STORE_FILE, ReportsError, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, TABLES
 
@@ -110,9 +111,11 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
 def missing_study_dir(study_dir: str) -> str:
     """One line for a study directory that does not exist, naming the closest study beside it."""
     parent = Path(study_dir).parent
-    studies = [p for p in parent.iterdir() if (p / STORE_FILE).is_file()] if parent.is_dir() else []
+    stores = (STORE_FILE, STORE_FILE + ARCHIVE_SUFFIX)  # a committed record holds it compressed
+    studies = [p for p in parent.iterdir() if any((p / f).is_file() for f in stores)] \
+        if parent.is_dir() else []
     return (f"study directory {study_dir!r} does not exist{closest_path(study_dir, studies)} "
-            f"(expected studies/<name>/ containing {STORE_FILE})")
+            f"(expected studies/<name>/ containing {' or '.join(stores)})")
 
 
 def run_list(study_dir: str | None) -> int:

@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError("the reports command is not installed: pip install -e '.[reports]'")
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
-            db = sqlite_path(meta["tracking_uri"])
+            # a moved folder (a committed record, a copy): its own store, as status and ui read it
+            db = sqlite_path(current_store(meta["tracking_uri"], paths.dir))
             if db is not None and db.resolve() == paths.db.resolve():
                 args.study_dir, args.tracking_uri = str(paths.dir), None
             else:  # a store outside the study directory (an MLflow server, Postgres)

@@ -80,8 +80,11 @@ def test_mistyped_spec_path_names_the_closest_spec(tmp_path: Path, capsys, monke
     assert not any(tmp_path.iterdir())
 
 
-def test_mistyped_report_folder_names_the_closest_study(tmp_path: Path, capsys) -> None:
-    _search_study(tmp_path / "search_lr-smoke")
+@pytest.mark.parametrize("compressed", [False, True], ids=["mlflow.db", "mlflow.db.xz"])
+def test_mistyped_report_folder_names_the_closest_study(tmp_path: Path, capsys, compressed) -> None:
+    d = _search_study(tmp_path / "search_lr-smoke")
+    if compressed:  # a committed record (results/record/<study>/) holds only mlflow.db.xz
+        _compress(d / "mlflow.db")
     capsys.readouterr()
     typed = str(tmp_path / "search_lr-smok")
     for argv, prog in ((["build", typed], "reports build"), (["list", typed], "reports list")):
@@ -89,7 +92,16 @@ def test_mistyped_report_folder_names_the_closest_study(tmp_path: Path, capsys) 
         assert code == 2 and out == ""
         assert err.strip().splitlines() == [
             f"{prog}: study directory {typed!r} does not exist (did you mean "
-            f"{tmp_path / 'search_lr-smoke'}?) (expected studies/<name>/ containing mlflow.db)"]
+            f"{tmp_path / 'search_lr-smoke'}?) (expected studies/<name>/ containing mlflow.db or "
+            f"mlflow.db.xz)"]
+
+
+def _compress(db: Path) -> None:
+    """Replace a SQLite store by its ``.xz`` archive, as a committed record holds it."""
+    import lzma
+
+    db.with_name(db.name + ".xz").write_bytes(lzma.compress(db.read_bytes()))
+    db.unlink()
 
 
 # --------------------------------------------------------------------------- listings
@@ -177,6 +189,23 @@ def test_study_report_of_a_search_study_gives_best_hparams_and_medians(tmp_path:
     assert csv[5].endswith(",95.0,2,3,3,95.0,3,47.5,0")
     tex = (d / "reports" / "summary.tex").read_text()
     assert r"task=copy,variant=onestep & lr=0.001 & 95.0 & 2 & 95.0 (3/3) & 47.5 (0/3) \\" in tex
+
+
+def test_study_report_of_a_moved_compressed_record_reads_the_folders_own_store(tmp_path: Path,
+                                                                                capsys) -> None:
+    # as results/record/<study>/ copied elsewhere: study.json names the store where the study was
+    # launched (gone), the folder holds mlflow.db.xz
+    d = _search_study(tmp_path / "copy" / "search_lr-smoke")
+    old = tmp_path / "studies" / "search_lr-smoke" / "mlflow.db"
+    meta = json.loads((d / "study.json").read_text())
+    (d / "study.json").write_text(json.dumps({**meta, "tracking_uri": f"sqlite:///{old}"}))
+    _compress(d / "mlflow.db")
+    capsys.readouterr()
+    code, out, err = run_main(["report", str(d), "--format", "md"], capsys, study_main)
+    assert code == 0, err
+    assert out.split() == [str(d / "reports" / "summary.md")]
+    assert "| task=copy,variant=onestep | lr=0.001 | 95.0 | 2 |" in (d / "reports" / "summary.md").read_text()
+    assert not (tmp_path / "studies").exists()  # nothing created at the stale path
 
 
 def test_reports_build_from_a_tracking_uri_defaults_its_out_folder(tmp_path: Path, capsys,
