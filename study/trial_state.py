@@ -57,15 +57,22 @@ def state_digest(body: Mapping[str, Any]) -> str:
 def read_complete(ckpt_dir: Path, notices: list[str] | None = None) -> dict[str, Any] | None:
     """The trial state of a Tune checkpoint directory if it is complete and intact, else None.
 
-    A file whose size or checksum differs from the state's list makes the checkpoint unusable;
-    that is said in one line naming the file (a restore then falls back to an older one), also
+    A file whose size or checksum differs from the state's list makes the checkpoint unusable,
+    as does a state file whose own SHA-256 (:data:`STATE_DIGEST`) differs or is missing while
+    its files carry theirs (only a state from before checksums is read unverified); that is said in one line naming the file (a restore then falls back to an older one), also
     appended to ``notices`` (the driver prints them: the worker's output never reaches the user).
     """
     from locattn.training.checkpoint import file_sha256
 
     try:
         state = json.loads((ckpt_dir / STATE_FILE).read_text())
-        digest = state.pop(STATE_DIGEST, None)  # (a state without one is read unverified)
+        digest = state.pop(STATE_DIGEST, None)
+        if digest is None and _lists_digests(state):
+            # The writer that lists files' digests seals the state too: a missing seal is an
+            # edit (deleting the key would otherwise let any change of the history through).
+            _notice(notices, f"trial checkpoint file {ckpt_dir / STATE_FILE} is corrupt (no checksum "
+                              "of its own); falling back to an older checkpoint")
+            return None
         if digest is not None and digest != state_digest(state):
             _notice(notices, f"trial checkpoint file {ckpt_dir / STATE_FILE} is corrupt (checksum "
                               "mismatch); falling back to an older checkpoint")
@@ -79,9 +86,16 @@ def read_complete(ckpt_dir: Path, notices: list[str] | None = None) -> dict[str,
                 _notice(notices, f"trial checkpoint file {path} is corrupt (checksum mismatch); "
                                  "falling back to an older checkpoint")
                 return None
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):  # (AttributeError: not a JSON object)
         return None
     return state
+
+
+def _lists_digests(state: Mapping[str, Any]) -> bool:
+    """Whether a trial state lists a SHA-256 for any of its files (only a state from before
+    checksums, sizes alone, is read unverified)."""
+    files = state.get("files")
+    return isinstance(files, dict) and any(not isinstance(v, int) for v in files.values())
 
 
 def _notice(notices: list[str] | None, text: str) -> None:

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from locattn.training.checkpoint import file_sha256
-from study.trainable import RUN_SUBDIR, STATE_FILE, newest_checkpoint, staged_runs, upgrade_state
+from study.trainable import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, newest_checkpoint, read_complete, staged_runs,
+                             state_digest, upgrade_state)
 
 KEYS = [(0, "k0"), (1, "k1"), (2, "k2")]
 
@@ -25,7 +26,8 @@ def write_checkpoint(path: Path, state: dict, models: dict[str, bytes]) -> Path:
         target.write_bytes(blob)
         files[str(target.relative_to(path))] = [len(blob), file_sha256(target)]
     path.mkdir(parents=True, exist_ok=True)
-    (path / STATE_FILE).write_text(json.dumps({**state, "files": files}))
+    body = {**state, "files": files}
+    (path / STATE_FILE).write_text(json.dumps({**body, STATE_DIGEST: state_digest(body)}))  # as staged
     return path
 
 
@@ -92,18 +94,13 @@ def test_the_fallback_ignores_tunes_snapshot_and_directory_names(tmp_path: Path)
     """#27 item 3, the race made on purpose: a restore from an older snapshot makes Tune reuse
     the names of newer checkpoints, so names, the snapshot's pick and progress disagree. The
     choice is the most advanced checkpoint whose files verify, whatever Tune hands over."""
-    from study.trainable import STATE_DIGEST, read_complete, state_digest
-
     trial = tmp_path / "tune" / "trial_a"
 
     def stage(name: str, epoch: int, *, with_model: bool = True) -> Path:
         state = {"replicas": {"k1": {"epoch": epoch, "history": [{"epoch": e, "dev_loss": 1.0}
                                                                  for e in range(1, epoch + 1)]}},
                  "done": ["k0"], "scores": {}}
-        path = write_checkpoint(trial / name, state, {"k1": bytes([epoch]) * 64} if with_model else {})
-        body = json.loads((path / STATE_FILE).read_text())
-        (path / STATE_FILE).write_text(json.dumps({**body, STATE_DIGEST: state_digest(body)}))
-        return path
+        return write_checkpoint(trial / name, state, {"k1": bytes([epoch]) * 64} if with_model else {})
 
     # Tune's snapshot named checkpoint_000002 (epoch 4); the driver after it wrote epochs 5..23
     # from index 3 on, over names that held epochs of an earlier attempt.
@@ -133,3 +130,37 @@ def test_the_fallback_ignores_tunes_snapshot_and_directory_names(tmp_path: Path)
     assert read_complete(trial / "checkpoint_000021") is None
     path, state = newest_checkpoint(snapshot, trial)
     assert path == trial / "checkpoint_000020" and state["replicas"]["k1"]["epoch"] == 21
+
+
+def test_a_state_stripped_of_its_own_checksum_is_corrupt(tmp_path: Path) -> None:
+    """#27 item 4: deleting the state's ``sha256`` key must not let an edit of its history
+    through: a state whose files carry digests but which has none of its own is refused (with
+    a notice) and the restore falls back; a state from before checksums (sizes only) is read."""
+    trial = tmp_path / "trial_s"
+
+    def history(epoch: int, loss: float = 1.0) -> dict:
+        return {"replicas": {"k1": {"epoch": epoch, "history": [{"epoch": e, "dev_loss": loss}
+                                                                for e in range(1, epoch + 1)]}},
+                "done": ["k0"], "scores": {}}
+
+    older = write_checkpoint(trial / "checkpoint_000001", history(3), {"k1": b"a" * 32})
+    newest = write_checkpoint(trial / "checkpoint_000002", history(4), {"k1": b"b" * 32})
+    body = json.loads((newest / STATE_FILE).read_text())
+    del body[STATE_DIGEST]
+    body["replicas"]["k1"]["history"][0]["dev_loss"] = 2.0  # the edit the seal would have caught
+    (newest / STATE_FILE).write_text(json.dumps(body))
+    notices: list[str] = []
+    assert read_complete(newest, notices) is None
+    assert notices == [f"trial checkpoint file {newest / STATE_FILE} is corrupt (no checksum of its own); "
+                       "falling back to an older checkpoint"]
+    path, state = newest_checkpoint(None, trial)
+    assert path == older and state["replicas"]["k1"]["epoch"] == 3
+    # A state from before checksums (file sizes only, no seal) is still read, unverified.
+    legacy = tmp_path / "trial_l" / "checkpoint_000001"
+    (legacy / RUN_SUBDIR / "k1").mkdir(parents=True)
+    (legacy / RUN_SUBDIR / "k1" / "state.pt").write_bytes(b"c" * 16)
+    (legacy / STATE_FILE).write_text(json.dumps({**history(2), "files": {f"{RUN_SUBDIR}/k1/state.pt": 16}}))
+    assert read_complete(legacy)["replicas"]["k1"]["epoch"] == 2
+    # Not a JSON object: unusable, not an exception.
+    (legacy / STATE_FILE).write_text("[1, 2]")
+    assert read_complete(legacy) is None
