@@ -9,9 +9,12 @@ import importlib
 import json
 import os
 import re
+from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from locattn.config import make_run_config, run_identity
+from locattn.train import load_result
 from record import layout
 from record.layout import TRIAL_FILE
 from study.keys import run_key
@@ -111,10 +114,6 @@ def run_dir(study_dir: str | Path, key: str) -> Path:
 def resolve_run_config(config: Mapping[str, Any], seed: int, key: str | None = None) -> Any:
     """The resolved ``RunConfig`` of one seed of a trial, of its run ``key`` when the trial packs
     hparams points (also used by the driver for params)."""
-    from dataclasses import replace
-
-    from locattn.config import make_run_config
-
     t = config["trial"]
     overrides = {**t["overrides"], **trial_hparams(config, key)}
     cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
@@ -141,8 +140,6 @@ def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     if path.is_file():
         data = json.loads(path.read_text())
     elif result is not None:
-        from dataclasses import asdict, is_dataclass
-
         data = asdict(result) if is_dataclass(result) else dict(getattr(result, "__dict__", {}))
     out: dict[str, float] = {}
     for key in ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100"):
@@ -195,11 +192,7 @@ def finished_result(out_dir: Path, cfg: Any) -> Any:
     path = out_dir / layout.RESULT_FILE
     if not path.is_file():
         return None
-    from locattn.config import run_identity
-
     try:
-        from locattn.train import load_result
-
         result = load_result(out_dir)
     except (ValueError, TypeError, KeyError, ImportError):
         return None

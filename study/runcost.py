@@ -57,6 +57,7 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
     from locattn.tasks import load_task  # here: builds data, which `study --help` never needs
 
     if task.name.startswith("raffel_"):
+        # torch, as above
         from locattn.tasks.raffel import length_range
         from locattn.training.regression import DEFAULT_UPDATES
 

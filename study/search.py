@@ -16,9 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
+from ray.tune.utils.util import unflatten_dict
 
 from study.trainable import OBJECTIVE
 
@@ -77,8 +82,6 @@ class OpenTrialsScheduler(FIFOScheduler):
         self._open[trial.trial_id] = trial
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
-        from ray.tune.experiment import Trial
-
         paused = None
         for trial_id, trial in list(self._open.items()):
             status = trial.status
@@ -97,12 +100,6 @@ class OpenTrialsScheduler(FIFOScheduler):
 
 def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Spec distributions -> Optuna distributions (keys are dotted config paths)."""
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
-
     out: dict[str, Any] = {}
     for key, d in space.items():
         kind = d["type"]
@@ -119,8 +116,6 @@ def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def make_sampler(name: str, seed: int) -> Any:
     """An Optuna sampler by spec name."""
-    import optuna
-
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -156,8 +151,6 @@ class CompleteOnlyOptunaSearch(OptunaSearch):
         """Continue from the Optuna store alone (Tune's saved state is never read): the
         sampler's RNGs as after the newest point, and (points asked so far, the asked points
         that never got a result, oldest first: a killed driver's)."""
-        import optuna
-
         trials = self._ot_study.get_trials(deepcopy=False)
         saved = next((t.user_attrs[RNG_ATTR] for t in reversed(trials) if RNG_ATTR in t.user_attrs), {})
         for path, rng in _sampler_rngs(self._sampler):
@@ -169,17 +162,12 @@ class CompleteOnlyOptunaSearch(OptunaSearch):
     def adopt(self, trial_id: str, frozen: Any) -> dict:
         """Hand out an asked point again as Tune trial ``trial_id``; its result is told to the
         same Optuna trial."""
-        import optuna
-        from ray.tune.utils.util import unflatten_dict
-
         self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, frozen._trial_id)
         return unflatten_dict(dict(frozen.params))
 
 
 def _sampler_rngs(sampler: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """(attribute path, numpy RandomState) of a sampler and its nested samplers."""
-    import numpy as np
-
     out = []
     for name, value in sorted(vars(sampler).items()):
         rng = getattr(value, "rng", None) if type(value).__name__ == "LazyRandomState" else value
@@ -196,8 +184,6 @@ def _rng_to_json(rng: Any) -> list:
 
 
 def _rng_from_json(rng: Any, state: list) -> None:
-    import numpy as np
-
     kind, keys, pos, has_gauss, cached = state
     rng.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
@@ -225,8 +211,6 @@ class CellSearch(Searcher):
         study: str,
     ) -> None:
         super().__init__(metric=OBJECTIVE, mode=mode)
-        import optuna
-
         self.groups = groups
         self.num_samples = num_samples
         self.count = [0] * len(groups)

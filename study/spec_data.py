@@ -5,6 +5,7 @@ and can every task that reads user-supplied files read them.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from study import cost
@@ -17,7 +18,7 @@ SIZE_LIMITS = {"runs": 20_000, "epochs": 100_000, "cpu_hours": 50_000.0}
 
 def size_warnings(spec: StudySpec) -> list[str]:
     """Why a spec is suspiciously large (runs, epochs per run, estimated CPU time), or []."""
-    from locattn.config import make_run_config
+    from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
 
     out = []
     if spec.n_runs() > SIZE_LIMITS["runs"]:
@@ -42,8 +43,7 @@ def check_task_data(spec: StudySpec) -> list[str]:
     with the file (and line) instead of failing every trial. A relative ``task.data_dir`` is a
     problem too: trials run in Ray's own working directories. Returns one message per problem.
     """
-    from dataclasses import asdict
-
+    # torch: study.spec (and so `study --help` and `study status`) must not import it
     from locattn.config import make_run_config
     from locattn.tasks import load_task
 

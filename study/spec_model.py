@@ -168,7 +168,7 @@ class StudySpec:
 
     def plan(self) -> str:
         """Human-readable plan: cells, trials and an estimated cost."""
-        from locattn.config import make_run_config
+        from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
 
         lines = [
             f"spec     {self.path} (profile {self.profile})",

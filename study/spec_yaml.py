@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from study.spec_checks import MAX_YAML_DEPTH, TOP_KEYS, SpecError
 
 
@@ -14,8 +16,6 @@ def _spec_loader() -> type:
     """A safe YAML loader for specs. It refuses a mapping with the same key twice (PyYAML keeps
     the last), aliases (``*name``: a few lines of them expand to gigabytes) and nesting deeper
     than :data:`MAX_YAML_DEPTH` (PyYAML composes recursively)."""
-    import yaml
-
     class SpecLoader(yaml.SafeLoader):
         depth = 0
 
@@ -51,8 +51,6 @@ def _spec_loader() -> type:
 def read_yaml(path: str | Path) -> dict:
     """Read a spec file; a missing, binary or unreadable file, bad YAML or a duplicate key is a
     :class:`SpecError`."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{path}: no such spec file")

@@ -11,8 +11,8 @@
   ``sqlite:`` tracking URI;
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
-- in ``locattn``, ``record`` and ``reports`` an import inside a function says why in a comment
-  (which heavy or optional dependency it keeps off which light path).
+- in ``locattn``, ``record``, ``study`` and ``reports`` an import inside a function says why in a
+  comment (which heavy or optional dependency it keeps off which light path).
 """
 
 from __future__ import annotations
@@ -376,7 +376,13 @@ def test_the_file_name_checker_flags_a_retyped_name(tmp_path):
 
 
 # ---------------------------------------------------------------------------- function-level imports
-REASONED_IMPORT_PACKAGES = ("locattn", "record", "reports")
+REASONED_IMPORT_PACKAGES = ("locattn", "record", "study", "reports")
+#: Modules whose function-level imports are still being hoisted or given their reasons (issue 25):
+#: each leaves this list once its imports say why.
+UNREASONED_IMPORTS_ALLOWED = frozenset({
+    "study.cli", "study.launch", "study.ui", "study.record", "study.driver", "study.trial_state",
+    "study.trainable",
+})
 
 
 def _unreasoned_imports(path: Path) -> list[str]:
@@ -408,7 +414,8 @@ def _unreasoned_imports(path: Path) -> list[str]:
 
 def test_every_function_level_import_says_why():
     found = [line for name, path in MODULES.items()
-             if name.split(".")[0] in REASONED_IMPORT_PACKAGES for line in _unreasoned_imports(path)]
+             if name.split(".")[0] in REASONED_IMPORT_PACKAGES and name not in UNREASONED_IMPORTS_ALLOWED
+             for line in _unreasoned_imports(path)]
     assert not found, "function-level imports without a reason (a comment):\n" + "\n".join(found)
 
 
