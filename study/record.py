@@ -8,6 +8,7 @@ finished runs a store lost, from their run folders.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -105,6 +106,8 @@ class MlflowRecorder(_TuneCallback):
         self.trial_current: dict[str, str] = {}  # Tune trial id -> run key in progress
         self.failure: str | None = None
         """One line saying how the store failed mid-run (:func:`store_failure`), or None."""
+        self.store_id: tuple[int, int] | None = None
+        """(device, inode) of a SQLite store's file once open (:meth:`check_store`)."""
 
     # Pickled into Tune's tuner state (and replaced on restore): keep only the settings.
     def __getstate__(self) -> dict:
@@ -116,7 +119,29 @@ class MlflowRecorder(_TuneCallback):
     def open(self) -> "MlflowRecorder":
         """Open the record (idempotent): the experiment, the parent run, every run key."""
         self.writer.open()
+        if getattr(self, "store_id", None) is None:  # (a recorder Tune unpickled has settings only)
+            db = sqlite_path(self.settings["tracking_uri"])
+            try:
+                st = os.stat(db) if db is not None else None
+            except OSError:
+                st = None
+            self.store_id = (st.st_dev, st.st_ino) if st is not None else None
         return self
+
+    def check_store(self) -> None:
+        """Raise ``FileNotFoundError`` when a SQLite store's file was deleted or replaced since it
+        was opened: SQLite goes on writing to the open, unlinked file without an error, and the
+        study would end "finished" with its record nowhere (#27 item 10)."""
+        if getattr(self, "store_id", None) is None:
+            return
+        db = sqlite_path(self.settings["tracking_uri"])
+        try:
+            st = os.stat(db)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "the store's file does not exist", str(db)) from None
+        if (st.st_dev, st.st_ino) != self.store_id:
+            raise FileNotFoundError(errno.ENOENT, "the store's file was replaced (it does not exist "
+                                                  "as opened)", str(db))
 
     @property
     def runs(self) -> dict[str, RunState]:
@@ -284,6 +309,7 @@ class MlflowRecorder(_TuneCallback):
 
     @_guarded
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.check_store()
         self.writer.flush(force=False)
 
 
