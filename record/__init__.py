@@ -3,8 +3,7 @@
 - ``schema``: the names of the MLflow record (tags, statuses, metric keys);
 - ``layout``: where a study keeps its files, and the file names of its run folders;
 - ``store``: the one door into MLflow's database (SQL on SQLite or Postgres) and the only
-  code that parses or redacts a tracking URI.
-
+  code that parses or redacts a tracking URI;
 - ``writer``: the MLflow half of the record (the study driver's only MLflow writer);
 - ``summary``: a cell's number, the median over seeds of its chosen point (standard library).
 

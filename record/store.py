@@ -12,7 +12,7 @@ The SQL reads only the tables ``experiments``, ``runs``, ``tags``, ``params``, `
 ``latest_metrics`` of MLflow's schema, and only the keys asked for. It writes in two places: the
 artifact paths of a moved study (:func:`move_artifact_root`) and synthetic stores for tests and
 benchmarks (:func:`insert_rows`). Everything else is written through MLflow's client
-(``study.record``).
+(:mod:`record.writer`).
 """
 
 from __future__ import annotations
@@ -108,12 +108,42 @@ def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
 
 
 def redact(uri: str) -> str:
-    """The URI with its password shown as ``***`` (for messages and provenance lines)."""
+    """The URI with its password shown as ``***`` (for messages and provenance lines); a user
+    name without a password may be a token, so it is shown as ``***`` too."""
     parts = urlsplit(uri)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return uri.replace(parts.netloc, netloc)
-    return uri
+    if "@" not in parts.netloc:
+        return uri
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, has_password, _ = userinfo.partition(":")
+    shown = f"{user}:***" if has_password else "***"
+    return uri.replace(parts.netloc, f"{shown}@{hostport}", 1)
+
+
+@dataclass(frozen=True)
+class UriParts:
+    """What a tracking URI names: the kind of store, and the host it is reached at."""
+
+    uri: str
+    """The URI as given."""
+    scheme: str
+    """Its scheme, lowercased, with any SQLAlchemy driver (``postgresql+psycopg``); ``""`` for a
+    bare path."""
+
+    @property
+    def kind(self) -> str:
+        """The scheme without its driver: ``sqlite``, ``postgresql``, ``http``, ``file``, ..."""
+        return self.scheme.split("+", 1)[0]
+
+    def address(self) -> tuple[str | None, int | None]:
+        """``(host, port)``, each None when absent. A port that is not a number, or is out of
+        range, is a ``ValueError``."""
+        parts = urlsplit(self.uri)
+        return parts.hostname, parts.port
+
+
+def uri_parts(uri: str) -> UriParts:
+    """The parts of a tracking URI that say where its store is (:class:`UriParts`)."""
+    return UriParts(uri=uri, scheme=urlsplit(uri).scheme)
 
 
 def portable_uri(uri: str) -> str:
@@ -422,7 +452,7 @@ def ensure_sqlite_store(db: Path) -> str | None:
     ("table ... already exists"). So a new store is built aside (``.<name>.creating-<pid>``) and
     renamed into place, and a store that holds no run but is not stamped at MLflow's newest
     schema (a half-built one, from code before this) is set aside (``<name>.half-built``) and
-    rebuilt. Call it under :class:`study.record.store_lock`: two creators would race.
+    rebuilt. Call it under :class:`record.writer.store_lock`: two creators would race.
     """
     for stale in db.parent.glob(f".{db.name}.creating-*"):  # left by a killed creator
         stale.unlink(missing_ok=True)

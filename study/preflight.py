@@ -12,7 +12,7 @@ import math
 import socket
 from urllib.parse import urlsplit
 
-from record.store import sqlite_path
+from record.store import redact, sqlite_path, uri_parts
 from study.spec import SpecError
 
 #: Seconds to wait for a tracking server, a database or a Ray cluster to accept a connection.
@@ -45,36 +45,37 @@ def reachable(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> str |
 
 def check_tracking_uri(uri: str) -> None:
     """Refuse a ``--tracking-uri`` a study cannot record to, in one line, before anything starts."""
-    parts = urlsplit(uri)
-    scheme = parts.scheme.split("+", 1)[0].lower()
+    parts = uri_parts(uri)
+    scheme = parts.kind
+    shown = redact(uri)  # every message: a password never reaches a terminal or a log
     valid = ("sqlite:////abs/path/mlflow.db, postgresql://host/db, mysql://host/db, "
              "http(s)://mlflow-server:port")
     if scheme == "file" or (not scheme and uri):
-        raise SpecError(f"--tracking-uri {uri}: MLflow's file store is not supported (it is in "
+        raise SpecError(f"--tracking-uri {shown}: MLflow's file store is not supported (it is in "
                         f"maintenance mode); use a database or a server: {valid}")
     if scheme not in DATABASE_SCHEMES + SERVER_SCHEMES:
-        raise SpecError(f"--tracking-uri {uri}: unknown scheme {parts.scheme + '://'!r}; valid: {valid}")
+        raise SpecError(f"--tracking-uri {shown}: unknown scheme {parts.scheme + '://'!r}; valid: {valid}")
     if scheme == "sqlite":
         db = sqlite_path(uri)
         if db is None or db.name in ("", ":memory:"):
-            raise SpecError(f"--tracking-uri {uri}: expected sqlite:///<path to a file> (four "
+            raise SpecError(f"--tracking-uri {shown}: expected sqlite:///<path to a file> (four "
                             "slashes for an absolute path)")
         if not db.parent.is_dir():
-            raise SpecError(f"--tracking-uri {uri}: directory {db.parent} does not exist; create "
+            raise SpecError(f"--tracking-uri {shown}: directory {db.parent} does not exist; create "
                             "it first (a study creates no directory outside its own)")
         return
     try:
-        host, port = parts.hostname, parts.port
+        host, port = parts.address()
     except ValueError as exc:  # a port that is not a number, or out of range
-        raise SpecError(f"--tracking-uri {uri}: {exc}") from None
+        raise SpecError(f"--tracking-uri {shown}: {exc}") from None
     if not host:
         if scheme in SERVER_SCHEMES:
-            raise SpecError(f"--tracking-uri {uri}: no host; valid: {valid}")
+            raise SpecError(f"--tracking-uri {shown}: no host; valid: {valid}")
         return  # a database on a local socket
     why = reachable(host, port or DEFAULT_PORTS[scheme])
     if why:
         what = "MLflow server" if scheme in SERVER_SCHEMES else f"{scheme} database"
-        raise SpecError(f"--tracking-uri {_redacted(uri)}: no {what} answers at "
+        raise SpecError(f"--tracking-uri {shown}: no {what} answers at "
                         f"{host}:{port or DEFAULT_PORTS[scheme]} ({why}); start it, or fix the URI")
 
 
@@ -97,9 +98,3 @@ def check_address(address: str) -> None:
         raise SpecError(f"--address {address}: no Ray cluster answers at {host}:{port} ({why}); "
                         "start it (`ray start --head`), or leave --address out for a private local Ray")
 
-
-def _redacted(uri: str) -> str:
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
