@@ -25,6 +25,7 @@ from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, size_warnings, widens)
+from study.ui import browse_advice
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
 
@@ -326,7 +327,7 @@ def _run_locked(
         elif interrupted:
             print(f"{line}. Interrupted: continue with `study resume {paths.dir}`", file=out)
         else:
-            print(f"{line}; `study ui {paths.dir}` to browse", file=out)
+            print(f"{line}; {browse_advice(tracking_uri, paths.dir, name)}", file=out)
         return summary
     finally:
         stop_ray(ray_start)

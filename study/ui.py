@@ -205,6 +205,16 @@ def server_url(tracking_uri: str) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def browse_advice(tracking_uri: str, study_dir: Path, name: str) -> str:
+    """How to browse a study's runs, as the end of a launch says it: the server's URL for a
+    study recorded on an MLflow server (``study ui`` would only point there), else the
+    ``study ui`` command."""
+    remote = server_url(tracking_uri)
+    if remote is not None:
+        return f"browse it at {remote} (experiment {name!r})"
+    return f"`study ui {study_dir}` to browse"
+
+
 class _Stop(Exception):
     """SIGINT, SIGTERM or SIGHUP to ``study ui``: stop the server."""
 

@@ -382,6 +382,20 @@ def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_
     assert not Path("/nonexistent").exists()
 
 
+def test_the_end_of_a_launch_points_a_server_study_to_its_server(tmp_path: Path) -> None:
+    from study.ui import browse_advice
+
+    # a study on an MLflow server: its URL (``study ui`` there only says to open it)
+    assert browse_advice("http://127.0.0.1:5123", tmp_path, "rc_table2-smoke") == \
+        "browse it at http://127.0.0.1:5123 (experiment 'rc_table2-smoke')"
+    assert browse_advice("https://mlflow.lab.org/", tmp_path, "s") == \
+        "browse it at https://mlflow.lab.org/ (experiment 's')"
+    for local in (f"sqlite:///{tmp_path / 'mlflow.db'}", "postgresql://u@127.0.0.1:5432/mlflow"):
+        assert browse_advice(local, tmp_path, "s") == f"`study ui {tmp_path}` to browse"
+    # the last line of a launch says it: the README's server launch checks it end to end
+    # (tests/test_readme_commands.py)
+
+
 # --------------------------------------------------------------------------- numbers on screen
 
 
