@@ -6,7 +6,6 @@ backend, so importing ``locattn`` never pulls it in.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -129,8 +128,3 @@ def draw_attention(
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
-
-
-def draw_attention_file(json_path: str | Path, png_path: str | Path) -> Path:
-    """Draw the record stored in an ``attention.json``."""
-    return draw_attention(json.loads(Path(json_path).read_text()), png_path)

@@ -33,7 +33,7 @@ from reports.figures import save_figure
 from reports.render import Provenance, latex_escape
 from record import store
 from record.layout import ATTENTION_JSON, EXAMPLES_JSON
-from reports.store import ReportsError, RunSet, read_runs
+from reports.store import ReportsError, RunSet
 from reports.tables import EXHIBITS
 from record import schema
 
@@ -475,13 +475,6 @@ def build_exhibits(
                         + f"**Figure {defn.id}.** {caption}\n", encoding="utf-8")
         written.append(path)
     return written
-
-
-def exhibit_runset(tracking_uri: str, study: str) -> RunSet:
-    """The runs an exhibit build needs (tags and ``best_dev_score``)."""
-    return read_runs(tracking_uri, study, metric_keys=["best_dev_score"])
-
-
 
 
 __all__ = ["DEFS", "ExampleBlock", "ExhibitDef", "artifact_uris", "build_exhibits", "choose_run",

@@ -53,11 +53,6 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + swapped * sin
 
 
-def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
-    """Softmax over the last axis with invalid positions (mask False) at exactly zero weight."""
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-
-
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout. Same distribution as ``F.dropout``; drawing the mask with ``rand`` is
     about twice as fast on CPU as the ``bernoulli_`` that ``F.dropout`` uses."""
