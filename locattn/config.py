@@ -406,11 +406,11 @@ def _regressor(flat: Mapping[str, Any]) -> bool:
     return flat["model.kind"] == "regressor"
 
 
-#: Fields added after run identities were first recorded (code cdbba16), each with the value that
-#: reproduces what the code computed before the field existed, and (optionally) the configs the
-#: field applies to. :func:`identity_dict` leaves such a field out while it holds its legacy value
-#: or does not apply, so a record made before the field existed keeps its run identities (and
-#: resumes) exactly when its runs would compute the same thing; any other value is another run.
+#: Identity fields that committed run identities do not include, each with the value that
+#: reproduces what those runs computed, and (optionally) the configs the field applies to.
+#: :func:`identity_dict` leaves such a field out while it holds that legacy value or does not
+#: apply, so a committed record keeps its run identities (and resumes) exactly when its runs
+#: would compute the same thing; any other value is another run.
 #: A new identity field must be added here (``tests/test_identity.py`` fails otherwise).
 LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "task.dev_from_long1": (0, None),

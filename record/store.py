@@ -48,7 +48,8 @@ class StudyNotFound(StoreError):
 def sqlite_uri(path: str | Path) -> str:
     """The tracking URI of a SQLite store file. ``%``, ``?`` and ``#`` in the path are
     percent-encoded (SQLAlchemy decodes them; unencoded, ``?`` and ``#`` end the path and ``%``
-    starts an escape); any other path gives the same URI as before."""
+    starts an escape); any other path is written as it is, so the URIs in committed records
+    still match."""
     text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
     return f"{SQLITE_PREFIX}{text}"
 
@@ -447,11 +448,11 @@ def ensure_sqlite_store(db: Path) -> str | None:
     """Make sure ``db`` is a complete MLflow SQLite store before MLflow opens it; returns what was
     done (a line for the driver) or None when the store was already there.
 
-    MLflow builds a new store in place, by ~50 migrations; a ``kill -9`` in between left tables
-    without their migration stamp, and every later open failed with a 139-line traceback
+    MLflow builds a new store in place, by ~50 migrations; a ``kill -9`` in between leaves tables
+    without their migration stamp, and every later open fails with a 139-line traceback
     ("table ... already exists"). So a new store is built aside (``.<name>.creating-<pid>``) and
     renamed into place, and a store that holds no run but is not stamped at MLflow's newest
-    schema (a half-built one, from code before this) is set aside (``<name>.half-built``) and
+    schema (half built in place, by MLflow itself) is set aside (``<name>.half-built``) and
     rebuilt. Call it under :class:`record.writer.store_lock`: two creators would race.
     """
     for stale in db.parent.glob(f".{db.name}.creating-*"):  # left by a killed creator

@@ -16,7 +16,7 @@ The runs: the study's parent run; a run per cell (variant x task, and any furthe
 opens (a resume); and the seeds' trial runs, nested under their cell's run. A cell's run is a
 top-level run (tagged with its study, not nested under the study's run): MLflow's runs table
 fetches the parents of the runs it shows, so cells under the study's run would fold into one
-row. Records written before cell runs existed have their trial runs under the study's run.
+row. A record without cell runs has its trial runs under the study's run; it is read as it is.
 """
 
 from __future__ import annotations

@@ -204,7 +204,8 @@ DUBOIS_INTERP_SPLITS = ("heldout_inputs", "heldout_compositions")
 _DUBOIS_INTERP = DUBOIS_INTERP_SPLITS
 _DUBOIS_TASKS = ("lookup", "reverse_lookup", "noisy_lookup")
 _RAFFEL_T0 = ("50", "100", "500", "1000", "5000", "10000")
-#: Protocol of Raffel runs recorded before ``optim.raffel_protocol`` existed: they were dev-selected.
+#: Protocol of a Raffel run whose params lack ``optim.raffel_protocol`` (some committed records):
+#: such runs selected on dev.
 LEGACY_PROTOCOL = "dev"
 #: The protocol under which a table picks a cell's hyperparameters by the test result.
 TEST_SELECTED_PROTOCOL = "paper"

@@ -55,7 +55,7 @@ def trial_descriptor(
 
     ``points``: the hparams points a packed trial trains (each with every seed), when it packs
     hparams axes; ``hparams`` is then the first of them. Left out of the descriptor otherwise,
-    so trials planned before packed hparams existed keep their descriptors."""
+    so a trial that packs no hparams keeps the descriptor its run folders' trial files hold."""
     out = {
         "study": study,
         "study_dir": str(study_dir),

@@ -1,7 +1,7 @@
 """The record format of a study folder, and its upgrades.
 
-``study.json`` carries ``format``: :data:`FORMAT_VERSION` for a folder this code writes, absent
-(format 0) for one written before the key existed. Every difference between an older format
+``study.json`` carries ``format``: :data:`FORMAT_VERSION` for a folder this code writes; absent
+means format 0, so every ``study.json`` has a format. Every difference between an older format
 and the current one is handled here, in :data:`MIGRATIONS`, and nowhere else: a study's
 ``study.json`` is upgraded in memory when it is read (:func:`upgrade_meta`), so the driver, the
 status command and the reports see one format; ``study migrate`` (:func:`study.folder.migrate`)

@@ -5,7 +5,8 @@ name leads with the parts that differ between the runs of a study: the abbreviat
 task and seed (``mix-1step-pr·inv-rev-recopy·s9``: every variant x task pair of ``ablations/``
 fits in 30 characters), then the hyperparameters and any further grid axis
 (``1step·copy·s0·lr=1e-3``). The full identity stays in the tags (``locattn.cell``,
-``locattn.hparams``, ``locattn.run_key``); records written before these names keep theirs.
+``locattn.hparams``, ``locattn.run_key``), so a name is never read back and a record's runs
+keep the names they were given.
 Pure functions, standard library only.
 """
 

@@ -9,7 +9,7 @@ its selected model (``best_model.pt``, ~1 MB): a 3,712-run study took 18 GB. The
   ``locattn attention`` and the re-scoring scripts in ``results/analysis/`` read the model.
 - ``results``: only what reports and exhibits read (``result.json``, ``config.json``,
   ``trial.json``, ``attention.json``/``.png``, ``examples.json``): about 1 % of ``model``.
-- ``all``: everything, as before this key existed.
+- ``all``: everything, the resume state included.
 
 Runs that are still training keep everything they need to resume whatever the policy.
 """

@@ -221,7 +221,7 @@ class CellSearch(Searcher):
         for i, group in enumerate(groups):
             name = group_study_name(study, group)
             if f"{study}:{i}" in existing and name not in existing:
-                name = f"{study}:{i}"  # a study launched before groups were named: resume it as is
+                name = f"{study}:{i}"  # that group's points are stored under its index: keep them
             storage = optuna.storages.RDBStorage(storage_url)
             self.subs.append(
                 CompleteOnlyOptunaSearch(

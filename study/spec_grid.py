@@ -41,7 +41,7 @@ def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any,
     """(pack seeds, packed hparams axes, auto) from ``pack`` and ``pack_seeds``.
 
     ``pack`` lists ``seeds`` and/or hparams axes that :data:`locattn.packed.PACKABLE_FIELDS`
-    allows to differ inside a pack; ``pack_seeds: true`` is the older spelling of
+    allows to differ inside a pack; ``pack_seeds: true`` is another spelling of
     ``pack: [seeds]``. Without either, a spec whose trials get a GPU packs on its own: ``auto``
     is then a function of the cells returning what to pack (seeds and every packable hparams
     axis, or nothing when a cell's model cannot be packed); else ``auto`` is None.

@@ -17,7 +17,7 @@
 
 Speed: the GRU parameters live in :class:`GRUWeights` (an ``nn.GRU``'s parameter names, shapes,
 order and initialisation, without the module: dynamo will not trace through an ``nn.GRU``, not
-even to read its weights, so the old holder broke every compiled graph at the encoder). The
+even to read its weights, so holding one would break every compiled graph at the encoder). The
 recurrence is run here: input maps for all steps and both directions in one product, then one
 batched (directions x batch) step per position, with the backward direction run over each
 sequence's reversed valid span and states frozen past each length. This equals a packed

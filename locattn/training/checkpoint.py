@@ -141,7 +141,8 @@ def verify_checkpoint(checkpoint_dir: Path) -> str | None:
     """Why the checkpoint in ``checkpoint_dir`` cannot be used (one line), or None if it can.
 
     Checks that both files exist, that ``state.pt`` matches the checksum in ``meta.json`` (a
-    checkpoint written before checksums existed has none) and that it loads weights-only.
+    ``meta.json`` without one is checked by loading alone: loading is weights-only, so an
+    unverified file can fail to load but cannot run code) and that it loads weights-only.
     """
     checkpoint_dir = Path(checkpoint_dir)
     state = checkpoint_dir / STATE

@@ -42,7 +42,8 @@ def teacher_forcing_draws(seed: int, epoch: int, ratio: float, n_batches: int) -
     """Which of an epoch's ``n_batches`` training batches are teacher-forced
     (``optim.teacher_forcing_ratio``): batch i is when the i-th U(0, 1) draw of the run's
     (seed, epoch) generator is below ``ratio``, as Dubois et al.'s decoder draws once per batch.
-    A ratio of 1 draws nothing (every batch, as before the field existed)."""
+    A ratio of 1 draws nothing: every batch is teacher-forced, the default that
+    :data:`locattn.config.LEGACY_VALUES` keeps out of the run identity."""
     if ratio >= 1.0:
         return [True] * n_batches
     u = torch.rand(n_batches, generator=_epoch_generator("teacher-forcing", seed, epoch, "cpu"),

@@ -177,7 +177,7 @@ class Seq2SeqRun:
             "dev_seq_acc": dev_acc,
             "lr": lr,
         }
-        if self.cfg.model.attention.mode == "mix":  # how much a Mix run relies on location (issue 24)
+        if self.cfg.model.attention.mode == "mix":  # how much a Mix run relies on location: a gate stuck at 0 or 1 does not mix
             metrics["mix_gate"] = mean_mix_gate(self.model, self.dev_split, o.dev_batch_size)
         metrics["epoch_seconds"] = train_seconds + time.perf_counter() - start
         self.history.append({"epoch": self.epoch, **metrics})
