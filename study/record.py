@@ -20,6 +20,7 @@ from locattn.config import config_to_dict, flatten
 from record import layout, schema
 from record.store import redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
+from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
 from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
@@ -66,6 +67,14 @@ def store_failure(where: str, exc: BaseException) -> str | None:
     else:
         why = f"{type(exc).__name__}: {text[:200]}"
     return f"the store {where} failed mid-run ({why})"
+
+
+def unwritable(exc: BaseException) -> bool:
+    """Whether a store's exception says its file system or file refuses writes (read-only, no
+    permission, full): the store's condition, not a bug."""
+    text = str(exc)
+    return (getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
+            or any(m in text for m in ("readonly", "read-only", "Read-only", "disk is full", "No space left")))
 
 
 def _guarded(hook: Any) -> Any:
@@ -117,8 +126,17 @@ class MlflowRecorder(_TuneCallback):
         self.__dict__.update(state)
 
     def open(self) -> "MlflowRecorder":
-        """Open the record (idempotent): the experiment, the parent run, every run key."""
-        self.writer.open()
+        """Open the record (idempotent): the experiment, the parent run, every run key.
+
+        A SQLite store that cannot be written (a read-only or full file system, no permission)
+        is a :class:`StudyError` naming the store's file, not the study folder (#27 item 16)."""
+        try:
+            self.writer.open()
+        except Exception as exc:  # noqa: BLE001 - only an unwritable store is turned into one line
+            db = sqlite_path(self.settings["tracking_uri"])
+            if db is None or getattr(self, "store_id", None) is not None or not unwritable(exc):
+                raise
+            raise StudyError(one_line_os_error(exc, db, Path(self.study_dir))) from None
         if getattr(self, "store_id", None) is None:  # (a recorder Tune unpickled has settings only)
             db = sqlite_path(self.settings["tracking_uri"])
             try:

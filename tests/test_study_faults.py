@@ -305,8 +305,6 @@ def test_read_only_root_is_one_line(tmp_path: Path, tmpfs) -> None:
 
 
 @pytest.mark.faults  # a real launch against a store on a read-only file system
-@pytest.mark.xfail(strict=True, reason="#27 item 16: study.launch._run names the study folder for an OSError "
-                   "of the store ('<study>: cannot write here (Read-only file system)'); fix in launch.py")
 def test_a_read_only_store_is_one_line_naming_the_store(tmp_path: Path, tmpfs) -> None:
     """#27 item 16: the read-only message named the study folder rather than the store. The
     store lives on a tmpfs remounted read-only before the launch; the study folder is writable."""
