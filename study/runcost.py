@@ -59,7 +59,7 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
     if task.name.startswith("raffel_"):
         # torch, as above
         from locattn.tasks.raffel import length_range
-        from locattn.training.regression import DEFAULT_UPDATES
+        from locattn.train import DEFAULT_UPDATES
 
         lo, hi = length_range(task)
         mean = (lo + hi) / 2.0

@@ -2,7 +2,8 @@
 
 - no import cycle within ``locattn/``, ``study/`` or ``reports/``, counting imports inside
   functions (an import moved into a function to dodge a cycle still counts);
-- ``locattn/training/`` keeps its floors: a module imports only modules on lower floors;
+- ``locattn/training/`` keeps its floors: a module imports only modules on lower floors, and
+  ``study`` uses its public face (``locattn.train``, ``locattn.packed``), never the modules;
 - no module imports another module's ``_private`` name, or reaches for one as an attribute of
   an imported project module (tests and benchmarks included: they use the public seams too);
 - the packages stand on floors: ``locattn`` at the bottom, ``record`` (the run record) on it,
@@ -268,6 +269,47 @@ def test_packages_keep_their_floors_and_study_and_reports_never_meet():
     assert set(PACKAGE_FLOORS) == set(PACKAGES)
     bad = _package_violations(MODULES)
     assert not bad, "imports across package floors (function-level imports included):\n" + "\n".join(bad)
+
+
+#: The training implementation (``locattn.training``) is locattn's own; studies use its public
+#: face, ``locattn.train`` and ``locattn.packed`` (docs/architecture.md).
+TRAINING_INTERNALS = "locattn.training"
+#: study modules that still reach into it (issue 25 item 3), each until its imports switch.
+TRAINING_INTERNALS_ALLOWED = frozenset({"study.trainable", "study.trial_state"})
+
+
+def _training_internals(path: Path, name: str) -> list[str]:
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    out = []
+    for target, names, line in _imports_of(path, name):
+        for module in [target, *(f"{target}.{n}" for n in names)]:  # ``from locattn import training``
+            if module == TRAINING_INTERNALS or module.startswith(TRAINING_INTERNALS + "."):
+                out.append(f"{where}:{line}: imports {module}")
+                break
+    return out
+
+
+def test_study_uses_only_locattns_public_training_api():
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] == "study" and name not in TRAINING_INTERNALS_ALLOWED:
+            bad += _training_internals(path, name)
+    assert not bad, ("study imports locattn.training (use locattn.train / locattn.packed):\n"
+                     + "\n".join(bad))
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from locattn.training.checkpoint import find_checkpoint\n", 1),
+    ("def f():\n    from locattn.training import checkpoint as ckpt\n", 1),
+    ("import locattn.training.regression\n", 1),
+    ("from locattn import training\n", 1),
+    ("from locattn.train import find_checkpoint\n", 0),
+    ("from locattn.packed import train_packed\n", 0),
+])
+def test_the_training_api_checker_flags_what_it_should(tmp_path, source, expected):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert len(_training_internals(path, "study.probe")) == expected
 
 
 def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path):

@@ -38,6 +38,7 @@ from locattn.training import checkpoint as ckpt
 from locattn.training.recorders import Recorder
 from locattn.training.results import BEST_MODEL_FILE, NonFiniteLossError, RunResult, is_new_best
 
+#: Updates per epoch of a regression run that sets no ``optim.updates_per_epoch`` (0).
 DEFAULT_UPDATES = 1_000
 
 
