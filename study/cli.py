@@ -14,12 +14,35 @@ the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
+
+def _stop_while_starting(signum: int, frame: object) -> None:
+    """A SIGINT or SIGTERM before :func:`main` took over: one line, exit status 130."""
+    os.write(2, f"study: interrupted ({signal.Signals(signum).name}) while starting; nothing "
+                "was done\n".encode())
+    os._exit(130)  # nothing to clean up yet; a KeyboardInterrupt here would leave a traceback
+
+
+#: The handlers this module found when it installed :func:`_stop_while_starting`, first thing
+#: (before numpy, polars, MLflow's and Ray's modules load: the first second of ``study``). Only
+#: as the program (``study``, ``python -m study.cli``), never when imported as a library; and
+#: only from the main thread, where signal handlers can be set.
+_STARTING: dict[int, object] = {}
+if __name__ == "__main__" or os.path.basename(getattr(sys, "argv", [""])[0]) == "study":
+    try:
+        for _sig in (signal.SIGINT, signal.SIGTERM):
+            _STARTING[_sig] = signal.signal(_sig, _stop_while_starting)
+    except ValueError:  # not the main thread
+        pass
+
+# Everything else is imported once the handler is in.
 import argparse
-import json
 import difflib
 import importlib
-import os
-import sys
+import json
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
@@ -185,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
     if args.cmd in ("launch", "resume"):
         hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.Interrupt)
+    else:  # the other commands handle signals as they did before _stop_while_starting
+        for sig, previous in _STARTING.items():
+            signal.signal(sig, previous)
     try:
         if args.cmd in ("launch", "resume") and not args.address:
             # A private local Ray enables token authentication and says so on every launch;

@@ -582,3 +582,71 @@ def test_the_progress_line_names_the_running_runs_on_a_terminal_only() -> None:
             assert len(lines) == 4  # two results: a progress line and a running line each
         else:
             assert len(lines) == 2 and not any("running:" in ln for ln in lines)
+
+
+# --------------------------------------------------------------------------- early signals
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process catches ``signum`` (the ``SigCgt`` mask of /proc/<pid>/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def _loaded(pid: int, *names: str) -> list[str]:
+    """Which of ``names`` appear in the process's mapped files (an extension module loaded)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []
+    return [n for n in names if n in maps]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads /proc/<pid>/status")
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_first_second_of_a_launch_exits_130_in_one_line(tmp_path: Path,
+                                                                         signum: int) -> None:
+    import os
+    import signal
+    import time
+
+    bindir = Path(sys.executable).parent
+    root = tmp_path / "studies"
+    cmd = [str(bindir / "study"), "launch", str(ROOT / "ablations/rc_table2.yaml"), "--profile",
+           "smoke", "--root", str(root)]
+    # The interpreter catches SIGINT from its start, SIGTERM never: a caught SIGTERM means
+    # study.cli's first handler is in. Signal as soon as it is, while numpy, polars and the
+    # rest still load (their extension modules are not mapped yet).
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not _catches(proc.pid, signal.SIGTERM) and proc.poll() is None \
+                and time.monotonic() - t0 < 120:
+            time.sleep(0.001)
+        loaded = _loaded(proc.pid, "numpy", "polars", "torch", "_raylet")
+        assert loaded == [], f"the handler came only after {loaded} had loaded"
+        os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    name = signal.Signals(signum).name
+    assert (proc.returncode, out, err) == (
+        130, "", f"study: interrupted ({name}) while starting; nothing was done\n")
+    assert not root.exists()  # nothing created
+
+    # At once, with no wait: the signal may come before the interpreter runs (its default
+    # action ends the process: -15), else the handler takes it. Never a traceback. (A SIGINT
+    # there can also land between the interpreter's own handler and study.cli's, during the
+    # interpreter's site imports: a KeyboardInterrupt no code of ours can catch.)
+    if signum == signal.SIGTERM:
+        proc = subprocess.run(f"exec {' '.join(cmd)} & kill -TERM $!; wait $!", shell=True,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode in (128 + 15, 130), (proc.returncode, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr and not root.exists()
