@@ -392,8 +392,11 @@ def experiment_id(tracking_uri: str, name: str) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
-def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """Artifact location of each run (``runs.artifact_uri``; from the server for http URIs)."""
+def artifact_uris(tracking_uri: str, run_ids: Sequence[str],
+                  local_root: Path | None = None) -> dict[str, str]:
+    """Artifact location of each run (``runs.artifact_uri``; from the server for http URIs).
+    ``local_root``: the artifact root beside a SQLite store that moved (a committed record, a
+    copied study), read where the recorded root no longer exists."""
     if not run_ids:
         return {}
     if is_server(tracking_uri):
@@ -403,8 +406,22 @@ def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
         return {r: client.get_run(r).info.artifact_uri for r in run_ids}
     r_in, params = _in_clause("r", run_ids)
     with SQLReader(tracking_uri) as db:
-        rows = db.query(f"SELECT run_uuid, artifact_uri FROM runs WHERE run_uuid IN ({r_in})", params)
-    return {r: a for r, a in rows}
+        rows = db.query(f"SELECT r.run_uuid, r.artifact_uri, e.artifact_location FROM runs r "
+                        f"JOIN experiments e ON e.experiment_id = r.experiment_id "
+                        f"WHERE r.run_uuid IN ({r_in})", params)
+    here = local_root.resolve().as_uri() if local_root is not None and local_root.is_dir() else None
+    return {r: _in_moved_folder(a, root, here) for r, a, root in rows}
+
+
+def _in_moved_folder(uri: str, old_root: str, here: str | None) -> str:
+    """``uri`` under ``here`` instead of ``old_root`` when the recorded root is gone (read-only:
+    the store keeps its paths until a resume adopts the folder, :func:`move_artifact_root`)."""
+    if here is None or not uri.startswith(old_root) or old_root == here:
+        return uri
+    old = urlsplit(old_root)
+    if old.scheme not in ("", "file") or Path(unquote(old.path)).exists():
+        return uri
+    return here + uri[len(old_root):]
 
 
 # ---------------------------------------------------------------------------- SQL writes

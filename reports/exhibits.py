@@ -32,7 +32,7 @@ import polars as pl
 from reports.figures import save_figure
 from reports.render import Provenance, latex_escape
 from record import store
-from record.layout import ATTENTION_JSON, EXAMPLES_JSON
+from record.layout import ARTIFACTS_DIR, ATTENTION_JSON, EXAMPLES_JSON
 from reports.store import ReportsError, RunSet
 from reports.tables import EXHIBITS
 from record import schema
@@ -142,8 +142,10 @@ def choose_run(runset: RunSet, task: str, variant: str) -> ChosenRun | None:
 
 def artifact_uris(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, str]:
     """Artifact location of each run (:func:`record.store.artifact_uris`)."""
+    db = store.sqlite_path(tracking_uri)
     try:
-        return store.artifact_uris(tracking_uri, run_ids)
+        return store.artifact_uris(tracking_uri, run_ids,
+                                   local_root=db.parent / ARTIFACTS_DIR if db is not None else None)
     except store.StoreError as exc:
         raise ReportsError(str(exc)) from exc
 

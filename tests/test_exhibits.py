@@ -236,3 +236,28 @@ def test_dubois_interp_from_the_store(studies) -> None:
     splits = get_table("dubois_interp").columns[1].splits
     want = 100 * sum(test[s]["seq_acc"] for s in splits) / len(splits)
     assert float(filled["mean"]) == pytest.approx(want, abs=1e-9)
+
+
+def test_a_moved_record_reads_its_artifacts_from_its_own_folder(tmp_path: Path) -> None:
+    """A committed record's store names the folder it was recorded in; the exhibits read the
+    artifacts beside the store once that folder is gone, and the recorded path while it exists."""
+    import sqlite3
+
+    from record.store import sqlite_uri
+    from reports.exhibits import artifact_uris
+
+    gone = tmp_path / "elsewhere" / "artifacts"
+    record = tmp_path / "record"
+    (record / "artifacts" / "r1" / "artifacts").mkdir(parents=True)
+    con = sqlite3.connect(record / "mlflow.db")
+    con.execute("CREATE TABLE experiments (experiment_id INTEGER, artifact_location TEXT)")
+    con.execute("CREATE TABLE runs (run_uuid TEXT, artifact_uri TEXT, experiment_id INTEGER)")
+    con.execute("INSERT INTO experiments VALUES (1, ?)", (gone.as_uri(),))
+    con.execute("INSERT INTO runs VALUES ('r1', ?, 1)", (f"{gone.as_uri()}/r1/artifacts",))
+    con.commit()
+    con.close()
+    uri = sqlite_uri(record / "mlflow.db")
+    here = (record / "artifacts").resolve().as_uri()
+    assert artifact_uris(uri, ["r1"]) == {"r1": f"{here}/r1/artifacts"}
+    gone.mkdir(parents=True)  # the recorded folder exists again: it wins
+    assert artifact_uris(uri, ["r1"]) == {"r1": f"{gone.as_uri()}/r1/artifacts"}
