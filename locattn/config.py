@@ -28,7 +28,7 @@ TrainPath = Literal["eager", "compiled"]
 
 #: Fields that never change what a run computes; excluded from its identity.
 OPERATIONAL_FIELDS = frozenset({
-    "device", "num_threads", "train_path", "cache_dir", "task.data_dir",
+    "device", "num_threads", "train_path", "gpu_share", "cache_dir", "task.data_dir",
     # what a finished run saves for the exhibits, not what it computes
     "outputs.trace_split", "outputs.trace_index", "outputs.n_wrong", "outputs.n_right",
 })
@@ -189,10 +189,19 @@ class RunConfig:
     batch shape, kept in inductor's on-disk cache. The same function: logits and one step's
     losses agree with eager within 1e-5; over epochs the rounding differences grow as they do
     between devices. Recorded in config.json (docs/performance.md)."""
+    gpu_share: float = 1.0
+    """The fraction of its CUDA device the run was given (operational, like ``device``): a
+    study trial with ``resources: {gpus: 0.25}`` gets 0.25. A packed run on CUDA sizes its pack
+    to this share of the device's memory (:func:`locattn.training.packed.pack_size`), not to
+    the whole device's free memory. In (0, 1]."""
     cache_dir: str | None = None
     """Dataset cache directory (operational); None uses ``~/.cache/locattn``."""
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
     """What the run saves for the exhibits: examples and the traced example (operational)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpu_share, bool) or not 0.0 < self.gpu_share <= 1.0:
+            raise ValueError(f"RunConfig.gpu_share must be in (0, 1], got {self.gpu_share!r}")
 
 
 def _default_model() -> ModelConfig:

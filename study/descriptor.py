@@ -117,8 +117,10 @@ def resolve_run_config(config: Mapping[str, Any], seed: int, key: str | None = N
     t = config["trial"]
     overrides = {**t["overrides"], **trial_hparams(config, key)}
     cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
-    device = "cuda" if float(t.get("gpus", 0.0)) > 0 else cfg.device
-    return replace(cfg, num_threads=max(1, int(t["cpus"])), device=device)
+    gpus = float(t.get("gpus", 0.0))
+    if gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
+        cfg = replace(cfg, device="cuda", gpu_share=min(1.0, gpus))
+    return replace(cfg, num_threads=max(1, int(t["cpus"])))
 
 
 def load_train_fn(path: str) -> Callable[..., Any]:

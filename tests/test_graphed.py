@@ -14,6 +14,7 @@ CUDA: capture + replay equals the uncaptured step on the same GPU, bit for bit.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,36 @@ def test_the_pack_size_comes_from_the_gpu_memory(tmp_path: Path) -> None:
     free, _ = torch.cuda.mem_get_info()
     k = pick_pack_size(free, per, fixed_bytes=fixed)
     assert 0 < per < 1 << 30 and k >= 8
+
+
+def test_a_fractional_gpu_sizes_the_pack_to_its_share() -> None:
+    """resources: {gpus: 0.25} -> RunConfig.gpu_share 0.25 -> a quarter of the device's memory."""
+    from locattn.training.packed import pack_size
+
+    gib = 1 << 30
+    # the first of four trials on an idle 80 GiB device: a quarter of it, not all that is free
+    assert pick_pack_size(79 * gib, gib, total_bytes=80 * gib, share=0.25) == 18  # 20 GiB less 10 %
+    assert pick_pack_size(79 * gib, gib, total_bytes=80 * gib) == 71  # the whole device
+    # the last of four: less is free than its share
+    assert pick_pack_size(12 * gib, gib, total_bytes=80 * gib, share=0.25) == 10
+    with pytest.raises(ValueError, match="share"):
+        pick_pack_size(gib, 1, total_bytes=gib, share=0.0)
+    with pytest.raises(ValueError, match="total_bytes"):
+        pick_pack_size(gib, 1, share=0.5)
+
+    asked = []
+
+    def memory():  # (free, total, bytes per replica, fixed bytes) of a fake 80 GiB device
+        asked.append(1)
+        return 79 * gib, 80 * gib, gib, 2 * gib
+
+    quarter = make_run_config(task="copy", variant="onestep", seed=0,
+                              overrides={**GRAPHED, "device": "cuda", "gpu_share": 0.25})
+    assert pack_size(quarter, 100, memory) == 16  # 20 GiB * 0.9 - 2 GiB fixed
+    assert pack_size(quarter, 5, memory) == 5
+    assert pack_size(replace(quarter, gpu_share=1.0), 100, memory) == 69
+    assert pack_size(replace(quarter, device="cpu"), 100, memory) == 100
+    assert len(asked) == 3  # a CPU pack never asks the device
+    assert run_identity(quarter) == run_identity(replace(quarter, gpu_share=1.0))  # operational
+    with pytest.raises(ValueError, match="gpu_share"):
+        replace(quarter, gpu_share=1.5)

@@ -108,3 +108,17 @@ def test_a_gpu_spec_packs_on_its_own_unless_told(tmp_path: Path) -> None:
     assert not ff.packed
     cpu = load(tmp_path)
     assert not cpu.packed
+
+
+def test_a_trials_gpu_share_reaches_its_run_config_and_not_its_identity(tmp_path: Path) -> None:
+    from locattn.config import run_identity
+
+    shared = descriptors(load(tmp_path, resources={"cpus": 1, "gpus": 0.25}))[0]
+    whole = descriptors(load(tmp_path, resources={"cpus": 1, "gpus": 2}))[0]
+    cpu = descriptors(load(tmp_path, pack=["seeds", "optim.lr"]))[0]
+    (seed, key, _), = trial_members(shared)[:1]
+    a, b, c = (resolve_run_config(d, seed, key) for d in (shared, whole, cpu))
+    assert (a.device, a.gpu_share) == ("cuda", 0.25)
+    assert (b.device, b.gpu_share) == ("cuda", 1.0)  # one device per trial: at most all of it
+    assert (c.device, c.gpu_share) == ("cpu", 1.0)
+    assert run_identity(a) == run_identity(b) == run_identity(c)

@@ -50,18 +50,27 @@ from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise
 from locattn.training.results import NonFiniteLossError
 
 def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int = 0,
-                   headroom: float = 0.1, limit: int | None = None) -> int:
-    """How many replicas fit one device: ``(free * (1 - headroom) - fixed) // per replica``,
+                   headroom: float = 0.1, limit: int | None = None, total_bytes: int | None = None,
+                   share: float = 1.0) -> int:
+    """How many replicas fit one device: ``(budget * (1 - headroom) - fixed) // per replica``,
     at least 1 (a lone replica is tried even where it may not fit), at most ``limit``.
 
     ``free_bytes`` is the device's free memory, ``bytes_per_replica`` the measured growth of the
     peak memory per added replica (:func:`measure_bytes_per_replica`), ``fixed_bytes`` what
-    does not grow with the pack (the split on the device, the CUDA context)."""
+    does not grow with the pack (the split on the device, the CUDA context). The budget is
+    ``min(free, share * total)`` with ``total_bytes`` (the device's memory) and ``share`` the
+    fraction of the device this run was given (``RunConfig.gpu_share``): the first of four
+    trials with a quarter GPU each sizes itself to a quarter, not to all that is free."""
     if bytes_per_replica <= 0:
         raise ValueError(f"bytes_per_replica must be > 0, got {bytes_per_replica!r}")
     if not 0.0 <= headroom < 1.0:
         raise ValueError(f"headroom must be in [0, 1), got {headroom!r}")
-    usable = free_bytes * (1.0 - headroom) - fixed_bytes
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    if share < 1.0 and total_bytes is None:
+        raise ValueError("a share of the device needs total_bytes (the device's memory)")
+    budget = free_bytes if total_bytes is None else min(free_bytes, share * total_bytes)
+    usable = budget * (1.0 - headroom) - fixed_bytes
     k = max(1, int(usable // bytes_per_replica))
     return min(k, limit) if limit is not None else k
 

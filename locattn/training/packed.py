@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -99,8 +99,8 @@ def train_packed(
     With ``optim.train_step: graphed`` the training pass is
     :class:`~locattn.training.graphed.GraphedStep` (CUDA graphs on a GPU). ``max_pack`` caps
     how many runs train at once (the rest train in later packs of that size); on a CUDA device
-    with the graphed step it defaults to what fits the device's free memory
-    (:func:`~locattn.training.graphed.pick_pack_size`).
+    with the graphed step it defaults to what fits the run's share (``gpu_share``) of the
+    device's memory (:func:`pack_size`).
 
     Returns one entry per run: its :class:`~locattn.training.results.RunResult`, or the exception that
     ended it (e.g. ``NonFiniteLossError``), so one diverging seed does not cost the others.
@@ -119,18 +119,38 @@ def train_packed(
     if data.kind != "seq2seq":
         raise ValueError(f"task {cfgs[0].task.name!r} is a {data.kind} task; only seq2seq runs are packed")
 
-    if max_pack is None and cfgs[0].optim.train_step == "graphed" and torch.device(cfgs[0].device).type == "cuda":
-        probe = Seq2SeqRun(cfgs[0], data, Path(out_dirs[0]))
-        per, fixed = measure_bytes_per_replica(probe)
-        free, _ = torch.cuda.mem_get_info(probe.device)
-        max_pack = pick_pack_size(free, per, fixed_bytes=fixed)
-        del probe
+    if max_pack is None:
+        max_pack = pack_size(cfgs[0], len(cfgs), lambda: _device_memory(cfgs[0], data, Path(out_dirs[0])))
     size = max_pack or len(cfgs)
     results: list[Any] = []
     for at in range(0, len(cfgs), size):
         part = slice(at, at + size)
         results += _train_pack(cfgs[part], list(out_dirs)[part], recs[part], data, resume)
     return results
+
+
+def pack_size(cfg: RunConfig, n_runs: int, memory: Callable[[], tuple[int, int, int, int]]) -> int:
+    """How many of the ``n_runs`` runs of ``cfg``'s cell :func:`train_packed` trains at once.
+
+    Off CUDA: all of them. On CUDA with ``optim.train_step: graphed``: what fits the run's share
+    of the device, :func:`~locattn.training.graphed.pick_pack_size` of ``memory()`` =
+    (free bytes, total bytes, bytes per replica, fixed bytes) with ``share=cfg.gpu_share``.
+    On CUDA with the eager step: all of them."""
+    if torch.device(cfg.device).type != "cuda":
+        return n_runs
+    if cfg.optim.train_step != "graphed":
+        return n_runs
+    free, total, per, fixed = memory()
+    return min(n_runs, pick_pack_size(free, per, fixed_bytes=fixed, total_bytes=total, share=cfg.gpu_share))
+
+
+def _device_memory(cfg: RunConfig, data: Any, out_dir: Path) -> tuple[int, int, int, int]:
+    """(free, total, bytes per replica, fixed bytes) of ``cfg``'s CUDA device and graphed step."""
+    probe = Seq2SeqRun(cfg, data, out_dir)
+    per, fixed = measure_bytes_per_replica(probe)
+    free, total = torch.cuda.mem_get_info(probe.device)
+    del probe
+    return free, total, per, fixed
 
 
 def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], data: Any, resume: bool) -> list[Any]:
@@ -213,4 +233,4 @@ def _reload(run: Any) -> None:
         run.__dict__.update(fresh.__dict__)
 
 
-__all__ = ["PACKABLE_FAMILIES", "PACKABLE_FIELDS", "check_packable", "train_packed"]
+__all__ = ["PACKABLE_FAMILIES", "PACKABLE_FIELDS", "check_packable", "pack_size", "train_packed"]
