@@ -238,3 +238,19 @@ def test_a_fractional_gpu_sizes_the_pack_to_its_share() -> None:
     assert run_identity(quarter) == run_identity(replace(quarter, gpu_share=1.0))  # operational
     with pytest.raises(ValueError, match="gpu_share"):
         replace(quarter, gpu_share=1.5)
+
+
+def test_an_eager_pack_on_a_gpu_warns_that_it_is_not_sized() -> None:
+    from locattn.training.packed import pack_size
+
+    def memory():
+        raise AssertionError("the eager pass has no step to measure")
+
+    eager = make_run_config(task="copy", variant="onestep", seed=0, overrides={"device": "cuda", "gpu_share": 0.25})
+    with pytest.warns(UserWarning, match="eager pack on cuda is not sized.*all 40 runs.*0.25.*graphed"):
+        assert pack_size(eager, 40, memory) == 40
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pack_size(replace(eager, device="cpu"), 40, memory) == 40  # a CPU pack: no warning

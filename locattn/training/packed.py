@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -100,7 +101,7 @@ def train_packed(
     :class:`~locattn.training.graphed.GraphedStep` (CUDA graphs on a GPU). ``max_pack`` caps
     how many runs train at once (the rest train in later packs of that size); on a CUDA device
     with the graphed step it defaults to what fits the run's share (``gpu_share``) of the
-    device's memory (:func:`pack_size`).
+    device's memory (:func:`pack_size`); an eager pack on CUDA is not sized and warns.
 
     Returns one entry per run: its :class:`~locattn.training.results.RunResult`, or the exception that
     ended it (e.g. ``NonFiniteLossError``), so one diverging seed does not cost the others.
@@ -135,10 +136,15 @@ def pack_size(cfg: RunConfig, n_runs: int, memory: Callable[[], tuple[int, int, 
     Off CUDA: all of them. On CUDA with ``optim.train_step: graphed``: what fits the run's share
     of the device, :func:`~locattn.training.graphed.pick_pack_size` of ``memory()`` =
     (free bytes, total bytes, bytes per replica, fixed bytes) with ``share=cfg.gpu_share``.
-    On CUDA with the eager step: all of them."""
+    On CUDA with the eager step the memory per replica is not measured (the eager pass has no
+    single static step to probe), so all runs train at once and a ``UserWarning`` says so."""
     if torch.device(cfg.device).type != "cuda":
         return n_runs
     if cfg.optim.train_step != "graphed":
+        warnings.warn(
+            f"an eager pack on {cfg.device} is not sized to the device's memory: all {n_runs} runs train "
+            f"at once whatever the GPU share ({cfg.gpu_share:g}); set optim.train_step: graphed to size "
+            "packs to the share, or pass max_pack", UserWarning, stacklevel=3)
         return n_runs
     free, total, per, fixed = memory()
     return min(n_runs, pick_pack_size(free, per, fixed_bytes=fixed, total_bytes=total, share=cfg.gpu_share))
