@@ -650,3 +650,83 @@ def test_a_signal_in_the_first_second_of_a_launch_exits_130_in_one_line(tmp_path
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert proc.returncode in (128 + 15, 130), (proc.returncode, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and not root.exists()
+
+
+# --------------------------------------------------------------------------- the GPU profile
+
+GPU_SPECS = ("rc_table2", "rc_table4")
+
+
+@pytest.mark.parametrize("stem", GPU_SPECS)
+def test_the_gpu_profile_is_the_paper_budget_packed_and_graphed_on_a_gpu(stem: str) -> None:
+    from locattn.config import make_run_config
+    from study.spec import load_spec
+
+    gpu, paper = (load_spec(ROOT / "ablations" / f"{stem}.yaml", p) for p in ("gpu", "paper"))
+    assert (gpu.gpus, gpu.pack_seeds) == (1.0, True)  # a GPU per trial packs its seeds on its own
+    assert [c.cell for c in gpu.cells] == [c.cell for c in paper.cells]
+    assert gpu.seeds == paper.seeds and gpu.hparams == paper.hparams
+    for g, p in zip(gpu.cells, paper.cells):
+        assert g.overrides == {**p.overrides, "optim.train_step": "graphed"}
+        cfg = make_run_config(task=g.task, variant=g.variant, overrides=g.overrides)
+        assert (cfg.optim.train_step, cfg.optim.epochs) == ("graphed", 100)
+
+
+def test_the_gpu_profile_dry_runs_on_a_cpu(tmp_path: Path, capsys) -> None:
+    code, out, err = run_main(["launch", str(ROOT / "ablations/rc_table2.yaml"), "--profile", "gpu",
+                               "--dry-run", "--root", str(tmp_path)], capsys, study_main)
+    assert code == 0, err
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
+    assert lines["seeds"].endswith("[0, 1, 2, 3, 4] (packed: one trial trains them together)")
+    assert lines["trials"].split()[:5] == ["trials", "48", "Tune", "trials,", "240"]
+    assert "1 CPU, 1 GPU per trial" in lines["budget"]
+    assert not any(tmp_path.iterdir())
+
+
+def _cuda() -> bool:
+    import torch  # at collection, for this one skip
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
+def test_a_tiny_study_of_the_gpu_profile_packs_its_seeds_on_the_gpu(tmp_path: Path) -> None:
+    """rc_table2's gpu profile (resources, graphed step), cut to one cell, two seeds, two epochs
+    of tiny data: one trial on the GPU trains both seeds packed; each seed has its MLflow run,
+    recorded with the graphed step on cuda."""
+    import os
+    import sqlite3
+
+    import yaml
+
+    from record import schema
+    from tests.study_helpers import trial_run_rows
+
+    raw = yaml.safe_load((ROOT / "ablations/rc_table2.yaml").read_text())
+    gpu = raw["profiles"]["gpu"]
+    tiny = {**gpu, "grid": {"task": ["copy"], "variant": ["onestep"]}, "seeds": 2,
+            "overrides": {**gpu["overrides"], "task.train_size": 64, "task.dev_size": 32,
+                          "task.test_size": 32, "task.test_lengths": [15], "optim.epochs": 2}}
+    spec = tmp_path / "rc_table2_gpu_tiny.yaml"
+    spec.write_text(yaml.safe_dump({**raw, "profiles": {"tiny": tiny}, "default_profile": "tiny"}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root",
+                           str(tmp_path / "s"), "--progress-seconds", "30"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 of 2 runs finished" in proc.stdout
+    db = tmp_path / "s" / "rc_table2-tiny" / "mlflow.db"
+    runs = trial_run_rows(db)
+    assert sorted(r["tags"][schema.SEED] for r in runs) == ["0", "1"]
+    con = sqlite3.connect(db)
+    try:
+        for r in runs:
+            assert r["status"] == "FINISHED" and r["tags"][schema.PACKED_WITH] == "0,1"
+            params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?",
+                                      (r["run_id"],)))
+            assert (params["optim.train_step"], params["device"]) == ("graphed", "cuda"), params
+            assert r["metrics"]["epochs_run"][-1][1] == 2
+    finally:
+        con.close()
