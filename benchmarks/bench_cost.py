@@ -43,8 +43,8 @@ from locattn.train import NullRecorder, Seq2SeqRun  # noqa: E402
 from locattn.training.regression import score, train_regression  # noqa: E402
 from locattn.models import build_regressor  # noqa: E402
 from study.cost import (CALIBRATION_FILE, CFQ_ASSUMED_TOKENS, Calibration, Rate,  # noqa: E402
-                        calibration_to_dict, load_calibration, run_cost, run_shape, split_ktok,
-                        variant_family)
+                        calibration_from_dict, calibration_to_dict, load_calibration, run_cost, run_shape,
+                        split_ktok, variant_family)
 from study.spec import SpecError, read_yaml, resolve_spec  # noqa: E402
 
 STUDY_STARTUP = 13.0  # docs/scaling.md: 12-14 s of fixed start-up before Tuner.fit
@@ -187,8 +187,8 @@ def readme_table(cal: Calibration, profile: str = "paper") -> None:
         wall = wall_seconds(cells, 2, cal.study_startup) / 3600
         wall_text = f"{wall:,.1f} h" if wall < 48 else f"{wall / 24:,.1f} days"
         note = " (CFQ lengths assumed)" if any(c.cost.assumed for c in cells) else ""
-        gpu = "unmeasured" if "h100" not in cal.devices() else \
-            f"{study_seconds(cell_costs(spec, cal, 'h100')) / 3600:,.1f} GPU-h"
+        gpu_cells = cell_costs(spec, cal, "h100")  # None: no h100 row, or cells no graphed pack trains
+        gpu = "unmeasured" if gpu_cells is None else f"{study_seconds(gpu_cells) / 3600:,.1f} GPU-h"
         print(f"| {path.stem}{note} | {spec.n_runs():,} | {epochs} | {hours:,.1f} | "
               f"{wall_text} | {gpu} |")
 
@@ -252,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     cal.meta["loadavg_end"] = load_end
     print(f"{len(rates)} rows; loadavg now {load_end}")
     if args.out:
+        if Path(args.out).is_file():  # other devices' rows (benchmarks/bench_gpu.py --calibrate) are kept
+            old = calibration_from_dict(json.loads(Path(args.out).read_text()))
+            gpu = tuple(r for r in old.rates if r.device != "cpu")
+            cal = Calibration(rates=gpu + cal.rates, study_startup=cal.study_startup,
+                              meta={**{d: m for d, m in old.meta.items() if d in {r.device for r in gpu}}, **cal.meta})
         Path(args.out).write_text(json.dumps(calibration_to_dict(cal), indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0

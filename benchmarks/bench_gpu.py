@@ -24,6 +24,19 @@ packs bit for bit); the script exits 1 when it does not. Without CUDA (or ``--de
 the same code runs uncaptured and every result line is marked CPU: those numbers say nothing
 about a GPU. Targets on one H100: >= 50 seed-epochs/s, >= 30x a solo trial (unmeasured until a
 GPU run). ``--quick``: K = 1, 8 on 200 train / 40 dev examples, one timed epoch.
+
+``--cases copy/onestep,scan/content,...`` benchmarks other task/variant cells the same way
+(the reference code only for copy/onestep). ``--calibrate [PATH]`` (CUDA only) then writes one
+cost-model row per case and K to ``PATH`` (default ``study/cost_calibration.json``), keyed by
+the device (``h100`` for an H100, :func:`study.calibration.device_key`) and replacing that
+device's rows of the same cell and K, other rows kept: the pack's training and dev-scoring wall
+seconds per epoch, divided by K, per 1,000 tokens; test = the pack's replayed greedy decode of
+the dev split, the same way; startup = the first epoch's extra seconds (graph capture) / K.
+``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/runcost.py).
+A GPU session fills the README's H100 column with (then ``bench_cost.py --readme-table``)::
+
+    python benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate \
+        --cases copy/onestep,copy/content,copy/birope,copy/mix_onestep
 """
 
 from __future__ import annotations
@@ -31,8 +44,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -48,6 +63,9 @@ from locattn.training.evaluate import greedy_decode, split_caps  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
 from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E402
+from study.calibration import (CALIBRATION_FILE, Calibration, Rate, calibration_from_dict,  # noqa: E402
+                               calibration_to_dict, device_key, merge_rates)
+from study.runcost import split_ktok, variant_family  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -117,9 +135,29 @@ def run_reference(path: Path, data: Any, device: torch.device, batch_size: int) 
     return measure(device, epoch)[0]
 
 
-def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> bool:
+def calibration_row(device: str, task: str, family: str, K: int, *, train_ktok: float, dev_ktok: float,
+                    train_s: float, dev_s: float, decode_s: float, first_extra_s: float) -> Rate:
+    """One cost-model row from one pack of ``K`` runs: per run (the pack's wall seconds / K) and
+    per 1,000 tokens. ``train_s``/``dev_s``: wall seconds of one epoch's training pass and dev
+    scoring; ``decode_s``: one replayed greedy decode of the dev split (the test rate);
+    ``first_extra_s``: what the first epoch took beyond a timed one (graph capture)."""
+    return Rate(device=device, task=task, family=family, pack=K,
+                train=train_s / K / train_ktok, dev=dev_s / K / dev_ktok, test=decode_s / K / dev_ktok,
+                startup=max(0.0, first_extra_s) / K)
+
+
+def write_calibration(path: Path, rows: list[Rate], meta: dict[str, Any]) -> Calibration:
+    """Merge ``rows`` (one device) into the calibration table at ``path`` and write it."""
+    body = json.loads(path.read_text()) if path.is_file() else {}
+    cal = merge_rates(calibration_from_dict(body), rows, meta)
+    path.write_text(json.dumps(calibration_to_dict(cal), indent=1) + "\n")
+    return cal
+
+
+def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> tuple[bool, float]:
     """Print the greedy decoding of the dev split by the pack of ``runs`` (captured on a GPU)
-    against replica 0's eager decode; whether replica 0's tokens equal the eager ones."""
+    against replica 0's eager decode; whether replica 0's tokens equal the eager ones, and the
+    replayed decode's wall seconds."""
     split, run = runs[0].dev_split, runs[0]
     caps = split_caps(split, run.data.decode_cap)
     decoder = PackedGreedy(runs, run.cfg.optim.dev_batch_size)
@@ -130,13 +168,82 @@ def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> bool:
     print(f"[{on}] K={K:<4d} greedy decode of dev ({len(split)}): first {first.wall:.2f} s, then wall "
           f"{again.wall:.2f} s (cpu {again.cpu:.2f} s) -> {K * len(split) / again.wall:.0f} sequences/s; "
           f"eager replica 0 alone {eager.wall:.2f} s; replica 0 tokens equal eager: {same}", flush=True)
-    return same
+    return same, again.wall
+
+
+def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.device, ks: list[int],
+               tmp: Path, key: str) -> tuple[bool, list[Rate]]:
+    """The solo trial and every pack size of one task/variant cell: (failed, calibration rows)."""
+    on = "GPU" if device.type == "cuda" else "CPU"
+    over = {"task.train_size": args.train_size, "task.dev_size": args.dev_size, "task.test_size": 10,
+            "num_threads": args.threads, "device": str(device)}
+    graphed = {**over, "optim.train_step": "graphed", "optim.precision": args.precision}
+    cfg0 = make_run_config(task=task, variant=variant, seed=0, overrides=graphed)
+    data = load_task(cfg0.task, cache_dir=cfg0.cache_dir)
+    train_ktok, dev_ktok = split_ktok(data.splits["train"]), split_ktok(data.splits["dev"])
+    print(f"{task}/{variant}: train {len(data.splits['train'])} ({train_ktok:.1f}k tokens), dev "
+          f"{len(data.splits['dev'])} ({dev_ktok:.1f}k tokens), batch {cfg0.optim.batch_size}, "
+          f"precision {args.precision}; {args.epochs} timed epoch(s) per K after the first", flush=True)
+    failed = False
+    rows: list[Rate] = []
+    solo_cfg = make_run_config(task=task, variant=variant, seed=0, overrides=over)
+    solo = Seq2SeqRun(solo_cfg, data, tmp / f"{task}-{variant}-solo")
+    solo.epoch = 1
+    solo.train_epoch()  # warm-up (allocator, kernels)
+    solo.epoch = 2
+    solo_t, _ = measure(device, lambda: (solo.train_epoch(), solo.dev_scores()))
+    solo_rate = 1.0 / solo_t.wall
+    print(f"[{on}] solo eager trial: epoch wall {solo_t.wall:.2f} s (cpu {solo_t.cpu:.2f} s) -> "
+          f"{solo_rate:.3f} seed-epochs/s", flush=True)
+    base: list[float] | None = None
+    for K in ks:
+        cfgs = [make_run_config(task=task, variant=variant, seed=s, overrides=graphed) for s in range(K)]
+        runs = [Seq2SeqRun(c, data, tmp / f"{task}-{variant}-k{K}-{c.seed}") for c in cfgs]
+        step = GraphedStep(runs)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        first, out = measure(device, lambda: (step.train_epoch(1), graphed_dev_scores(runs)))
+        losses = [out[0][0]]
+        trains, devs = [], []
+        for e in range(2, 2 + args.epochs):
+            t, _ = measure(device, lambda: step.train_epoch(e))
+            d, out = measure(device, lambda: graphed_dev_scores(runs))
+            losses.append(out[0][0])
+            trains.append(t)
+            devs.append(d)
+        seconds = sum(t.wall for t in trains + devs)
+        cpu = sum(t.cpu for t in trains + devs)
+        rate = K * args.epochs / seconds
+        same = base is None or losses == base
+        base = losses if base is None else base
+        failed |= not same
+        mem = (f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB peak"
+               if device.type == "cuda" else f"maxrss {peak_rss_mb():.0f} MB")
+        print(f"[{on}] K={K:<4d} graphed: first epoch {first.wall:.2f} s, then wall {seconds / args.epochs:.2f} s "
+              f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
+              f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
+              f"seed 0 losses equal to K={ks[0]}: {same}", flush=True)
+        same_tokens, decode_s = decode_line(on, K, runs, device)
+        failed |= not same_tokens
+        rows.append(calibration_row(
+            key, task, variant_family(cfg0.model), K, train_ktok=train_ktok, dev_ktok=dev_ktok,
+            train_s=sum(t.wall for t in trains) / args.epochs, dev_s=sum(d.wall for d in devs) / args.epochs,
+            decode_s=decode_s, first_extra_s=first.wall - seconds / args.epochs))
+        del step, runs
+    if args.reference is not None and (task, variant) == ("copy", "onestep"):
+        ref = run_reference(args.reference, data, device, cfg0.optim.batch_size)
+        print(f"[{on}] reference code (JRC1995/MonotonicLocationAttention OneStep): epoch wall "
+              f"{ref.wall:.2f} s (cpu {ref.cpu:.2f} s) -> {1.0 / ref.wall:.3f} seed-epochs/s", flush=True)
+    elif (task, variant) == ("copy", "onestep"):
+        print("reference code: not run (give --reference PATH to a checkout)", flush=True)
+    return failed, rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--ks", default="1,8,64,256", help="pack sizes (comma-separated)")
+    parser.add_argument("--cases", default="copy/onestep", help="task/variant cells (comma-separated)")
     parser.add_argument("--train-size", type=int, default=10_000)
     parser.add_argument("--dev-size", type=int, default=2_000)
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per K, after the first")
@@ -144,75 +251,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=None,
                         help="a checkout of JRC1995/MonotonicLocationAttention to time on the same device")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--calibrate", type=Path, nargs="?", const=CALIBRATION_FILE, default=None,
+                        metavar="PATH", help="write this device's cost-model rows to PATH "
+                        f"(default {CALIBRATION_FILE.relative_to(CALIBRATION_FILE.parents[1])}; CUDA only)")
     args = parse_args(parser, {"ks": "1,8", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
                       what="K = 1, 8 on 200 train / 40 dev examples")
-    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    on = "GPU" if device.type == "cuda" else "CPU"
+    if args.calibrate is not None and device.type != "cuda":
+        print("--calibrate needs a CUDA device: the uncaptured graphed step on a CPU says nothing about a "
+              "GPU (CPU rows come from benchmarks/bench_cost.py)", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
     if device.type == "cuda":
-        print(f"device: {torch.cuda.get_device_name(device)}; graphs captured", flush=True)
+        name = torch.cuda.get_device_name(device)
+        print(f"device: {name}; graphs captured", flush=True)
     else:
+        name = "cpu"
         print("device: CPU (no CUDA here): the graphed step runs uncaptured; these numbers are CPU "
               "numbers and say nothing about a GPU", flush=True)
     ks = [int(k) for k in args.ks.split(",")]
-    over = {"task.train_size": args.train_size, "task.dev_size": args.dev_size, "task.test_size": 10,
-            "num_threads": args.threads, "device": str(device)}
-    graphed = {**over, "optim.train_step": "graphed", "optim.precision": args.precision}
-    cfg0 = make_run_config(task="copy", variant="onestep", seed=0, overrides=graphed)
-    data = load_task(cfg0.task, cache_dir=cfg0.cache_dir)
-    print(f"copy/onestep: train {args.train_size}, dev {args.dev_size}, batch {cfg0.optim.batch_size}, "
-          f"precision {args.precision}; {args.epochs} timed epoch(s) per K after the first", flush=True)
+    cases = [tuple(c.split("/", 1)) for c in args.cases.split(",") if c]
     failed = False
+    rows: list[Rate] = []
     with tempfile.TemporaryDirectory() as tmp:
-        solo_cfg = make_run_config(task="copy", variant="onestep", seed=0, overrides=over)
-        solo = Seq2SeqRun(solo_cfg, data, Path(tmp) / "solo")
-        solo.epoch = 1
-        solo.train_epoch()  # warm-up (allocator, kernels)
-        solo.epoch = 2
-        solo_t, _ = measure(device, lambda: (solo.train_epoch(), solo.dev_scores()))
-        solo_rate = 1.0 / solo_t.wall
-        print(f"[{on}] solo eager trial: epoch wall {solo_t.wall:.2f} s (cpu {solo_t.cpu:.2f} s) -> "
-              f"{solo_rate:.3f} seed-epochs/s", flush=True)
-        base: list[float] | None = None
-        for K in ks:
-            cfgs = [make_run_config(task="copy", variant="onestep", seed=s, overrides=graphed) for s in range(K)]
-            runs = [Seq2SeqRun(c, data, Path(tmp) / f"k{K}-{c.seed}") for c in cfgs]
-            step = GraphedStep(runs)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            first, out = measure(device, lambda: (step.train_epoch(1), graphed_dev_scores(runs)))
-            losses = [out[0][0]]
-            timings = []
-            for e in range(2, 2 + args.epochs):
-                t, out = measure(device, lambda: (step.train_epoch(e), graphed_dev_scores(runs)))
-                losses.append(out[0][0])
-                timings.append(t)
-            seconds = sum(t.wall for t in timings)
-            cpu = sum(t.cpu for t in timings)
-            rate = K * args.epochs / seconds
-            same = base is None or losses == base
-            base = losses if base is None else base
-            failed |= not same
-            mem = (f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB peak"
-                   if device.type == "cuda" else f"maxrss {peak_rss_mb():.0f} MB")
-            print(f"[{on}] K={K:<4d} graphed: first epoch {first.wall:.2f} s, then wall {seconds / args.epochs:.2f} s "
-                  f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
-                  f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
-                  f"seed 0 losses equal to K={ks[0]}: {same}", flush=True)
-            failed |= not decode_line(on, K, runs, device)
-            del step, runs
-        if args.reference is not None:
-            ref = run_reference(args.reference, data, device, cfg0.optim.batch_size)
-            print(f"[{on}] reference code (JRC1995/MonotonicLocationAttention OneStep): epoch wall "
-                  f"{ref.wall:.2f} s (cpu {ref.cpu:.2f} s) -> {1.0 / ref.wall:.3f} seed-epochs/s", flush=True)
-        else:
-            print("reference code: not run (give --reference PATH to a checkout)", flush=True)
+        for task, variant in cases:
+            bad, case_rows = bench_case(task, variant, args, device, ks, Path(tmp), device_key(name))
+            failed |= bad
+            rows += case_rows
     print(machine_line(), flush=True)  # the load average after, beside the one before
     if failed:
         print("FAILED: replica 0's losses differ between pack sizes, or its decoded tokens from "
               "its eager decode", file=sys.stderr)
         return 1
+    if args.calibrate is not None:
+        write_calibration(args.calibrate, rows, {
+            "command": "python benchmarks/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "device": name, "machine": machine_line(), "precision": args.precision,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "units": "wall seconds per 1,000 tokens of one run in a graphed pack of `pack` runs (the "
+                     "pack's seconds / K); test: greedy decoding of the dev split; startup: graph "
+                     "capture only (process start-up and data not timed)"})
+        print(f"wrote {len(rows)} {device_key(name)} rows to {args.calibrate}", flush=True)
     return 0
 
 

@@ -6,6 +6,7 @@ rows a table lacks are medians of the rows it has (:meth:`Calibration.rate`). St
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -37,6 +38,11 @@ class Rate:
     """End-of-run seconds per 1,000 test tokens (greedy decoding of every test split)."""
     startup: float
     """Seconds before a run's first epoch: a fresh process's imports, the data, the model."""
+    pack: int = 1
+    """Runs trained at once when the row was measured. A GPU row (``benchmarks/bench_gpu.py
+    --calibrate``) times K runs of one cell as one graphed pack: its rates are one run's share,
+    the pack's wall seconds / K, so a run's price is per seed-epoch of a pack of K. CPU rows: 1
+    (one thread, one run)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,11 +60,17 @@ class Calibration:
         """Devices with at least one row."""
         return sorted({r.device for r in self.rates})
 
-    def rate(self, device: str, task: str, family: str) -> tuple[Rate | None, str]:
+    def rate(self, device: str, task: str, family: str, pack: int | None = None) -> tuple[Rate | None, str]:
         """The row for (device, task, family) and how it was found: ``measured``, ``task``
         (the task's median over its measured families), ``family`` (the family's median over
-        tasks), or (None, ``unmeasured``) when the device has no row at all."""
-        rows = [r for r in self.rates if r.device == device]
+        tasks), or (None, ``unmeasured``) when the device has no row at all.
+
+        Of a device measured at several pack sizes, the rows of the largest pack that is at
+        most ``pack`` (any pack when None) are used; none that small: unmeasured."""
+        rows = [r for r in self.rates if r.device == device and (pack is None or r.pack <= pack)]
+        if rows:
+            largest = max(r.pack for r in rows)
+            rows = [r for r in rows if r.pack == largest]
         for r in rows:
             if r.task == task and r.family == family:
                 return r, "measured"
@@ -70,7 +82,7 @@ class Calibration:
 
 
 def _median_rate(rows: Sequence[Rate], device: str, task: str, family: str) -> Rate:
-    return Rate(device=device, task=task, family=family,
+    return Rate(device=device, task=task, family=family, pack=rows[0].pack,
                 **{k: statistics.median(getattr(r, k) for r in rows)
                    for k in ("train", "dev", "test", "startup")})
 
@@ -84,11 +96,34 @@ def calibration_from_dict(body: dict[str, Any]) -> Calibration:
 
 def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
     """Inverse of :func:`calibration_from_dict` (rows sorted, rates rounded to 4 digits)."""
-    rows = sorted(cal.rates, key=lambda r: (r.device, r.task, r.family))
+    rows = sorted(cal.rates, key=lambda r: (r.device, r.task, r.family, r.pack))
     return {"meta": cal.meta, "study_startup": round(cal.study_startup, 2),
             "rates": [{"device": r.device, "task": r.task, "family": r.family,
-                       **{k: float(f"{getattr(r, k):.4g}") for k in ("train", "dev", "test", "startup")}}
+                       **{k: float(f"{getattr(r, k):.4g}") for k in ("train", "dev", "test", "startup")},
+                       **({"pack": r.pack} if r.pack != 1 else {})}
                       for r in rows]}
+
+
+def device_key(name: str) -> str:
+    """The table's key for a device name: ``NVIDIA H100 80GB HBM3`` -> ``h100``, ``NVIDIA A100-SXM4-40GB``
+    -> ``a100``; another name lower-cased with non-alphanumerics as ``-``."""
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name.replace("-", " "))
+    return m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def merge_rates(cal: Calibration, rates: Sequence[Rate], meta: dict[str, Any] | None = None) -> Calibration:
+    """``cal`` with ``rates`` added, each replacing the row of the same (device, task, family,
+    pack); the other rows (other devices, other cells) are kept. ``meta`` goes under the key
+    of the rates' device in the table's meta (one device per call)."""
+    devices = {r.device for r in rates}
+    if len(devices) > 1:
+        raise ValueError(f"merge_rates takes the rows of one device, got {sorted(devices)}")
+    keys = {(r.device, r.task, r.family, r.pack) for r in rates}
+    kept = tuple(r for r in cal.rates if (r.device, r.task, r.family, r.pack) not in keys)
+    new_meta = dict(cal.meta)
+    if meta is not None and devices:
+        new_meta[devices.pop()] = dict(meta)
+    return Calibration(rates=kept + tuple(rates), study_startup=cal.study_startup, meta=new_meta)
 
 
 @lru_cache(maxsize=4)

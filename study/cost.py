@@ -29,17 +29,17 @@ from __future__ import annotations
 from typing import Any
 
 from study.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, calibration_from_dict,
-                               calibration_to_dict, load_calibration)
+                               calibration_to_dict, device_key, load_calibration, merge_rates)
 from study.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
                        study_eta, trial_left)
 from study.runcost import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
-                           run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
+                           gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
 __all__ = [
     "CALIBRATION_FILE", "CFQ_ASSUMED_TOKENS", "CFQ_SIZES", "DEVICES", "PRIOR_EPOCHS", "SAMPLE_EXAMPLES",
     "Calibration", "CellCost", "Rate", "RunCost", "Shape", "StudyEta", "TrialProgress", "blend_ratio",
-    "calibration_from_dict", "calibration_to_dict", "cell_costs", "eta_key", "eta_seconds", "format_eta",
-    "load_calibration", "plan_lines", "run_cost", "run_shape", "split_ktok", "study_eta", "study_seconds",
+    "calibration_from_dict", "calibration_to_dict", "cell_costs", "device_key", "eta_key", "eta_seconds",
+    "format_eta", "gpu_pack", "gpu_unpriced", "load_calibration", "merge_rates", "plan_lines", "run_cost", "run_shape", "split_ktok", "study_eta", "study_seconds",
     "trial_left", "variant_family", "wall_seconds",
 ]
 
@@ -50,21 +50,32 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None) -> list[st
     cal = cal if cal is not None else load_calibration()
     threads = max(1.0, spec.cpus)
     lines = []
-    for device, label in DEVICES.items():
+    devices = {**DEVICES, **{d: f"one {d.upper()}" for d in cal.devices() if d not in DEVICES}}
+    for device, label in devices.items():
         cells = cell_costs(spec, cal, device)
         if cells is None:
-            lines.append(f"cost     {device.upper()}: unmeasured ({label}: no calibration row in "
-                         f"{CALIBRATION_FILE.name})")
+            why = _gpu_why(spec, cal, device)
+            lines.append(f"cost     {device.upper()}: unmeasured ({label}: "
+                         f"{why or 'no calibration row in ' + CALIBRATION_FILE.name})")
             continue
-        total = study_seconds(cells) * threads
+        gpu = device != "cpu"
+        total = study_seconds(cells) * (1.0 if gpu else threads)  # a GPU row is a run's share of the device
         startup = sum(c.runs * c.cost.startup for c in cells) + sum(
             c.runs * c.cost.test for c in cells)
-        unit = "CPU" if device == "cpu" else "GPU"
+        unit = "GPU" if gpu else "CPU"
         hours = f" = {total / 3600:,.1f} {unit}-hours" if total >= 360 else ""
-        lines.append(
-            f"cost     ~{_duration(total)} {unit} time{hours} ({label}; upper bound: every epoch of "
-            f"the budget; {_duration(startup)} of it start-up and test scoring); "
-            f"~{_duration(wall_seconds(cells, slots, cal.study_startup))} wall at {slots} concurrent")
+        if gpu:
+            packs = sorted({r.pack for r in cal.rates if r.device == device
+                            and (gpu_pack(spec) is None or r.pack <= gpu_pack(spec))})
+            lines.append(
+                f"cost     ~{_duration(total)} {unit} time{hours} ({label}; per seed-epoch of graphed "
+                f"packs of {packs[-1]} runs{'' if spec.gpus > 0 else ', were the runs so trained'}; upper "
+                f"bound: every epoch of the budget; {_duration(startup)} of it capture and test scoring)")
+        else:
+            lines.append(
+                f"cost     ~{_duration(total)} {unit} time{hours} ({label}; upper bound: every epoch of "
+                f"the budget; {_duration(startup)} of it start-up and test scoring); "
+                f"~{_duration(wall_seconds(cells, slots, cal.study_startup))} wall at {slots} concurrent")
         hows: dict[str, int] = {}
         for c in cells:
             hows[c.cost.how] = hows.get(c.cost.how, 0) + 1
@@ -74,6 +85,19 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None) -> list[st
         for assumed in sorted({c.cost.assumed for c in cells if c.cost.assumed}):
             lines.append(f"         ASSUMED {assumed}")
     return lines
+
+
+def _gpu_why(spec: Any, cal: Calibration, device: str) -> str:
+    """Why a device with rows still cannot price ``spec`` (empty when it has no rows)."""
+    if device == "cpu" or device not in cal.devices():
+        return ""
+    from locattn.config import make_run_config  # here: torch, kept off `study --help`
+
+    for cell in spec.cells:
+        why = gpu_unpriced(spec, make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides))
+        if why:
+            return why
+    return f"no row of a pack of at most {gpu_pack(spec)} runs"
 
 
 _HOW = {"measured": "measured", "task": "from the task's other families",

@@ -116,11 +116,12 @@ class RunCost:
 
 
 def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
-             flat_seconds_per_1k_examples: float | None = None) -> RunCost | None:
+             flat_seconds_per_1k_examples: float | None = None, pack: int | None = None) -> RunCost | None:
     """Predicted :class:`RunCost` of a resolved ``RunConfig`` on ``device``; None when the
-    table has no row for that device and no flat fallback is given."""
+    table has no row for that device and no flat fallback is given. ``pack``: at most this
+    many runs share the device (a GPU's rows are per run of a pack, :class:`Rate.pack`)."""
     shape = run_shape(cfg)
-    rate, how = cal.rate(device, cfg.task.name, variant_family(cfg.model))
+    rate, how = cal.rate(device, cfg.task.name, variant_family(cfg.model), pack)
     if rate is None:
         if flat_seconds_per_1k_examples is None:
             return None
@@ -148,16 +149,51 @@ class CellCost:
     """Per run."""
 
 
+def gpu_pack(spec: Any) -> int | None:
+    """How many runs at most share one GPU in ``spec``'s study: a trial's runs (its pack) times
+    the trials one device holds (``1 / resources.gpus``); None for a CPU spec, priced as if its
+    runs trained as graphed packs of any size the table has."""
+    if spec.gpus <= 0:
+        return None
+    per_trial = max(1, spec.n_runs() // max(1, spec.n_trials()))
+    return per_trial * max(1, int(1.0 / spec.gpus + 1e-9)) if spec.gpus < 1 else per_trial
+
+
+def gpu_unpriced(spec: Any, cfg: Any) -> str:
+    """Why a GPU's rows (graphed packs, ``benchmarks/bench_gpu.py --calibrate``) cannot price
+    the cell of ``cfg`` in ``spec``, or "" when they can: the model must pack, and a GPU spec
+    must pack its trials and train them with ``optim.train_step: graphed``."""
+    from locattn.training.packed import PACKABLE_FAMILIES  # here: torch, kept off `study --help`
+
+    if cfg.model.kind != "seq2seq" or cfg.model.attention.family not in PACKABLE_FAMILIES:
+        return f"{cfg.task.name}/{cfg.variant} cannot train as a graphed pack"
+    if spec.gpus > 0 and not (spec.packed and cfg.optim.train_step == "graphed"):
+        return "GPU trials that are not graphed packs are not calibrated"
+    return ""
+
+
 def cell_costs(spec: Any, cal: Calibration, device: str = "cpu") -> list[CellCost] | None:
     """Per-cell run costs of a :class:`study.spec.StudySpec` on ``device``, or None when the
-    device is unmeasured. Cells that no row covers fall back to the spec's flat rate."""
+    device is unmeasured. Cells that no row covers fall back to the spec's flat rate.
+
+    A GPU (any device but ``cpu``) prices its runs per seed-epoch of a graphed pack, from the
+    rows of the largest pack size it was measured at that the study's packs reach
+    (:func:`gpu_pack`); None when a cell cannot be priced so (:func:`gpu_unpriced`)."""
     from locattn.config import make_run_config  # here: torch, kept off `study --help`
 
     per_cell = spec.n_runs() // max(1, len(spec.cells))
     out = []
     for cell in spec.cells:
         cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
-        flat = spec.seconds_per_1k_examples if device == "cpu" or device in cal.devices() else None
+        if device != "cpu":
+            if gpu_unpriced(spec, cfg):
+                return None
+            cost = run_cost(cfg, cal, device, None, gpu_pack(spec))
+            if cost is None:
+                return None
+            out.append(CellCost(cell=cell.cell, runs=per_cell, cost=cost))
+            continue
+        flat = spec.seconds_per_1k_examples
         cost = run_cost(cfg, cal, device, flat)
         if cost is None:
             return None

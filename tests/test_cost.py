@@ -4,6 +4,7 @@ and the ETA's arithmetic."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,107 @@ def test_study_eta_blends_start_ups_too() -> None:
     eta.observe("cheap", 6.0, startup=True)  # the model says 2 s of start-up
     eta.observe("cheap", 3.0)  # and 1 s per epoch
     assert eta.ratio() == pytest.approx((4 + 9 / 3 * 2) / 6)
+
+
+# ---------------------------------------------------------------------------- GPU rows (synthetic)
+
+# Hand-made GPU rows: NOT measurements (no GPU has run). Rates are one run's share of a pack.
+H100 = rate("copy", "location", train=0.8, dev=0.4, test=1.6, startup=0.8, device="h100")
+GPU = Calibration(rates=CAL.rates + tuple(replace(H100, pack=k, train=0.8 / k, dev=0.4 / k, test=1.6 / k,
+                                                  startup=0.8 / k) for k in (1, 8, 64)),
+                  study_startup=10.0)
+
+
+def gpu_spec(tmp_path: Path, **changes):
+    body = {"name": "g", "grid": {"task": ["copy"], "variant": ["onestep"]}, "seeds": 4,
+            "hparams": {"optim.lr": [1e-3, 3e-4]},
+            "overrides": {"optim.epochs": 2, "task.train_size": 100, "task.dev_size": 50,
+                          "task.test_size": 10, "task.test_limit": 10, "optim.train_step": "graphed"},
+            "resources": {"cpus": 1, "gpus": 1}, "profiles": {"smoke": {}}, **changes}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return load_spec(path, "smoke")
+
+
+def test_a_gpu_row_prices_graphed_packs_per_seed_epoch(tmp_path: Path) -> None:
+    # a trial packs 4 seeds x 2 lrs = 8 runs on a whole GPU: the rows of packs of 8
+    spec = gpu_spec(tmp_path)
+    assert cost.gpu_pack(spec) == 8
+    cells = cost.cell_costs(spec, GPU, "h100")
+    (cell,) = cells
+    one = run_cost(make_run_config(task="copy", variant="onestep", overrides=spec.cells[0].overrides), GPU, "h100",
+                   pack=8)
+    assert cell.runs == 8 and cell.cost == one and one.how == "measured"
+    shape = run_shape(make_run_config(task="copy", variant="onestep", overrides=spec.cells[0].overrides))
+    assert one.epoch == pytest.approx((shape.train * 0.8 + shape.dev * 0.4) / 8)
+    assert one.startup == pytest.approx(0.1)
+    total = 8 * one.total
+    lines = cost.plan_lines(spec, 2, GPU)
+    gpu_line = next(ln for ln in lines if "GPU time" in ln)
+    assert total < 120 and f"~{total:.0f} s GPU time (one NVIDIA H100; " in gpu_line
+    assert "per seed-epoch of graphed packs of 8 runs" in gpu_line and "were the runs" not in gpu_line
+    # a quarter GPU per trial: four packs of 8 share the device -> the rows of 8 (none of 32)
+    assert cost.gpu_pack(gpu_spec(tmp_path, resources={"cpus": 1, "gpus": 0.25})) == 32
+    # a lone seed per trial on a whole GPU: only the K = 1 row applies
+    solo = gpu_spec(tmp_path, seeds=1, hparams={}, pack_seeds=False)
+    assert cost.gpu_pack(solo) == 1
+    assert cost.cell_costs(solo, GPU, "h100") is None  # not packed: GPU trials not calibrated
+    # a CPU spec: priced as graphed packs of the largest K measured, and says so
+    cpu = gpu_spec(tmp_path, resources={"cpus": 1}, overrides={"optim.epochs": 2, "task.train_size": 100})
+    assert cost.cell_costs(cpu, GPU, "h100")[0].cost.epoch == pytest.approx(
+        run_cost(make_run_config(task="copy", variant="onestep", overrides=cpu.cells[0].overrides), GPU, "h100",
+                 pack=64).epoch)
+    assert any("graphed packs of 64 runs, were the runs so trained" in ln for ln in cost.plan_lines(cpu, 2, GPU))
+
+
+def test_a_gpu_with_rows_is_unmeasured_where_no_graphed_pack_trains(tmp_path: Path) -> None:
+    eager = gpu_spec(tmp_path, overrides={"optim.epochs": 2, "task.train_size": 100})
+    assert cost.cell_costs(eager, GPU, "h100") is None
+    assert any(ln.startswith("cost     H100: unmeasured (one NVIDIA H100: GPU trials that are not graphed packs")
+               for ln in cost.plan_lines(eager, 2, GPU))
+    ff = gpu_spec(tmp_path, grid={"task": ["raffel_add"], "variant": ["ffattn"]}, hparams={}, resources={"cpus": 1})
+    assert any("raffel_add/ffattn cannot train as a graphed pack" in ln for ln in cost.plan_lines(ff, 2, GPU))
+    # without GPU rows, as before
+    assert any(ln.startswith("cost     H100: unmeasured (one NVIDIA H100: no calibration row")
+               for ln in cost.plan_lines(gpu_spec(tmp_path), 2, CAL))
+
+
+def test_gpu_rows_merge_into_the_table_and_round_trip(tmp_path: Path) -> None:
+    assert cost.device_key("NVIDIA H100 80GB HBM3") == "h100"
+    assert cost.device_key("NVIDIA A100-SXM4-40GB") == "a100"
+    new = rate("copy", "location", train=0.5, device="h100")
+    merged = cost.merge_rates(GPU, [new], {"device": "NVIDIA H100 80GB HBM3"})
+    assert [r for r in merged.rates if r.device == "h100" and r.pack == 1] == [new]  # replaced
+    assert len(merged.rates) == len(GPU.rates) and merged.meta["h100"] == {"device": "NVIDIA H100 80GB HBM3"}
+    assert [r for r in merged.rates if r.device == "cpu"] == [r for r in GPU.rates if r.device == "cpu"]
+    body = cost.calibration_to_dict(merged)
+    assert all("pack" not in row for row in body["rates"] if row["device"] == "cpu")  # the CPU rows' format holds
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(body))
+    back = cost.load_calibration(path)
+    assert sorted(back.rates, key=repr) == sorted(merged.rates, key=repr)
+    assert back.rate("h100", "copy", "location", pack=10)[0].pack == 8
+    r, how = back.rate("h100", "scan", "location", pack=100)  # another task: the family's rows of K = 64
+    assert how == "family" and r.pack == 64 and r.train == pytest.approx(0.8 / 64, rel=1e-3)
+    with pytest.raises(ValueError, match="one device"):
+        cost.merge_rates(GPU, [new, rate("copy", "location")])
+
+
+def test_bench_gpu_writes_rows_per_pack_from_its_timings(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_gpu import calibration_row, main, write_calibration
+
+    row = calibration_row("h100", "copy", "location", 64, train_ktok=150.0, dev_ktok=30.0,
+                          train_s=1.5, dev_s=0.3, decode_s=0.6, first_extra_s=12.8)
+    assert (row.pack, row.device) == (64, "h100")
+    assert row.train == pytest.approx(1.5 / 64 / 150) and row.dev == pytest.approx(0.3 / 64 / 30)
+    assert row.test == pytest.approx(0.6 / 64 / 30) and row.startup == pytest.approx(0.2)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cost.calibration_to_dict(CAL)))
+    write_calibration(path, [row], {"device": "synthetic"})
+    back = cost.load_calibration(path)
+    assert set(back.rates) == set(CAL.rates) | {replace(row, **{k: float(f"{getattr(row, k):.4g}")
+                                                                 for k in ("train", "dev", "test", "startup")})}
+    assert main(["--device", "cpu", "--calibrate", str(path)]) == 2  # CPU numbers never become GPU rows
