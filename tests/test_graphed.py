@@ -254,3 +254,55 @@ def test_an_eager_pack_on_a_gpu_warns_that_it_is_not_sized() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pack_size(replace(eager, device="cpu"), 40, memory) == 40  # a CPU pack: no warning
+
+
+_PACK_SCRIPT = """
+import sys
+from locattn.config import make_run_config
+from locattn.packed import train_packed
+out, cache = sys.argv[1], sys.argv[2]
+over = {"task.train_size": 480, "task.dev_size": 40, "task.test_size": 16, "task.test_lengths": (15,),
+        "optim.epochs": 4, "num_threads": 1, "cache_dir": cache, "optim.train_step": "graphed"}
+cfgs = [make_run_config(task="copy", variant="onestep", seed=s, overrides={**over, "optim.lr": lr})
+        for s, lr in ((0, 1e-3), (1, 3e-3))]
+train_packed(cfgs, [f"{out}/r{k}" for k in range(2)])
+"""
+
+
+@pytest.mark.slow  # three fresh processes: 130 s wall (28 CPU-s) at load ~15 on 2 cores
+@pytest.mark.timeout(600)
+def test_a_graphed_pack_killed_with_sigkill_resumes_exactly(tmp_path: Path) -> None:
+    """kill -9 of a process training a graphed pack (uncaptured on CPU) as soon as replica 0 has
+    checkpointed epoch 2 (replica 1 may still stand at epoch 1: an uneven resume), then a fresh
+    process resumes: every replica's record equals the uninterrupted pack's, to the bit."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from run_helpers import kill_after_epoch
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cache = str(tmp_path / "cache")
+
+    def cmd(out: Path) -> list[str]:
+        return [sys.executable, "-c", _PACK_SCRIPT, str(out), cache]
+
+    full = subprocess.run(cmd(tmp_path / "full"), env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr
+    kill_after_epoch(cmd(tmp_path / "cut"), tmp_path / "cut" / "r0", 2, env=env, cwd=root, timeout=300,
+                     poll=0.005)
+    from locattn.training import checkpoint as ckpt
+
+    assert ckpt.read_meta(tmp_path / "cut" / "r0" / "checkpoint")["epoch"] in (2, 3)
+    assert not (tmp_path / "cut" / "r0" / "result.json").exists()
+    resumed = subprocess.run(cmd(tmp_path / "cut"), env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    for k in range(2):
+        a = json.loads((tmp_path / "full" / f"r{k}" / "result.json").read_text())
+        b = json.loads((tmp_path / "cut" / f"r{k}" / "result.json").read_text())
+        assert len(a["history"]) == 4
+        assert [{n: v for n, v in h.items() if n != "epoch_seconds"} for h in a["history"]] == \
+            [{n: v for n, v in h.items() if n != "epoch_seconds"} for h in b["history"]]
+        assert a["test"] == b["test"]
