@@ -15,7 +15,8 @@ checkpoint`` and training continues from them.
 
 Results carry ``kind`` = ``epoch`` | ``seed_final``; the last ``seed_final`` of a trial carries
 ``objective``: the median over *all* seeds of the search metric, each at its full budget.
-Nothing here runs at import time; Ray is imported inside the trial.
+Nothing here runs at import time. Only the driver and its workers import this module (Ray and
+torch are loaded by then), never a light entry point such as ``study --help``.
 """
 
 
@@ -27,6 +28,13 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any, Mapping
+
+import ray
+import torch
+from ray import tune
+
+from locattn.packed import train_packed
+from locattn.train import find_checkpoint
 
 from study.descriptor import (OBJECTIVE, final_metrics, finished_result, is_packed, load_train_fn,
                               resolve_run_config, run_dir, trial_descriptor, trial_dirname, trial_hparams,
@@ -82,8 +90,6 @@ class Trial:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        import ray
-
         self.config = config
         self.t = config["trial"]
         self.keys = trial_run_keys(config)
@@ -103,8 +109,6 @@ class Trial:
         """Put every unfinished seed's trainer checkpoint back from the most advanced complete
         Tune checkpoint (the restored one or the trial directory's own, see
         :func:`newest_checkpoint`); a seed without one starts fresh."""
-        from ray import tune
-
         checkpoint = tune.get_checkpoint()
         ctx = checkpoint.as_directory() if checkpoint is not None else None
         try:
@@ -162,10 +166,6 @@ class Trial:
         directories. The first report of a restored seed carries its restored epoch history,
         so the driver logs every epoch a killed driver had buffered but not written.
         """
-        from ray import tune
-
-        from locattn.training import checkpoint as ckpt
-
         result = {**self.base, "resumed_from": self.resumed.get(key, 0), **result}
         if self.notices:
             result[NOTICES], self.notices = self.notices, []
@@ -177,7 +177,7 @@ class Trial:
         for _, k in self.keys:
             if k in self.state["done"] or k not in self.state["replicas"]:
                 continue
-            found = checkpoint_dir if k == key and checkpoint_dir is not None else ckpt.find_checkpoint(self.out_dirs[k])
+            found = checkpoint_dir if k == key and checkpoint_dir is not None else find_checkpoint(self.out_dirs[k])
             if found is not None:
                 sources[f"{RUN_SUBDIR}/{k}"] = found
         staged = stage_checkpoint(self.staging, self.state, sources)
@@ -228,18 +228,11 @@ def run_trial(config: dict[str, Any]) -> None:
     trial trains them one after another; a failing seed ends the trial at once.
     """
     t = config["trial"]
-    try:
-        import torch
-
-        torch.set_num_threads(max(1, int(t["cpus"])))
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
+    torch.set_num_threads(max(1, int(t["cpus"])))
     trial = Trial(config)
     trial.restore()
     todo = trial.pending()
     if is_packed(config) and todo:
-        from locattn.packed import train_packed
-
         results = train_packed([cfg for _, _, cfg in todo], [trial.out_dirs[k] for _, k, _ in todo],
                                [trial.recorder(seed, key) for seed, key, _ in todo], resume=True)
         errors = [r for r in results if isinstance(r, BaseException)]
