@@ -281,7 +281,8 @@ def _run_locked(
         trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
         search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
-            print(f"[study {name}] every trial is already finished in the record", file=out)
+            print(f"[study {name}] every trial is already finished in the record; "
+                  f"{browse_advice(tracking_uri, paths.dir, name)}", file=out)
             writer.finish_parent(interrupted=False)
             return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,

@@ -3,8 +3,11 @@
 The commands are extracted from README.md, in order, and run with the project's console
 scripts in one scratch folder (with ``ablations/`` beside it, as in a clone), so that a later
 command sees what an earlier one wrote (``study status rc_table2-smoke`` after its launch).
-A command is left out only for a reason in :data:`SKIP`, each matching at least one command;
-the commands that train (the smoke study and what reads it, ``locattn train``) are ``slow``.
+A command is left out only for a reason in :data:`SKIP`, each matching at least one command.
+The commands that train (the smoke study and what reads it, ``locattn train``: 3-10 minutes in
+all) are marked ``readme`` and ``slow``: deselected by default, run by ``.ci/run``'s integration
+step (``-m "... or readme"``). The ones that talk to ``http://127.0.0.1:5000`` run against a real
+``mlflow server`` on a free loopback port (:func:`mlflow_server`), over the smoke study's store.
 """
 
 from __future__ import annotations
@@ -12,9 +15,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -30,16 +38,18 @@ SKIP = (
     ("cluster.yaml", "the cluster launcher (tests/test_ray_up.py runs it on loopback, -m cluster)"),
     ("DB_HOST", "needs a PostgreSQL host (tests/test_postgres_store.py, -m cluster)"),
     ("mlflow server", "a long-running server (tests/test_postgres_store.py starts one)"),
-    ("http://127.0.0.1:5000", "needs the MLflow server of the Clusters section"),
     ("bench_reports_postgres", "needs PostgreSQL (-m cluster)"),
     ("study ui", "a long-running server (tests/test_loop_ux.py and test_ui_screenshot.py run it)"),
     ("task.train_size=2000", "up to 100 epochs: tens of minutes on a CPU (its flags: tests/test_ux.py)"),
     ("--profile quick", "hours of training"),
     ("--profile paper", "days of training"),
 )
-#: Commands that train models or read what training wrote: minutes, so ``-m slow``.
+#: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
+#: ``slow``, which keeps them out of the default run).
 SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke",
         "study launch ablations/rc_table2.yaml --profile smoke")
+#: The MLflow server the README's Clusters section starts; the tests start one on a free port.
+SERVER = "http://127.0.0.1:5000"
 
 
 def readme_commands() -> list[str]:
@@ -67,7 +77,7 @@ def _param(cmd: str):
     why = skip_reason(cmd)
     marks = [pytest.mark.skip(reason=why)] if why else []
     if not why and any(s in cmd for s in SLOW) and "--dry-run" not in cmd:
-        marks.append(pytest.mark.slow)
+        marks += [pytest.mark.readme, pytest.mark.slow]
     return pytest.param(cmd, marks=marks, id=cmd[:60])
 
 
@@ -80,6 +90,49 @@ def clone(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(clone: Path, tmp_path_factory) -> Iterator[str]:
+    """``mlflow server`` (as the README's Clusters section runs it) on a free 127.0.0.1 port over
+    the smoke study's SQLite store, which the commands before wrote; yields its URL."""
+    db = clone / "studies" / "rc_table2-smoke" / "mlflow.db"
+    if not db.is_file():
+        pytest.skip("needs the smoke study of the README's earlier commands (run -m readme)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    log = tmp / "server.log"
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # ready in ~15 s, not 45
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
+             "--artifacts-destination", (tmp / "mlflow-artifacts").as_uri(), "--host", "127.0.0.1",
+             "--port", str(port), "--workers", "1"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not answer on {url}:\n"
+                                   f"{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers: its own process group
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
 def test_every_skip_reason_still_matches_a_command() -> None:
     assert len(COMMANDS) > 30
     for needle, _ in SKIP:
@@ -87,10 +140,14 @@ def test_every_skip_reason_still_matches_a_command() -> None:
     run = [c for c in COMMANDS if not skip_reason(c)]
     assert any(c.startswith("study launch ablations/rc_table2.yaml --profile smoke") for c in run)
     assert any(c.startswith("reports build studies/rc_table2-smoke") for c in run)
+    assert sum(SERVER in c for c in run) == 3  # two reports build, one study launch
 
 
 @pytest.mark.parametrize("cmd", [_param(c) for c in COMMANDS])
-def test_readme_command_works_as_written(cmd: str, clone: Path) -> None:
+def test_readme_command_works_as_written(cmd: str, clone: Path, request) -> None:
+    readme_cmd = cmd
+    if SERVER in cmd:  # the server the README starts on port 5000: ours, on a free port
+        cmd = cmd.replace(SERVER, request.getfixturevalue("mlflow_server"))
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bindir}:{os.environ.get('PATH', '')}",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
@@ -98,3 +155,10 @@ def test_readme_command_works_as_written(cmd: str, clone: Path) -> None:
     proc = subprocess.run(cmd, shell=True, cwd=clone, env=env, capture_output=True, text=True,
                           timeout=590)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    if SERVER in readme_cmd and cmd.startswith("study launch"):
+        # the smoke study again, now on the server: every trial is finished there (the server
+        # serves its store), and the line saying so points to the server, not to `study ui`
+        server = request.getfixturevalue("mlflow_server")
+        assert (f"every trial is already finished in the record; browse it at {server} "
+                "(experiment 'rc_table2-smoke')") in proc.stdout, proc.stdout[-2000:]
+        assert "study ui" not in proc.stdout
