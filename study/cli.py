@@ -190,7 +190,18 @@ def show_results(summary: dict[str, Any]) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return
     results = cell_results(current_store(saved, study_dir), summary["name"])
-    print(format_results(results, summary["name"]), flush=True)
+    print(format_results(results, report_target(study_dir, summary["name"])), flush=True)
+
+
+def report_target(study_dir: Path, name: str) -> str:
+    """What to type after ``study report``: the name when the study sits under the default
+    ``studies/`` of this directory, else its folder (a name alone would not find it)."""
+    if (Path("studies") / name).resolve() == study_dir.resolve():
+        return name
+    try:
+        return str(study_dir.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(study_dir)
 
 
 def exit_code(summary: dict[str, Any]) -> int:
@@ -263,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             rows, driver = study_status(meta, paths.dir)
             print(format_status(rows, driver, meta["name"]))
             print()
-            print(format_results(cell_results(meta["tracking_uri"], meta["name"]), meta["name"]))
+            print(format_results(cell_results(meta["tracking_uri"], meta["name"]),
+                                 report_target(paths.dir, meta["name"])))
             return 0
         if args.cmd == "runs":
             from study.runs import format_runs, list_runs
