@@ -163,7 +163,7 @@ def gpu_unpriced(spec: Any, cfg: Any) -> str:
     """Why a GPU's rows (graphed packs, ``benchmarks/bench_gpu.py --calibrate``) cannot price
     the cell of ``cfg`` in ``spec``, or "" when they can: the model must pack, and a GPU spec
     must pack its trials and train them with ``optim.train_step: graphed``."""
-    from locattn.training.packed import PACKABLE_FAMILIES  # here: torch, kept off `study --help`
+    from locattn.packed import PACKABLE_FAMILIES  # here: torch, kept off `study --help`
 
     if cfg.model.kind != "seq2seq" or cfg.model.attention.family not in PACKABLE_FAMILIES:
         return f"{cfg.task.name}/{cfg.variant} cannot train as a graphed pack"
