@@ -26,9 +26,15 @@ At the end it prints, over every study:
     retrained   epochs trained more than once (trainer checkpoints written, polled every 0.1 s,
                 minus the epochs the finished runs report)
 
-It exits 1 when anything was lost, duplicated, missing or mismatched. ``--quick``: 2 cycles
-(still one store deletion and one corrupt checkpoint) of studies of 2 epochs on 32 examples,
-waiting at most 1 s before a kill.
+Every kind of fault (driver kill, worker kill, early kill, store deletion, corrupt checkpoint,
+edited state) is injected at least once: the store deletion, the first worker kill and the file
+faults are due by set cycles, and when one could not be injected by the last cycle (its target
+did not exist then: no trial worker, no intact checkpoint) the chaos goes on for up to
+``--extra-cycles`` more cycles until it is.
+
+It exits 1, and says why, when anything was lost, duplicated, missing or mismatched, or when a
+kind of fault was never injected. ``--quick``: 2 cycles (plus the extra ones every kind of
+fault needs) of studies of 2 epochs on 32 examples, waiting at most 1 s before a kill.
 
     python benchmarks/bench_chaos.py --cycles 20 [--epochs 12] [--seed 0] [--root DIR] [--quick]
 """
@@ -201,22 +207,36 @@ def edit_newest_state(study: Path) -> Path | None:
     return state
 
 
-def trial_workers(driver: int) -> list[Any]:
-    """The Ray worker processes running trials under a driver (by PID, never by name)."""
-    import psutil
-
-    try:
-        procs = psutil.Process(driver).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for p in procs:
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process under ``pid`` (from /proc: psutil is not a dependency here)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            title = " ".join(p.cmdline())
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def trial_workers(driver: int) -> list[int]:
+    """PIDs of the Ray worker processes running trials under a driver (by PID, never by name)."""
+    out = []
+    for pid in descendants(driver):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
             continue
         if title.startswith("ray::") and ("ImplicitFunc" in title or "run_trial" in title):
-            out.append(p)
+            out.append(pid)
     return out
 
 
@@ -250,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=None)
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--extra-cycles", type=int, default=12,
+                    help="cycles past --cycles while a kind of fault has not been injected yet")
     a = parse_args(ap, {"cycles": 2, "epochs": 2, "train_size": 32, "max_wait": 1.0}, argv)
     rng = random.Random(a.seed)
     root = (a.root or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()
@@ -271,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
 
     counter = EpochCounter(root)
     counter.start()
+    # When each kind of fault is due (the first worker kill, the store deletion, the corrupt
+    # checkpoint); 2 cycles (--quick) fit them all: a worker kill, then a deletion and a kill.
+    worker_at = max(0, a.cycles // 2 - 1)
     delete_at = max(1, a.cycles // 3)
-    corrupt_at = max(2, (2 * a.cycles) // 3)
+    corrupt_at = max(1, (2 * a.cycles) // 3)
     totals = {"studies": 0, "runs": 0, "lost": 0, "duplicated": 0, "gaps": 0, "mismatched": 0,
               "epochs_final": 0}
     study_no = 0
@@ -297,32 +322,36 @@ def main(argv: list[str] | None = None) -> int:
             return run_driver(["resume", str(study)], log)
         return run_driver(["launch", str(spec), "--root", str(root)], log)
 
+    def missing() -> list[str]:
+        return [k for k, n in injected.items() if not n]
+
     exits = 0  # driver exits in a row without a finished study
     spec, study = new_study()
     t_chaos = time.time()
     proc = start(spec, study)
-    while cycle < a.cycles:
+    while cycle < a.cycles or (missing() and cycle < a.cycles + a.extra_cycles):
         before = trained_epochs(study)
         while proc.poll() is None and trained_epochs(study) <= before:
             time.sleep(0.1)
         if proc.poll() is None:
             time.sleep(rng.uniform(0, a.max_wait))
-        if proc.poll() is None and cycle == delete_at and not injected["store_deleted"]:
+        if proc.poll() is None and cycle >= delete_at and not injected["store_deleted"]:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{study / 'mlflow.db'}{suffix}").unlink(missing_ok=True)
             injected["store_deleted"] += 1
             print(f"cycle {cycle}: deleted {study / 'mlflow.db'} under the running driver", flush=True)
             time.sleep(rng.uniform(0, a.max_wait))
-        workers = trial_workers(proc.pid) if proc.poll() is None and rng.random() < 0.25 else []
+        due = cycle >= worker_at and not injected["worker_kills"]  # (the first one is not left to chance)
+        workers = trial_workers(proc.pid) if proc.poll() is None and (due or rng.random() < 0.25) else []
         if workers:
             victim = rng.choice(workers)
             try:
-                victim.kill()
-            except Exception:  # noqa: BLE001 - it ended by itself meanwhile
-                pass
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:  # it ended by itself meanwhile: not a kill
+                continue
             cycle += 1
             injected["worker_kills"] += 1
-            print(f"cycle {cycle}: kill -9 of trial worker {victim.pid} at {trained_epochs(study)} "
+            print(f"cycle {cycle}: kill -9 of trial worker {victim} at {trained_epochs(study)} "
                   "epochs trained", flush=True)
             continue
         if proc.poll() is None:
@@ -386,15 +415,22 @@ def main(argv: list[str] | None = None) -> int:
     counter.join()
     retrained = counter.epochs() - totals["epochs_final"]
     print(f"last study {study.name}: {c}")
-    print(f"\ncycles {cycle}, injected {injected}, {totals['studies']} studies, "
-          f"{totals['runs']} finished runs, {time.time() - t_chaos:.0f} s of chaos")
+    extra = max(0, cycle - a.cycles)
+    print(f"\ncycles {min(cycle, a.cycles)}, injected {injected}, {totals['studies']} studies, "
+          f"{totals['runs']} finished runs, {time.time() - t_chaos:.0f} s of chaos"
+          + (f"; {extra} extra cycles to inject every kind of fault" if extra else ""))
     print(f"lost {totals['lost']}  duplicated {totals['duplicated']}  gaps {totals['gaps']}  "
           f"mismatched vs uninterrupted {totals['mismatched'] if reference is not None else 'n/a'}  "
           f"epochs retrained {retrained} of {totals['epochs_final']} "
           f"({100 * retrained / max(1, totals['epochs_final']):.0f} %)")
     bad = {k: totals[k] for k in ("lost", "duplicated", "gaps", "mismatched") if totals[k]}
-    if bad or not totals["runs"]:
-        print(f"FAILED: {bad or 'no finished run'}", file=sys.stderr)
+    if not totals["runs"]:
+        bad["finished runs"] = 0
+    if missing():
+        print(f"NOT INJECTED in {cycle} cycles: {', '.join(missing())}", flush=True)
+        bad["faults not injected"] = missing()
+    if bad:
+        print(f"FAILED: {bad}", file=sys.stderr)
         return 1
     return 0
 
