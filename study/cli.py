@@ -53,9 +53,12 @@ from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, slices
 from study.driver import StudyLock, early_signals, hold_signals
-from study.folder import migrate
+from study.folder import load_meta, migrate
+from study.launch import launch, resume
 from study.results import cell_results, format_results
-from study.spec import SpecError, check_study_name
+from study.runs import format_runs, list_runs
+from study.spec import SpecError, check_study_name, parse_only
+from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
                       health_url, save_view, serve, server_url, store_uri, ui_command)
 
@@ -244,9 +247,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.max_concurrent is not None and args.max_concurrent < 0:
                 raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
                                 "(0: as many as the CPUs allow)")
-            from study.launch import launch
-            from study.spec import parse_only
-
             summary = launch(
                 args.spec, profile=args.profile, name=args.name, root=args.root,
                 address=args.address, tracking_uri=args.tracking_uri,
@@ -257,16 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "resume":
-            from study.launch import resume
-
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds, time_limit=time_limit)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":
-            from study.folder import load_meta
-            from study.status import format_status, study_status
-
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
             # a moved folder (a committed record): its own store, not the saved path
@@ -278,14 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                                  report_target(paths.dir, meta["name"])))
             return 0
         if args.cmd == "runs":
-            from study.runs import format_runs, list_runs
-
             paths = find_study(args.study, args.root)
             print(format_runs(list_runs(paths.dir), paths.dir))
             return 0
         if args.cmd == "ui":
-            from study.folder import load_meta
-
             paths = find_study(args.study, args.root)
             meta = load_meta(paths)
             remote = server_url(meta["tracking_uri"])
@@ -319,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
                 lock.release()
             return 0
         if args.cmd == "report":
-            from study.folder import load_meta
-
             cli = reports_cli()
             if cli is None:
                 raise SpecError("the reports command is not installed: pip install -e '.[reports]'")

@@ -422,7 +422,7 @@ REASONED_IMPORT_PACKAGES = ("locattn", "record", "study", "reports")
 #: Modules whose function-level imports are still being hoisted or given their reasons (issue 25):
 #: each leaves this list once its imports say why.
 UNREASONED_IMPORTS_ALLOWED = frozenset({
-    "study.cli", "study.launch", "study.ui", "study.record", "study.driver", "study.trial_state",
+    "study.record", "study.driver", "study.trial_state",
 })
 
 
