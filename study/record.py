@@ -22,7 +22,6 @@ from record.store import redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
-from study.search import OpenTrialsScheduler, TrialQueue  # noqa: F401 - see below
 from study.spec import hparams_json
 from study.trainable import (NOTICES, OBJECTIVE, final_metrics, finished_result, is_packed,
                              resolve_run_config, run_dir, trial_hparams, trial_run_keys)
@@ -31,10 +30,6 @@ try:  # the callback must subclass Tune's Callback; study is only used with Ray 
     from ray.tune import Callback as _TuneCallback
 except ImportError:  # pragma: no cover
     _TuneCallback = object  # type: ignore[assignment,misc]
-
-# Tune pickles the searcher and the scheduler into its experiment state by class path; the
-# states of studies launched when TrialQueue and OpenTrialsScheduler were defined here name
-# them as study.record.*, so Tuner.restore finds them here.
 
 #: Result keys that are bookkeeping, not metrics.
 NON_METRIC_KEYS = {"kind", "seed", "run_key", "epoch", "node_id", "resumed_from", "start_time",

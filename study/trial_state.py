@@ -13,6 +13,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+from ray import tune
+
+from locattn.train import CHECKPOINT_DIR, file_sha256, remove_checkpoint
 from record import layout
 from study.descriptor import listed_trials, trial_dirname
 
@@ -39,8 +42,6 @@ def stage_checkpoint(staging: Path, state: Mapping[str, Any], sources: Mapping[s
         except OSError:
             shutil.rmtree(staging / rel, ignore_errors=True)
             shutil.copytree(src, staging / rel)
-    from locattn.training.checkpoint import file_sha256
-
     files = {str(p.relative_to(staging)): [p.stat().st_size, file_sha256(p)]
              for p in sorted((staging / RUN_SUBDIR).rglob("*")) if p.is_file()}
     body = {**state, "files": files}
@@ -62,8 +63,6 @@ def read_complete(ckpt_dir: Path, notices: list[str] | None = None) -> dict[str,
     its files carry theirs (only a state from before checksums is read unverified); that is said in one line naming the file (a restore then falls back to an older one), also
     appended to ``notices`` (the driver prints them: the worker's output never reaches the user).
     """
-    from locattn.training.checkpoint import file_sha256
-
     try:
         state = json.loads((ckpt_dir / STATE_FILE).read_text())
         digest = state.pop(STATE_DIGEST, None)
@@ -194,8 +193,6 @@ def current_trial_dir(study_dir: str | Path) -> Path | None:
     (``tune.get_context().get_trial_dir()`` names a directory under Ray's temporary working
     directory, not the storage directory, so it held no checkpoints to scan or strip.)
     """
-    from ray import tune
-
     try:
         trial_id = tune.get_context().get_trial_id()
     except Exception:  # noqa: BLE001 - not inside a Tune trial
@@ -212,12 +209,10 @@ def restore_run_checkpoint(out_dir: Path, source: Path | None) -> None:
     The Tune checkpoint is the source of truth: every epoch it holds was reported, so metrics
     continue without gaps.
     """
-    from locattn.training import checkpoint as ckpt
-
-    ckpt.remove_checkpoint(out_dir)
+    remove_checkpoint(out_dir)
     if source is not None and source.is_dir():
         out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, out_dir / ckpt.CHECKPOINT)
+        shutil.copytree(source, out_dir / CHECKPOINT_DIR)
 
 
 def upgrade_state(found: Mapping[str, Any], ckpt_dir: Path, keys: list[tuple[int, str]]

@@ -275,7 +275,7 @@ def test_packages_keep_their_floors_and_study_and_reports_never_meet():
 #: face, ``locattn.train`` and ``locattn.packed`` (docs/architecture.md).
 TRAINING_INTERNALS = "locattn.training"
 #: study modules that still reach into it (issue 25 item 3), each until its imports switch.
-TRAINING_INTERNALS_ALLOWED = frozenset({"study.trial_state"})
+TRAINING_INTERNALS_ALLOWED: frozenset[str] = frozenset()
 
 
 def _training_internals(path: Path, name: str) -> list[str]:
@@ -419,11 +419,8 @@ def test_the_file_name_checker_flags_a_retyped_name(tmp_path):
 
 # ---------------------------------------------------------------------------- function-level imports
 REASONED_IMPORT_PACKAGES = ("locattn", "record", "study", "reports")
-#: Modules whose function-level imports are still being hoisted or given their reasons (issue 25):
-#: each leaves this list once its imports say why.
-UNREASONED_IMPORTS_ALLOWED = frozenset({
-    "study.record", "study.driver", "study.trial_state",
-})
+#: Modules whose function-level imports may go without a reason (none: every one says why).
+UNREASONED_IMPORTS_ALLOWED: frozenset[str] = frozenset()
 
 
 def _unreasoned_imports(path: Path) -> list[str]:
