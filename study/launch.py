@@ -235,7 +235,7 @@ def _run_locked(
     # --dry-run` starts no Ray.
     from study import plan
     from study.progress import ProgressLine
-    from study.record import MlflowRecorder, reconcile
+    from study.record import RecordCallback, reconcile
 
     name = meta["name"]
     tracking_uri = meta["tracking_uri"]
@@ -245,7 +245,7 @@ def _run_locked(
         if reaped:
             print(f"[study {name}] stopped {len(reaped)} Ray processes left by the previous driver "
                   f"(PIDs {', '.join(map(str, reaped[:8]))}{' ...' if len(reaped) > 8 else ''})", file=out)
-    recorder = MlflowRecorder(
+    recorder = RecordCallback(
         tracking_uri=tracking_uri,
         study=name,
         study_dir=str(paths.dir),

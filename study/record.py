@@ -1,6 +1,6 @@
 """MLflow is the record: a driver-side Tune callback that records one MLflow run per seed.
 
-:class:`MlflowRecorder` turns Tune's events into the record's runs: what a trial's runs are
+:class:`RecordCallback` turns Tune's events into the record's runs: what a trial's runs are
 called, tagged and parametrised, and when they start, finish or fail. The writing itself,
 batched and idempotent, is :class:`record.writer.RecordWriter`'s. :func:`reconcile` re-records
 finished runs a store lost, from their run folders.
@@ -73,11 +73,11 @@ def unwritable(exc: BaseException) -> bool:
 
 
 def _guarded(hook: Any) -> Any:
-    """A Tune hook of :class:`MlflowRecorder` that turns a store failure into one line and a
+    """A Tune hook of :class:`RecordCallback` that turns a store failure into one line and a
     graceful stop (Tune's SIGUSR1, as Ctrl-C: the trials stay resumable), instead of a traceback
     per hook call for the rest of the run."""
     @functools.wraps(hook)
-    def wrapper(self: "MlflowRecorder", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: "RecordCallback", *args: Any, **kwargs: Any) -> Any:
         if getattr(self, "failure", None) is not None:
             return None
         try:
@@ -94,7 +94,7 @@ def _guarded(hook: Any) -> Any:
     return wrapper
 
 
-class MlflowRecorder(_TuneCallback):
+class RecordCallback(_TuneCallback):
     """Tune callback: the study's trial runs in MLflow, through one :class:`RecordWriter`."""
 
     def __init__(self, *, tracking_uri: str, study: str, study_dir: str, artifact_location: str | None,
@@ -120,7 +120,7 @@ class MlflowRecorder(_TuneCallback):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
 
-    def open(self) -> "MlflowRecorder":
+    def open(self) -> "RecordCallback":
         """Open the record (idempotent): the experiment, the parent run, every run key.
 
         A SQLite store that cannot be written (a read-only or full file system, no permission)
@@ -326,7 +326,7 @@ class MlflowRecorder(_TuneCallback):
         self.writer.flush(force=False)
 
 
-def reconcile(recorder: MlflowRecorder, study_dir: str | Path) -> int:
+def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
     """Re-record finished runs that the store lacks, from their run directories.
 
     A run directory holding ``result.json`` (of the same run identity as its ``trial.json``
@@ -376,5 +376,5 @@ def error_text(trial: Any) -> str:
     return "unknown error (no error file)"
 
 
-__all__ = ["MlflowRecorder", "NON_METRIC_KEYS", "OpenTrialsScheduler", "TrialQueue", "error_text",
+__all__ = ["RecordCallback", "NON_METRIC_KEYS", "OpenTrialsScheduler", "TrialQueue", "error_text",
            "is_final_metric", "reconcile"]

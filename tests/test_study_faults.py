@@ -941,10 +941,10 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
     """#27 item 10: SQLite writes on to an open, unlinked store without an error; the recorder
     compares the file with the one it opened at every Tune step, and says "it is gone"."""
     from record.store import sqlite_uri
-    from study.record import MlflowRecorder, store_failure
+    from study.record import RecordCallback, store_failure
 
     db = tmp_path / "mlflow.db"
-    rec = MlflowRecorder(tracking_uri=sqlite_uri(db), study="g", study_dir=str(tmp_path),
+    rec = RecordCallback(tracking_uri=sqlite_uri(db), study="g", study_dir=str(tmp_path),
                          artifact_location=(tmp_path / "a").as_uri(), parent_tags={}, n_seeds=1).open()
     rec.check_store()  # the file it opened: nothing to say
     for change in ("replace", "delete"):
