@@ -23,6 +23,8 @@ from test_postgres_store import postgres_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 480  # seconds; a quick run takes 5-140 s on a loaded 2-core machine
+#: Longer limits: bench_chaos --quick took about 290 s at load 10-26 (real drivers killed and resumed).
+TIMEOUTS = {"bench_chaos.py": 1000}
 
 F = r"\d+\.\d+"  # a measured number
 
@@ -90,7 +92,7 @@ CASES = [
     ]),
     ("bench_chaos.py", "--root", ("mlflow", "ray"), [
         r"^reference study: 4 runs, \d+ s$",
-        r"^cycles 2, injected \{'driver_kills': \d+, 'worker_kills': \d+, 'early_kills': [1-9]\d*, .*\}, "
+        r"^cycles \d+, injected \{'driver_kills': \d+, 'worker_kills': \d+, 'early_kills': [1-9]\d*, .*\}, "
         r"\d+ studies, [1-9]\d* finished runs",
         r"^lost 0  duplicated 0  gaps 0  mismatched vs uninterrupted 0  "
         r"epochs retrained \d+ of [1-9]\d* \(\d+ %\)$",
@@ -107,15 +109,16 @@ def run_quick(script: str, extra: list[str]) -> tuple[int, str, str]:
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT)
+        out, err = proc.communicate(timeout=TIMEOUTS.get(script, TIMEOUT))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"{script} --quick ran past {TIMEOUT} s\n{out[-3000:]}\n{err[-3000:]}")
+        pytest.fail(f"{script} --quick ran past {TIMEOUTS.get(script, TIMEOUT)} s\n{out[-3000:]}\n{err[-3000:]}")
     return proc.returncode, out, err
 
 
 @pytest.mark.bench
+@pytest.mark.timeout(max(TIMEOUTS.values()) + 200)
 @pytest.mark.parametrize("script, dir_flag, needs, expected",
                          [pytest.param(*c, id=c[0].removesuffix(".py")) for c in CASES])
 def test_benchmark_runs_quick(tmp_path: Path, script: str, dir_flag: str | None,
