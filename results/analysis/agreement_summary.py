@@ -24,6 +24,7 @@ CURRENT = (
     ("rc_table7-quick", ("rc_table7",)),
     ("rc_table6-quick", ("rc_table6",)),
     ("rc_table3_scan-quick", ("rc_table3",)),
+    ("rc_table8-quick", ("rc_table8",)),
     ("dubois_table3-quick-v2", ("dubois_table3",)),
     ("raffel_table1-quick", ("raffel_table1",)),
 )
