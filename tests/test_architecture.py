@@ -225,9 +225,14 @@ def test_no_private_name_crosses_a_module_boundary():
     ("from test_study import _wait_for\n", 1),
 ])
 def test_the_private_checker_flags_what_it_should(tmp_path, source, expected):
+    assert len(_private_uses(_probe(tmp_path, source), None)) == expected
+
+
+def _probe(tmp_path: Path, source: str) -> Path:
+    """A module holding ``source``, for a checker's self-test."""
     path = tmp_path / "probe.py"
     path.write_text(source)
-    assert len(_private_uses(path, None)) == expected
+    return path
 
 
 # ---------------------------------------------------------------------------- package floors
@@ -307,9 +312,7 @@ def test_study_uses_only_locattns_public_training_api():
     ("from locattn.packed import train_packed\n", 0),
 ])
 def test_the_training_api_checker_flags_what_it_should(tmp_path, source, expected):
-    path = tmp_path / "probe.py"
-    path.write_text(source)
-    assert len(_training_internals(path, "study.probe")) == expected
+    assert len(_training_internals(_probe(tmp_path, source), "study.probe")) == expected
 
 
 def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path):

@@ -851,6 +851,17 @@ def test_deleting_study_lock_does_not_let_a_second_driver_run(tmp_path: Path) ->
         kill_tree(a.pid)
 
 
+def wait_for_an_epoch(db: Path, driver: subprocess.Popen, log: Path) -> None:
+    """Until the store ``db`` holds a trial's first epoch (the driver's log on failure)."""
+    def an_epoch_recorded() -> bool:
+        try:  # (sqlite3.connect would create the file: look only once the driver has)
+            return db.exists() and any(r["steps"].get("train_loss") for r in trial_runs(db).values())
+        except (sqlite3.Error, KeyError):
+            return False
+
+    wait_for(an_epoch_recorded, 300, "an epoch in the store", driver, log)
+
+
 @pytest.mark.faults  # a real driver, its store's file system filled or made read-only under it
 @pytest.mark.timeout(1200)  # two drivers
 def test_a_store_failing_mid_run_is_one_line_and_resumable(tmp_path: Path, tmpfs) -> None:
@@ -866,13 +877,7 @@ def test_a_store_failing_mid_run_is_one_line_and_resumable(tmp_path: Path, tmpfs
     d = start_driver("launch", str(spec), "--root", str(root), "--tracking-uri", f"sqlite:///{db}",
                      "--progress-seconds", "60", log=log)
     try:
-        def an_epoch_recorded() -> bool:
-            try:  # (sqlite3.connect would create the file: look only once the driver has)
-                return db.exists() and any(r["steps"].get("train_loss") for r in trial_runs(db).values())
-            except (sqlite3.Error, KeyError):
-                return False
-
-        wait_for(an_epoch_recorded, 300, "an epoch in the store", d, log)
+        wait_for_an_epoch(db, d, log)
         try:  # (under load the store may have filled the disk by itself: open then fails alike)
             with (disk / "filler").open("wb") as f:
                 while True:
@@ -910,13 +915,7 @@ def test_a_store_deleted_mid_run_is_one_line_and_resumable(tmp_path: Path) -> No
     log = tmp_path / "d.log"
     d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "60", log=log)
     try:
-        def an_epoch_recorded() -> bool:
-            try:  # (sqlite3.connect would create the file: look only once the driver has)
-                return db.exists() and any(r["steps"].get("train_loss") for r in trial_runs(db).values())
-            except (sqlite3.Error, KeyError):
-                return False
-
-        wait_for(an_epoch_recorded, 300, "an epoch in the store", d, log)
+        wait_for_an_epoch(db, d, log)
         db.unlink()
         assert d.wait(timeout=300) == 2, log.read_text()[-3000:]
     finally:
