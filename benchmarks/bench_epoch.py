@@ -283,7 +283,7 @@ def packed_decoding_line(runs: list[Seq2SeqRun]) -> str:
             for name in data.test_splits:
                 split = EncodedSplit(data.splits[name], data.vocab, **ids)
                 greedy_decode(run.model, split, split_caps(split, data.decode_cap), run.cfg.optim.dev_batch_size,
-                              want_attention=True, attn_steps=run.cfg.optim.attn_loss_steps)
+                              want_attention=True, attn_steps=run.cfg.eval.attn_loss_steps)
     return (f"greedy decoding of the Copy test splits, K={K}, per seed: packed (graphed path) "
             f"{t_packed.cpu / K:.2f} CPU-s ({t_packed.wall / K:.2f} wall), eager {t_eager.cpu / K:.2f} "
             f"CPU-s ({t_eager.wall / K:.2f} wall): x{t_eager.cpu / max(t_packed.cpu, 1e-9):.2f}")

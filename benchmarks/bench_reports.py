@@ -70,7 +70,7 @@ def synth_runs(n_runs: int, epochs: int, seed: int = 0) -> list[SynthRun]:
                 if len(runs) >= n_runs:
                     return runs
                 raffel = task.startswith("raffel")
-                m: dict[str, float] = {"best_dev_score": float(rng.uniform()),
+                m: dict[str, float] = {"best_selection_score": float(rng.uniform()),
                                        "best_epoch": float(rng.integers(1, 100)),
                                        "epochs_run": 100.0}
                 for sp in _splits(task):

@@ -98,7 +98,7 @@ def fake_train(cfg: Any, out_dir: str | Path, *, recorder: Any = None, resume: b
     result = RunResult(
         run_identity=run_identity(cfg), config=config_to_dict(cfg), kind="seq2seq",
         dev_scoring=cfg.optim.dev_scoring, history=history, best_epoch=int(best["epoch"]),
-        best_dev_score=float(best["dev_score"]), epochs_run=len(history), stop_reason="max_epochs",
+        best_selection_score=float(best["dev_score"]), epochs_run=len(history), stop_reason="max_epochs",
         test={"len15": {"seq_acc": float(best["dev_score"]), "n": 1.0}},
         wall_seconds=0.001 * len(history),
     )

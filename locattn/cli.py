@@ -260,7 +260,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"locattn train: error: {exc}", file=sys.stderr)
         return 1
     print(format_table(result))
-    print(f"best epoch {result.best_epoch} (dev {100 * result.best_dev_score:.2f}%, "
+    print(f"best epoch {result.best_epoch} (dev {100 * result.best_selection_score:.2f}%, "
           f"{result.dev_scoring}); {result.epochs_run} epochs, {result.wall_seconds:.1f}s")
     print(f"wrote {out}")
     return 0

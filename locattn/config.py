@@ -21,7 +21,7 @@ from locattn.variants import get_variant
 
 DevScoring = Literal["teacher_forced", "greedy"]
 SelectOn = Literal["dev_acc", "dev_loss"]
-RaffelProtocol = Literal["paper", "dev"]
+RegressionProtocol = Literal["paper", "dev"]
 TrainStep = Literal["eager", "graphed"]
 Precision = Literal["fp32", "tf32", "bf16"]
 TrainPath = Literal["eager", "compiled"]
@@ -69,30 +69,14 @@ class OptimConfig:
     """The dev signal that picks the tested checkpoint, steps the plateau scheduler and counts
     early-stopping patience: ``dev_acc`` (higher is better; Ray Chowdhury & Caragea's code) or
     ``dev_loss``, the dev NLL (lower is better; Dubois et al.'s code). With ``dev_loss`` the
-    recorded ``best_dev_score`` is minus the best dev loss, so higher stays better."""
-    attn_loss_steps: AttnLossSteps = "with_eos"
-    """Gold steps that test attnLoss pools: ``with_eos`` includes the ``<eos>`` step (Dubois et
-    al.'s metric code); ``before_eos`` leaves it out (their paper's wording)."""
-    attn_loss_decode: AttnLossDecode = "emitted"
-    """Which decode test attnLoss reads: ``emitted`` scores the steps the greedy test decode
-    emitted (it stops at its own ``<eos>``); ``gold_length`` decodes again, free-running for
-    exactly the gold length, and scores every gold step (Dubois et al.'s evaluation; the Dubois
-    specs set it). A model that stops early scores far lower under ``emitted``."""
+    recorded ``best_selection_score`` is minus the best dev loss, so higher stays better."""
     updates_per_epoch: int = 0
     """Regression tasks (Raffel & Ellis): updates per epoch (their 'epoch' is 1,000 updates).
     0 means one pass over the training split."""
     stop_at_100: bool = True
     """Regression tasks: stop at the first epoch with 100 % accuracy on the held-out split that
-    ``raffel_protocol`` names (Raffel & Ellis report epochs to 100 %). When False, train the full
-    budget and still record ``epochs_to_100``."""
-    raffel_protocol: RaffelProtocol = "paper"
-    """Regression tasks (Raffel & Ellis) only: which held-out split drives the run. ``paper`` (their
-    §2.1): the 1,000-sequence test set is scored after every epoch, the run stops at 100 % test
-    accuracy (``epochs_to_100`` counts test epochs) or at the epoch budget, and the last epoch's
-    test accuracy is reported; there is no dev set, and a table picks the best learning rate by
-    that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and the
-    checkpoint (best dev), the test set is scored once at the end, and tables pick the learning
-    rate by dev. More honest, but its numbers answer another question than the paper's."""
+    ``eval.regression_protocol`` names (Raffel & Ellis report epochs to 100 %). When False, train
+    the full budget and still record ``epochs_to_100``."""
     teacher_forcing_ratio: float = 1.0
     """Seq2seq training: the probability that a training batch is teacher-forced; the other
     batches run the decoder free, fed its own argmax (the loss still scores the gold targets).
@@ -119,15 +103,8 @@ class OptimConfig:
             raise ValueError(
                 f"optim.dev_scoring={self.dev_scoring!r}; valid: {list(typing.get_args(DevScoring))}"
             )
-        for name, choices in (("select_on", SelectOn), ("attn_loss_steps", AttnLossSteps),
-                              ("attn_loss_decode", AttnLossDecode)):
-            if getattr(self, name) not in typing.get_args(choices):
-                raise ValueError(f"optim.{name}={getattr(self, name)!r}; "
-                                 f"valid: {list(typing.get_args(choices))}")
-        if self.raffel_protocol not in typing.get_args(RaffelProtocol):
-            raise ValueError(f"optim.raffel_protocol={self.raffel_protocol!r}; valid: "
-                             f"{list(typing.get_args(RaffelProtocol))}")
-        for name, choices in (("train_step", TrainStep), ("precision", Precision)):
+        for name, choices in (("select_on", SelectOn), ("train_step", TrainStep),
+                              ("precision", Precision)):
             if getattr(self, name) not in typing.get_args(choices):
                 raise ValueError(f"optim.{name}={getattr(self, name)!r}; "
                                  f"valid: {list(typing.get_args(choices))}")
@@ -140,6 +117,36 @@ class OptimConfig:
         if self.precision != "fp32" and self.train_step != "graphed":
             raise ValueError(f"optim.precision={self.precision!r} needs optim.train_step='graphed' "
                              "(the eager step trains in fp32)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """How a run's held-out splits are scored and which of them drives it: settings that
+    evaluation reads, not the optimizer."""
+
+    attn_loss_steps: AttnLossSteps = "with_eos"
+    """Gold steps that test attnLoss pools: ``with_eos`` includes the ``<eos>`` step (Dubois et
+    al.'s metric code); ``before_eos`` leaves it out (their paper's wording)."""
+    attn_loss_decode: AttnLossDecode = "emitted"
+    """Which decode test attnLoss reads: ``emitted`` scores the steps the greedy test decode
+    emitted (it stops at its own ``<eos>``); ``gold_length`` decodes again, free-running for
+    exactly the gold length, and scores every gold step (Dubois et al.'s evaluation; the Dubois
+    specs set it). A model that stops early scores far lower under ``emitted``."""
+    regression_protocol: RegressionProtocol = "paper"
+    """Regression tasks (Raffel & Ellis) only: which held-out split drives the run. ``paper`` (their
+    §2.1): the 1,000-sequence test set is scored after every epoch, the run stops at 100 % test
+    accuracy (``epochs_to_100`` counts test epochs) or at the epoch budget, and the last epoch's
+    test accuracy is reported; there is no dev set, and a table picks the best learning rate by
+    that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and the
+    checkpoint (best dev), the test set is scored once at the end, and tables pick the learning
+    rate by dev. More honest, but its numbers answer another question than the paper's."""
+
+    def __post_init__(self) -> None:
+        for name, choices in (("attn_loss_steps", AttnLossSteps), ("attn_loss_decode", AttnLossDecode),
+                              ("regression_protocol", RegressionProtocol)):
+            if getattr(self, name) not in typing.get_args(choices):
+                raise ValueError(f"eval.{name}={getattr(self, name)!r}; "
+                                 f"valid: {list(typing.get_args(choices))}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +183,8 @@ class RunConfig:
     """Model config, resolved from the variant preset plus overrides."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimisation protocol."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Scoring of the held-out splits."""
     seed: int = 0
     """Run seed: initialisation, data order, dropout."""
     device: str = "cpu"
@@ -298,8 +307,70 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     return value
 
 
+#: Config fields whose dotted path changed: former path -> current path. A :class:`RunConfig`
+#: mapping or override set that names a field by its former path (a spec, a saved ``study.json``
+#: or ``config.json``) loads as if it named the current one, and :func:`identity_dict` keys the
+#: field by its former path, so the run identities made before the change stand.
+RENAMED_FIELDS: Mapping[str, str] = types.MappingProxyType({
+    "optim.attn_loss_steps": "eval.attn_loss_steps",
+    "optim.attn_loss_decode": "eval.attn_loss_decode",
+    "optim.raffel_protocol": "eval.regression_protocol",
+})
+
+_ABSENT = object()
+
+
+def _take(data: dict[str, Any], path: str) -> Any:
+    """Remove ``path`` from ``data`` (nested mappings, dotted keys or a mix) and return its value,
+    or ``_ABSENT``. Nested mappings on the way are copied, never changed in place."""
+    if path in data:
+        return data.pop(path)
+    head, _, rest = path.partition(".")
+    if not rest or not isinstance(data.get(head), Mapping):
+        return _ABSENT
+    sub = dict(data[head])
+    value = _take(sub, rest)
+    if value is not _ABSENT:
+        data[head] = sub
+    return value
+
+
+def _holds(data: Mapping[str, Any], path: str) -> bool:
+    head, _, rest = path.partition(".")
+    return path in data or (bool(rest) and isinstance(data.get(head), Mapping)
+                            and _holds(data[head], rest))
+
+
+def _put(data: dict[str, Any], path: str, value: Any) -> None:
+    head, _, rest = path.partition(".")
+    if not rest:
+        data[head] = value
+        return
+    sub = dict(data[head]) if isinstance(data.get(head), Mapping) else {}
+    _put(sub, rest, value)
+    data[head] = sub
+
+
+def _current_paths(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A :class:`RunConfig` mapping (nested, dotted or both) with every field of
+    :data:`RENAMED_FIELDS` under its current path. Naming one field by both paths is an error."""
+    out = dict(data)
+    for old, new in RENAMED_FIELDS.items():
+        value = _take(out, old)
+        if value is _ABSENT:
+            continue
+        if _holds(out, new):
+            raise ValueError(f"config keys {old!r} and {new!r} name one field ({old!r} is its "
+                             f"former name); give only {new!r}")
+        _put(out, new, value)
+    return out
+
+
 def dataclass_from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a nested mapping. Unknown keys raise naming the valid ones."""
+    """Build dataclass ``cls`` from a nested mapping. Unknown keys raise naming the valid ones;
+    a :class:`RunConfig` mapping may name a field by its former path (:data:`RENAMED_FIELDS`)."""
+    if cls is RunConfig:
+        data = _current_paths(data)
     hints = typing.get_type_hints(cls)
     valid = {f.name for f in fields(cls)}
     unknown = set(data) - valid
@@ -324,10 +395,13 @@ def apply_overrides(cfg: Any, overrides: Mapping[str, Any], *, _prefix: str = ""
     """Return ``cfg`` with dotted-path overrides applied, e.g. ``{"optim.lr": 3e-4}``.
 
     Values may be strings (from the command line) and are coerced to the field's type.
-    An unknown path raises ``ValueError`` naming it and the valid keys at that level.
+    An unknown path raises ``ValueError`` naming it and the valid keys at that level. On a
+    :class:`RunConfig`, a field's former path (:data:`RENAMED_FIELDS`) is its current one.
     """
     if not overrides:
         return cfg
+    if isinstance(cfg, RunConfig):
+        overrides = _current_paths(overrides)
     hints = typing.get_type_hints(type(cfg))
     valid = {f.name: f for f in fields(cfg)}
     grouped: dict[str, dict[str, Any]] = {}
@@ -426,12 +500,12 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "task.data_version": (1, None),  # derived from the task, not a field (tasks.config.DATA_VERSIONS)
     "optim.schedule_from_epoch": (1, None),
     "optim.select_on": ("dev_acc", None),
-    "optim.attn_loss_steps": ("with_eos", None),
-    "optim.attn_loss_decode": ("emitted", None),
+    "eval.attn_loss_steps": ("with_eos", None),
+    "eval.attn_loss_decode": ("emitted", None),
     "optim.train_step": ("eager", None),
     "optim.precision": ("fp32", None),
     "optim.teacher_forcing_ratio": (1.0, lambda flat: flat["model.kind"] == "seq2seq"),
-    "optim.raffel_protocol": ("dev", _regressor),
+    "eval.regression_protocol": ("dev", _regressor),
     "model.regressor_init": ("torch", _regressor),
     "model.attention.location_norm": ("softmax", _location),
     "model.attention.rho_init": ("per_row", _location),
@@ -444,14 +518,17 @@ LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
 
 def identity_dict(cfg: RunConfig) -> dict[str, Any]:
     """The flattened config without operational fields: what changes a run's result. Fields of
-    :data:`LEGACY_VALUES` are left out while they hold their legacy value or do not apply."""
+    :data:`LEGACY_VALUES` are left out while they hold their legacy value or do not apply, and
+    fields of :data:`RENAMED_FIELDS` keep their former paths, so identities do not depend on
+    where a field lives in the config."""
     flat = flatten(config_to_dict(cfg))
     out = {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
     out["task.data_version"] = DATA_VERSIONS[cfg.task.name]
     for key, (legacy, applies) in LEGACY_VALUES.items():
         if key in out and (out[key] == legacy or (applies is not None and not applies(flat))):
             del out[key]
-    return out
+    former = {new: old for old, new in RENAMED_FIELDS.items()}
+    return {former.get(k, k): v for k, v in out.items()}
 
 
 def run_identity(cfg: RunConfig) -> str:
@@ -461,6 +538,8 @@ def run_identity(cfg: RunConfig) -> str:
 
 
 __all__ = [
+    "RENAMED_FIELDS",
+    "EvalConfig",
     "OptimConfig",
     "OutputsConfig",
     "RunConfig",

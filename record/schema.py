@@ -46,8 +46,27 @@ TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_tab
              "rc_table7", "rc_table8", "rc_table9", "raffel_variable",
              "dubois_interp", "rc_table10", "dubois_fig9")  # the last two: reports.tables.EXHIBITS
 
-# test_loss / test_score: Raffel & Ellis runs under optim.raffel_protocol=paper score the test set
-# after every epoch (there is no dev set). mix_gate: a Mix run's mean gate over the dev set.
+# test_loss / test_score: Raffel & Ellis runs under eval.regression_protocol=paper score the test
+# set after every epoch (there is no dev set). mix_gate: a Mix run's mean gate over the dev set.
 EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
                  "test_loss", "test_score", "mix_gate")
-FINAL_METRICS = ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100")
+# best_selection_score: the best value of the checkpoint-selection signal (dev accuracy, or minus
+# the dev loss under optim.select_on=dev_loss; higher is better).
+FINAL_METRICS = ("best_selection_score", "best_epoch", "epochs_run", "epochs_to_100")
+
+#: Metric keys that records hold under a former name: former -> current. A reader of the record
+#: sees only the current names (:func:`record.store.read_rows` renames as it reads), and a spec
+#: may name a metric by its former name.
+RENAMED_METRICS = {"best_dev_score": "best_selection_score"}
+#: Params (config paths) likewise: ``locattn.config.RENAMED_FIELDS``, restated here so that
+#: reading a record imports no torch (a test keeps the two equal).
+RENAMED_PARAMS = {
+    "optim.attn_loss_steps": "eval.attn_loss_steps",
+    "optim.attn_loss_decode": "eval.attn_loss_decode",
+    "optim.raffel_protocol": "eval.regression_protocol",
+}
+
+
+def current_metric(key: str) -> str:
+    """The current name of a metric key (itself unless :data:`RENAMED_METRICS` renames it)."""
+    return RENAMED_METRICS.get(key, key)

@@ -236,20 +236,54 @@ def read_rows(
     metric_keys: Sequence[str] | None = None,
     metric_prefixes: Sequence[str] = (),
     param_keys: Sequence[str] = (),
+    as_stored: bool = False,
 ) -> RunRows:
     """The runs of ``study`` (an MLflow experiment name) in ``tracking_uri``: the tags
     ``tag_keys``, the params ``param_keys``, and the latest values of ``metric_keys`` and of the
     keys starting with one of ``metric_prefixes`` (``metric_keys=None``: every metric).
+
+    Metric and param keys are the current names (:data:`record.schema.RENAMED_METRICS`,
+    :data:`record.schema.RENAMED_PARAMS`): a key asked for by a former name is asked for by its
+    current one, and a value a run holds under a former name is returned under the current one
+    (a run that holds both keeps the current one's). ``as_stored``: the keys as the store holds
+    them (for MLflow's own UI, which shows those).
     Raises :class:`StudyNotFound` (naming the studies there) or :class:`StoreError`."""
     scheme = urlsplit(tracking_uri).scheme
-    if scheme in ("http", "https"):
-        return _read_rest(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
     if scheme in ("", "file"):
         raise StoreError(
             f"tracking URI {tracking_uri!r} is a file store; the record is read from SQL stores "
             "(sqlite:///..., postgresql://...) or an MLflow server (http://...)"
         )
-    return _read_sql(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
+    if not as_stored:
+        if metric_keys is not None:
+            metric_keys = _with_former(metric_keys, schema.RENAMED_METRICS, metric_prefixes)
+        param_keys = _with_former(param_keys, schema.RENAMED_PARAMS, ())
+    read = _read_rest if scheme in ("http", "https") else _read_sql
+    rows = read(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
+    if as_stored:
+        return rows
+    return RunRows(runs=rows.runs, tags=rows.tags,
+                   params=_current_names(rows.params, schema.RENAMED_PARAMS),
+                   metrics=_current_names(rows.metrics, schema.RENAMED_METRICS))
+
+
+def _with_former(keys: Sequence[str], renamed: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
+    """``keys`` by their current names, and the former names of those (and of the current names
+    that start with one of ``prefixes``)."""
+    current = list(dict.fromkeys(renamed.get(k, k) for k in keys))
+    former = [old for old, new in renamed.items()
+              if new in current or any(new.startswith(p) for p in prefixes)]
+    return list(dict.fromkeys(current + former))
+
+
+def _current_names(rows: list[tuple], renamed: Mapping[str, str]) -> list[tuple]:
+    """``(run_id, key, value)`` rows with each former key renamed to its current one; a row under
+    a former key is dropped when its run also has a row under the current key."""
+    if not any(r[1] in renamed for r in rows):
+        return rows
+    held = {(r[0], r[1]) for r in rows}
+    return [(r[0], renamed[r[1]], *r[2:]) if r[1] in renamed else r for r in rows
+            if r[1] not in renamed or (r[0], renamed[r[1]]) not in held]
 
 
 def _read_sql(

@@ -3,11 +3,11 @@
 Per cell (row variant x column):
 
 1. Hyperparameter selection. The runs of one (task, variant[, column params]) are grouped by
-   their ``locattn.hparams``; the group with the highest median ``best_dev_score`` over its
+   their ``locattn.hparams``; the group with the highest median ``best_selection_score`` over its
    finished seeds is chosen; ties go to the smaller median ``best_epoch`` (the same dev score
    reached sooner: for Raffel & Ellis, fewer epochs to 100 %), then to the lexicographically
    smallest hparams JSON. Test metrics are never looked at here, with one exception: a Raffel &
-   Ellis table whose runs followed the paper's protocol (``optim.raffel_protocol=paper``, which
+   Ellis table whose runs followed the paper's protocol (``eval.regression_protocol=paper``, which
    has no dev set) picks, as the paper does, the group with the best test result: the smallest
    median epochs to 100 % (never reached counts as infinite), then the highest median test
    accuracy, then the smallest hparams JSON. The caption says which rule was used.
@@ -35,8 +35,8 @@ import polars as pl
 from reports.store import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from record import schema
+from record.summary import SELECTION_KEY
 
-DEV_KEY = "best_dev_score"
 BEST_EPOCH_KEY = "best_epoch"
 ALPHA = 0.05
 # Two-sided exact Wilcoxon signed-rank: the smallest attainable p is 2 / 2**n, which is below
@@ -338,8 +338,9 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     if table_protocol(runset, table) == TEST_SELECTED_PROTOCOL:
         choice = _test_result_choice(finished, runset, table, group)
     else:
-        # best median dev score, then the earliest median best epoch
-        choice = _ranked_choices(finished, runset, group, [(DEV_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
+        # best median selection score, then the earliest median best epoch
+        choice = _ranked_choices(finished, runset, group,
+                                 [(SELECTION_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
     n_choices = runs.group_by(group).agg(pl.col("hparams").n_unique().alias("n_choices"))
     chosen = choice.group_by(group, maintain_order=True).first().select([*group, "hparams"])
 
@@ -564,7 +565,7 @@ class CellSummary:
     n_points: int
     """Hyperparameter points with at least one finished run."""
     dev: float | None
-    """Median ``best_dev_score`` (%) over the chosen point's finished seeds."""
+    """Median ``best_selection_score`` (%) over the chosen point's finished seeds."""
     medians: dict[str, float]
     """Headline metric key (``test.len15.seq_acc``) -> median (%) over those seeds."""
     solved: dict[str, int]
@@ -598,7 +599,7 @@ DEFAULT_SOLVED = 90.0
 
 def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list[CellSummary]:
     """Per cell (in the study's order of first appearance): the hyperparameters with the best
-    median ``best_dev_score`` over seeds (then the earliest median best epoch, as the tables
+    median ``best_selection_score`` over seeds (then the earliest median best epoch, as the tables
     choose), and the medians of the headline metric over that point's finished seeds."""
     runs = runset.runs.filter(
         (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY) & pl.col("cell").is_not_null()
@@ -607,7 +608,7 @@ def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list
         return []
     finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
     ranked = _ranked_choices(finished, runset, ["cell"],
-                             [(DEV_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
+                             [(SELECTION_KEY, True, None), (BEST_EPOCH_KEY, False, None)])
     firsts = ranked.group_by("cell", maintain_order=True).first()
     chosen = {row["cell"]: row for row in firsts.iter_rows(named=True)}
     points = dict(ranked.group_by("cell").agg(pl.len()).iter_rows())

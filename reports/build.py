@@ -15,7 +15,7 @@ from typing import Sequence
 import polars as pl
 
 from reports.agreement import agreement
-from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, DEV_KEY, CellSummary, TableResult,
+from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, SELECTION_KEY, CellSummary, TableResult,
                                aggregate, cell_summaries, headline_keys)
 from reports.exhibits import build_exhibits
 from reports.figures import study_figures
@@ -105,7 +105,7 @@ def collect(
         uri, name = resolve_source(src, study=study)
     # exhibits (reports/exhibits.py) are written by build_reports, not aggregated here
     defs = [_table(t) for t in tables if t not in EXHIBITS] if tables else list(TABLES.values())
-    keys: dict[str, None] = {"best_dev_score": None}
+    keys: dict[str, None] = {SELECTION_KEY: None}
     for t in defs:
         for k in t.metric_keys():
             keys[k] = None
@@ -122,7 +122,7 @@ def collect(
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
     if summarize:
-        runset = read_runs(uri, name, metric_keys=[DEV_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
+        runset = read_runs(uri, name, metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
         summary = cell_summaries(runset, solved_at=DEFAULT_SOLVED if solved_at is None else solved_at)
         return Built(runset=runset, results=[], provenance=provenance(runset), summary=summary)
     results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]

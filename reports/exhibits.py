@@ -36,6 +36,7 @@ from record.layout import ARTIFACTS_DIR, ATTENTION_JSON, EXAMPLES_JSON
 from reports.store import ReportsError, RunSet
 from reports.tables import EXHIBITS
 from record import schema
+from record.summary import SELECTION_KEY
 
 ExhibitKind = Literal["examples", "trace"]
 Labeler = Callable[[str], str]
@@ -130,7 +131,7 @@ def choose_run(runset: RunSet, task: str, variant: str) -> ChosenRun | None:
     ).with_columns(pl.col("hparams").fill_null("{}"))
     if runs.height == 0:
         return None
-    dev = runset.metrics.filter(pl.col("key") == "best_dev_score").select(
+    dev = runset.metrics.filter(pl.col("key") == SELECTION_KEY).select(
         "run_id", pl.col("value").alias("dev"))
     runs = runs.join(dev, on="run_id", how="left")
     best = (runs.group_by("hparams").agg(pl.col("dev").median())

@@ -24,7 +24,7 @@ import polars as pl
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from record import schema
-from reports.aggregate import DEV_KEY, aggregate
+from reports.aggregate import SELECTION_KEY, aggregate
 from reports.labels import paper_label
 from reports.store import read_runs, resolve_source
 from reports.tables import DUBOIS_INTERP_SPLITS, get_table
@@ -78,7 +78,7 @@ def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen")
 
     Lookup tasks use the ``longer_<lookup_family>_i`` files; the interpolation sets are averaged
     into one point. When a cell has several hyperparameter settings, the one with the best
-    median ``best_dev_score`` is used, as in the tables.
+    median ``best_selection_score`` is used, as in the tables.
     """
     runs = runset.runs.filter(
         (pl.col("task") == task) & (pl.col("status") == schema.STATUS_FINISHED)
@@ -87,7 +87,7 @@ def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen")
     if runs.height == 0:
         return pl.DataFrame(schema={"variant": pl.String, "split": pl.String, "x": pl.Float64,
                                     "seed": pl.Int64, "value": pl.Float64})
-    dev = runset.metrics.filter(pl.col("key") == DEV_KEY).select("run_id", pl.col("value").alias("dev"))
+    dev = runset.metrics.filter(pl.col("key") == SELECTION_KEY).select("run_id", pl.col("value").alias("dev"))
     best = (runs.join(dev, on="run_id", how="left").group_by(["variant", "hparams"])
             .agg(pl.col("dev").median()).sort(["variant", "dev", "hparams"],
                                               descending=[False, True, False], nulls_last=True)
@@ -281,7 +281,7 @@ def raffel_frame(runset) -> pl.DataFrame:
 
     Where a (task, variant, T0) ran several learning rates, only the runs of the one the
     ``raffel_table1`` table chose are kept (by the test result under the paper's protocol, by dev
-    under the dev-selected one; read ``optim.raffel_protocol`` and ``epochs_to_100`` too)."""
+    under the dev-selected one; read ``eval.regression_protocol`` and ``epochs_to_100`` too)."""
     if "task.t0" not in runset.runs.columns:
         raise ValueError("Raffel figures need the run param 'task.t0'; read it with param_keys")
     table = get_table("raffel_table1")
@@ -339,8 +339,8 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
     src = str(source)
     uri, name = (resolve_source(tracking_uri=src, study=study) if "://" in src
                  else resolve_source(src, study=study))
-    rs = read_runs(uri, name, metric_keys=["best_dev_score", "epochs_to_100"],
-                   metric_prefixes=["test."], param_keys=["task.t0", "optim.raffel_protocol",
+    rs = read_runs(uri, name, metric_keys=[SELECTION_KEY, "epochs_to_100"],
+                   metric_prefixes=["test."], param_keys=["task.t0", "eval.regression_protocol",
                                                             "optim.updates_per_epoch"])
     out = Path(out_dir) / "figures"
     written: list[Path] = []

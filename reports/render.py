@@ -186,7 +186,7 @@ def notes(result: TableResult, label: Labeler) -> list[str]:
             how = ("chosen per cell by the test result, as the paper: fewest median epochs to "
                    "100 %, then the highest median test accuracy")
         else:
-            how = "chosen per cell by the best median best_dev_score over seeds, never by test"
+            how = "chosen per cell by the best median best_selection_score over seeds, never by test"
         out.append(f"Hyperparameters ({how}): {txt}.")
     if t.kind != "epochs_or_accuracy" and result.stat != "n":
         if result.n_tests == 0:
@@ -574,6 +574,7 @@ def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[st
 
 
 def summary_caption(study: str, solved_at: float) -> str:
+    # best_dev_score: best_selection_score's former name, which the committed summaries print
     return (f"Study {study}, per cell: the hyperparameters with the best median best_dev_score "
             f"over seeds (never chosen by test), that median, the points tried, and the median "
             f"over the chosen point's finished seeds of each test split; (k/n): k of n seeds "

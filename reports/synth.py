@@ -35,7 +35,7 @@ class SynthRun:
     status: str = schema.STATUS_FINISHED
     """``finished``, ``running`` or ``failed``."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """Final metrics (``best_dev_score``, ``test.<split>.<metric>``, ...)."""
+    """Final metrics (``best_selection_score``, ``test.<split>.<metric>``, ...)."""
     params: dict[str, str] = field(default_factory=dict)
     """Extra params (e.g. ``task.t0``); part of the cell id."""
     n_seeds: int = 5

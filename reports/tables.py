@@ -100,7 +100,7 @@ class TableDef:
     """Extra caption text (choices we made where the paper is silent)."""
     protocol_param: str = ""
     """Run param recording the protocol that decides how a cell's hyperparameters are chosen
-    (Raffel & Ellis: ``optim.raffel_protocol``); empty: by dev, for every run. Runs without the
+    (Raffel & Ellis: ``eval.regression_protocol``); empty: by dev, for every run. Runs without the
     param count as :data:`LEGACY_PROTOCOL`."""
     protocol_titles: tuple[tuple[str, str], ...] = ()
     """(protocol value, title) for a table with a ``protocol_param``: the caption names the
@@ -144,7 +144,7 @@ class TableDef:
         return tuple(seen)
 
     def metric_keys(self) -> tuple[str, ...]:
-        """The MLflow metric keys this table reads (besides ``best_dev_score``)."""
+        """The MLflow metric keys this table reads (besides ``best_selection_score``)."""
         keys: dict[str, None] = {}
         for c in self.columns:
             for s in c.splits:
@@ -204,7 +204,7 @@ DUBOIS_INTERP_SPLITS = ("heldout_inputs", "heldout_compositions")
 _DUBOIS_INTERP = DUBOIS_INTERP_SPLITS
 _DUBOIS_TASKS = ("lookup", "reverse_lookup", "noisy_lookup")
 _RAFFEL_T0 = ("50", "100", "500", "1000", "5000", "10000")
-#: Protocol of a Raffel run whose params lack ``optim.raffel_protocol`` (some committed records):
+#: Protocol of a Raffel run whose params lack ``eval.regression_protocol`` (some committed records):
 #: such runs selected on dev.
 LEGACY_PROTOCOL = "dev"
 #: The protocol under which a table picks a cell's hyperparameters by the test result.
@@ -343,6 +343,7 @@ _register(TableDef(
                  key=f"long{i}") for i in range(1, 6)),
     )),)),),
     metric="attn_loss", direction="min", stat="mean", scale=1.0,
+    # optim.attn_loss_decode: eval.attn_loss_decode's former path, which the committed tables print
     note=("Each seed's value is the mean over the three tasks; the cell is the mean over "
           "seeds, as in the paper. Interp. is the mean of the heldout_inputs and "
           "heldout_compositions sets (2,892 rows of 2-4 tables from t1..t6, the paper's "
@@ -371,7 +372,7 @@ _register(TableDef(
           "are the paper's, 1,000 updates of batch 100 each: a run with shorter epochs counts "
           "as reaching 100 % at the first 1,000-update mark after it did, as the paper's "
           "once-per-epoch test would have seen it."),
-    protocol_param="optim.raffel_protocol",
+    protocol_param="eval.regression_protocol",
     protocol_titles=_RAFFEL_TITLES,
     epoch_param="optim.updates_per_epoch",
     epoch_updates=1000,
@@ -393,7 +394,7 @@ _register(TableDef(
     metric="accuracy", direction="max",
     note=("The paper reports its best run over four learning rates, with the test set scored "
           "every epoch and no dev set. Here the learning rate is chosen per cell by the median "
-          "best_dev_score, which under optim.raffel_protocol=paper is the last epoch's test "
+          "best_selection_score, which under eval.regression_protocol=paper is the last epoch's test "
           "accuracy (the paper's choice) and under paper_dev the dev accuracy."),
 ))
 _register(TableDef(

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
                       "its seeds' runs inside; the headline metric columns)" if view else
                       f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
-                      "'Columns', e.g. metrics test.len100.seq_acc and best_dev_score)", flush=True)
+                      "'Columns', e.g. metrics test.len100.seq_acc and best_selection_score)", flush=True)
 
             return serve(ui_command(store, args.host, args.port),
                          probe=health_url(args.host, args.port), ready=ready)

@@ -132,9 +132,12 @@ def load_train_fn(path: str) -> Callable[..., Any]:
 def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     """Final per-run metrics from the trainer: its ``RunResult`` or ``out_dir/result.json``.
 
-    Returns flat MLflow keys: ``best_dev_score``, ``best_epoch``, ``epochs_run``,
-    ``epochs_to_100`` and ``test.<split>.<metric>``.
+    Returns flat MLflow keys: ``best_selection_score``, ``best_epoch``, ``epochs_run``,
+    ``epochs_to_100`` and ``test.<split>.<metric>`` (a key of ``result.json`` by its former name
+    under its current one).
     """
+    from record import schema  # light (imports nothing): may join the module-level imports
+
     if result is not None and hasattr(result, "final_metrics"):
         return {k: float(v) for k, v in result.final_metrics().items()}
     data: Mapping[str, Any] = {}
@@ -144,10 +147,10 @@ def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     elif result is not None:
         data = asdict(result) if is_dataclass(result) else dict(getattr(result, "__dict__", {}))
     out: dict[str, float] = {}
-    for key in ("best_dev_score", "best_epoch", "epochs_run", "epochs_to_100"):
+    for key in (*schema.RENAMED_METRICS, *schema.FINAL_METRICS):
         value = data.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = float(value)
+            out[schema.current_metric(key)] = float(value)
     test = data.get("test") or data.get("test_metrics") or {}
     for split, metrics in test.items():
         if isinstance(metrics, Mapping):

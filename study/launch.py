@@ -24,7 +24,7 @@ from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
-                        resolve_spec, size_warnings, widens)
+                        resolve_spec, same_spec, size_warnings, widens)
 from study.ui import browse_advice
 
 DEFAULT_TRAIN_FN = "locattn.train:train"
@@ -96,7 +96,7 @@ def launch(
             relocate(paths, meta, out)
             if widens(meta["resolved"], spec.resolved):
                 _widen(paths, meta, spec, only or {}, out)
-            elif meta["resolved"] != spec.resolved:
+            elif not same_spec(meta["resolved"], spec.resolved):
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
                     f"profile ({meta['spec_path']}, profile {meta['profile']}, --only "

@@ -16,6 +16,7 @@ from locattn.config import make_run_config
 from record import layout, schema
 from record.layout import StudyPaths
 from record.store import sqlite_uri
+from record.summary import SELECTION_KEY
 from study.migrate import DEFAULT_TRAIN_FN
 from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
@@ -38,7 +39,7 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
     finished, or a search study's cell groups (one per cell x hparams point)."""
 
     common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
-                  metric=spec.search.metric if spec.search else "best_dev_score",
+                  metric=spec.search.metric if spec.search else SELECTION_KEY,
                   train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
     if spec.search is not None:
         return [trial_descriptor(cell=cell.cell, task=cell.task, variant=cell.variant,

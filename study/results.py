@@ -4,7 +4,7 @@
 Per cell: its headline number (the median over seeds of the sequence accuracy, or accuracy, on
 its hardest test split, :func:`hardest_split`),
 how many of those seeds solved it (at least :data:`SOLVED_AT` %), and for a study with
-hyperparameters the chosen point (best median ``best_dev_score``, never test) and that dev
+hyperparameters the chosen point (best median ``best_selection_score``, never test) and that
 score. The full tables are ``study report``'s. Standard library only: it reads the store
 through :mod:`record.store` and imports neither torch, Ray nor MLflow.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
-from record.summary import DEV_KEY, chosen_point, median_of
+from record.summary import SELECTION_KEY, chosen_point, median_of
 
 #: A seed "solved" a cell at this accuracy (%) or more.
 SOLVED_AT = 90.0
@@ -40,7 +40,7 @@ class CellResult:
     hparams: str
     """The chosen point, ``lr=3e-4`` (empty: nothing to choose)."""
     dev: float | None
-    """Median best_dev_score (%) of the chosen point."""
+    """Median best_selection_score (%) of the chosen point."""
 
 
 def hardest_split(splits: list[str]) -> str | None:
@@ -69,7 +69,7 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
     try:
         rows = read_rows(tracking_uri, study,
                          tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS),
-                         metric_keys=[DEV_KEY], metric_prefixes=("test.",))
+                         metric_keys=[SELECTION_KEY], metric_prefixes=("test.",))
     except (StudyNotFound, StoreError):
         return []
     tags: dict[str, dict[str, str]] = {}
@@ -101,7 +101,7 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
                 break
         split = hardest_split(list(values)) or ""
         seeds = values.get(split, [])
-        d = median_of([metrics.get(r, {}) for r in ids], DEV_KEY)
+        d = median_of([metrics.get(r, {}) for r in ids], SELECTION_KEY)
         out.append(CellResult(
             cell=cell, split=split, median=statistics.median(seeds) if seeds else None,
             solved=sum(v >= SOLVED_AT for v in seeds), n=len(seeds),

@@ -34,7 +34,7 @@ class Shape:
     train: float
     """Trained per epoch."""
     dev: float
-    """Scored per epoch (Raffel & Ellis: the held-out split of ``optim.raffel_protocol``)."""
+    """Scored per epoch (Raffel & Ellis: the held-out split of ``eval.regression_protocol``)."""
     test: float
     """Scored once, after the last epoch."""
     assumed: str = ""
@@ -49,7 +49,7 @@ def split_ktok(examples: Iterable[Any]) -> float:
 def run_shape(cfg: Any) -> Shape:
     """The :class:`Shape` of a resolved ``RunConfig`` (builds or reads its data, cached)."""
     o = cfg.optim
-    return _shape(cfg.task, o.updates_per_epoch, o.batch_size, o.raffel_protocol)
+    return _shape(cfg.task, o.updates_per_epoch, o.batch_size, cfg.eval.regression_protocol)
 
 
 @lru_cache(maxsize=256)

@@ -34,7 +34,7 @@ from study.spec_yaml import read_yaml
 __all__ = [
     "SIZE_LIMITS", "Cell", "SearchSpec", "SpecError", "StudySpec", "TrialSpec", "cell_id",
     "check_study_name", "check_task_data", "hparams_json", "load_spec", "parse_only", "read_yaml",
-    "require_task_data", "resolve_spec", "run_key", "size_warnings", "widens",
+    "require_task_data", "resolve_spec", "run_key", "same_spec", "size_warnings", "widens",
 ]
 
 
@@ -70,11 +70,31 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
     return only
 
 
+def _current_names(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """``resolved`` with its override keys and search metric under their current names
+    (:data:`record.schema.RENAMED_PARAMS`, :data:`record.schema.RENAMED_METRICS`). Grid and
+    hparams axes keep theirs: an axis name is part of the run keys."""
+    out = dict(resolved)
+    if isinstance(out.get("overrides"), Mapping):
+        out["overrides"] = {schema.RENAMED_PARAMS.get(k, k): v for k, v in out["overrides"].items()}
+    search = out.get("search")
+    if isinstance(search, Mapping) and isinstance(search.get("metric"), str):
+        out["search"] = {**search, "metric": schema.current_metric(search["metric"])}
+    return out
+
+
+def same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether resolved specs ``old`` and ``new`` are the same study, also when one names an
+    override or the search metric by its former name."""
+    return _current_names(old) == _current_names(new)
+
+
 def widens(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether resolved spec ``new`` is ``old`` with more grid values and nothing else changed:
     the same spec and profile launched with a wider (or no) ``--only``. Every trial of ``old``
     is then a trial of ``new``, so a study can grow without rerunning what it finished. Search
     specs never widen (their samplers' histories belong to the old cells)."""
+    old, new = _current_names(old), _current_names(new)
     if old == new or new.get("search") is not None:
         return False
     rest = {"grid", "only"}

@@ -178,7 +178,9 @@ def parse_search(path: str, raw: Any) -> SearchSpec | None:
     mode = raw.get("mode", "max")
     if mode not in ("max", "min"):
         raise spec_error(path, "search.mode", f"unknown mode {mode!r}", ["max", "min"])
-    metric = raw.get("metric", "best_dev_score")
+    metric = raw.get("metric", "best_selection_score")
+    if isinstance(metric, str):
+        metric = schema.current_metric(metric)  # a former name still names its metric
     valid_metrics = sorted(set(schema.FINAL_METRICS) | set(schema.EPOCH_METRICS))
     if not isinstance(metric, str) or (metric not in valid_metrics and not metric.startswith("test.")):
         raise spec_error(path, "search.metric", f"unknown metric {metric!r}", valid_metrics)

@@ -26,7 +26,7 @@ class SearchSpec:
     """Optuna sampler name."""
     sampler_seed: int = 0
     """Seed of the sampler, so a study's search points are reproducible."""
-    metric: str = "best_dev_score"
+    metric: str = "best_selection_score"
     """Per-seed final metric; its median over all seeds is what the sampler sees."""
     mode: str = "max"
     """``max`` or ``min``."""

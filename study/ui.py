@@ -34,7 +34,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from record import schema
 from record.layout import META_FILE, STORE_FILE
 from record.store import StoreError, StudyNotFound, experiment_id, read_rows, sqlite_path, sqlite_uri, unpack
-from record.summary import DEV_KEY, SEEDS_KEY
+from record.summary import SEEDS_KEY, SELECTION_KEY
 from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
 
@@ -93,15 +93,17 @@ def metric_column(key: str) -> str:
 def view_state(tracking_uri: str, name: str) -> dict:
     """The runs table the study's view shows. Columns: per headline split of the cells (the
     hardest test split, :func:`study.results.cell_results`), its sequence accuracy (or
-    accuracy), then ``best_dev_score`` and, on cell runs, ``seeds_finished``.
+    accuracy), then ``best_selection_score`` (under the name, or names, the store holds it by)
+    and, on cell runs, ``seeds_finished``.
 
     A record with cell runs: every run but the study's, by start time, so each seed's run sits
     under its cell's run (MLflow nests runs under a parent in the result when sorted by time),
     and a cell's row shows its medians. An older record (no cell runs): the trial runs grouped
     by the ``locattn.cell`` tag, each group showing MLflow's average over its seeds."""
+    selection = [SELECTION_KEY, *(old for old, new in schema.RENAMED_METRICS.items() if new == SELECTION_KEY)]
     try:
-        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE,), metric_keys=[],
-                         metric_prefixes=("test.",))
+        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE,), metric_keys=selection,
+                         metric_prefixes=("test.",), as_stored=True)
     except (StudyNotFound, StoreError):
         rows = None
     keys = {k for _, k, *_ in rows.metrics} if rows else set()
@@ -111,7 +113,8 @@ def view_state(tracking_uri: str, name: str) -> dict:
         key = next((f"test.{split}.{m}" for m in HEADLINE_METRICS if f"test.{split}.{m}" in keys), None)
         if key is not None:
             columns.append(metric_column(key))
-    columns += [metric_column(DEV_KEY)] + ([metric_column(SEEDS_KEY)] if has_cells else [])
+    held = [k for k in selection if k in keys] or [SELECTION_KEY]
+    columns += [metric_column(k) for k in held] + ([metric_column(SEEDS_KEY)] if has_cells else [])
     if has_cells:
         return {"searchFilter": CELL_FILTER, "orderByKey": "attributes.start_time",
                 "orderByAsc": True, "selectedColumns": columns}

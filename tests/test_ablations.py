@@ -266,7 +266,7 @@ def test_smoke_profile_runs(shared: dict, path: Path) -> None:
     assert {r["tags"][schema.CELL] for r in runs} == {c.cell for c in spec.cells}
     for r in runs:  # the per-cell selection axis is recorded for the reports' dev selection
         assert set(spec.hparams) <= set(json.loads(r["tags"][schema.HPARAMS]))
-        assert math.isfinite(r["metrics"]["best_dev_score"])
+        assert math.isfinite(r["metrics"]["best_selection_score"])
     if spec.tables:
         from reports.build import collect
 

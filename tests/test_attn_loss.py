@@ -87,11 +87,11 @@ def _tiny_lookup(variant: str, seed: int, **overrides):
 
 def test_greedy_decode_pools_the_configured_steps() -> None:
     """greedy_decode's pooled attnLoss equals the hand pooling of the model's own traces, with
-    and without the <eos> step; the choice reaches it from ``optim.attn_loss_steps``."""
+    and without the <eos> step; the choice reaches it from ``eval.attn_loss_steps``."""
     from locattn.training.evaluate import greedy_decode
 
-    cfg, model, vocab, split = _tiny_lookup("dubois_location", 0, **{"optim.attn_loss_steps": "before_eos"})
-    assert cfg.optim.attn_loss_steps == "before_eos"
+    cfg, model, vocab, split = _tiny_lookup("dubois_location", 0, **{"eval.attn_loss_steps": "before_eos"})
+    assert cfg.eval.attn_loss_steps == "before_eos"
     caps = np.array([6, 6])
     out = model.greedy(split.src, split.src_len, torch.as_tensor(caps), trace=True)
     offset = int(getattr(model, "source_offset", 0))
@@ -110,8 +110,8 @@ def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early()
     gold-length decode (Dubois's evaluation) every gold step, from a decode that ignores <eos>."""
     from locattn.training.evaluate import greedy_decode
 
-    cfg, model, vocab, split = _tiny_lookup("dubois_mix", 1, **{"optim.attn_loss_decode": "gold_length"})
-    assert cfg.optim.attn_loss_decode == "gold_length"
+    cfg, model, vocab, split = _tiny_lookup("dubois_mix", 1, **{"eval.attn_loss_decode": "gold_length"})
+    assert cfg.eval.attn_loss_decode == "gold_length"
     with torch.no_grad():
         model.out_bias[vocab.eos_id] = 1e4  # <eos> wins every step
     caps = np.array([6, 6])
@@ -143,11 +143,11 @@ def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early()
 
 
 def test_config_refuses_unknown_choices() -> None:
-    from locattn.config import OptimConfig
+    from locattn.config import EvalConfig, OptimConfig
 
-    with pytest.raises(ValueError, match=r"optim.attn_loss_steps='all'; valid: \['with_eos', 'before_eos'\]"):
-        OptimConfig(attn_loss_steps="all")
+    with pytest.raises(ValueError, match=r"eval.attn_loss_steps='all'; valid: \['with_eos', 'before_eos'\]"):
+        EvalConfig(attn_loss_steps="all")
     with pytest.raises(ValueError, match=r"optim.select_on='loss'; valid: \['dev_acc', 'dev_loss'\]"):
         OptimConfig(select_on="loss")
-    with pytest.raises(ValueError, match=r"optim.attn_loss_decode='all'; valid: \['emitted', 'gold_length'\]"):
-        OptimConfig(attn_loss_decode="all")
+    with pytest.raises(ValueError, match=r"eval.attn_loss_decode='all'; valid: \['emitted', 'gold_length'\]"):
+        EvalConfig(attn_loss_decode="all")

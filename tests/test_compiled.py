@@ -88,7 +88,7 @@ def test_compiled_training_equals_eager_within_tolerance(tmp_path: Path) -> None
     for he, hc in zip(e, c):
         assert abs(he["train_loss"] - hc["train_loss"]) <= 1e-3, (he, hc)
     assert e[0]["train_loss"] != c[0]["train_loss"] or e[-1] == c[-1]  # compiled really ran
-    assert compiled.best_dev_score == eager.best_dev_score
+    assert compiled.best_selection_score == eager.best_selection_score
     assert compiled.test["iid"]["seq_acc"] == eager.test["iid"]["seq_acc"]
 
 

@@ -22,7 +22,7 @@ def _runs(split_values: dict[str, float], seeds: int = 2) -> list[SynthRun]:
     runs = []
     for task in TASKS:
         for s in range(seeds):
-            m = {"best_dev_score": 0.9}
+            m = {"best_selection_score": 0.9}
             m.update({f"test.{sp}.attn_loss": v + s for sp, v in split_values.items()})
             runs.append(SynthRun(task=task, variant="dubois_mix", seed=s, n_seeds=seeds, metrics=m))
     return runs
@@ -59,7 +59,7 @@ def test_table_note_names_the_interp_files() -> None:
 
 def test_select_on_dev_loss_keeps_the_lowest_dev_loss(tmp_path: Path) -> None:
     """optim.select_on=dev_loss (Dubois's code): the kept checkpoint is the epoch of the lowest
-    dev loss and best_dev_score is minus that loss; dev_acc keeps the best dev accuracy."""
+    dev loss and best_selection_score is minus that loss; dev_acc keeps the best dev accuracy."""
     from locattn.config import make_run_config
     from locattn.train import train
 
@@ -73,11 +73,11 @@ def test_select_on_dev_loss_keeps_the_lowest_dev_loss(tmp_path: Path) -> None:
         hist = res.history
         if select_on == "dev_loss":
             best = min(h["dev_loss"] for h in hist)
-            assert res.best_dev_score == pytest.approx(-best)
+            assert res.best_selection_score == pytest.approx(-best)
             assert hist[res.best_epoch - 1]["dev_loss"] == pytest.approx(best)
         else:
             best = max(h["dev_score"] for h in hist)
-            assert res.best_dev_score == pytest.approx(best) and res.best_dev_score >= 0
+            assert res.best_selection_score == pytest.approx(best) and res.best_selection_score >= 0
             assert hist[res.best_epoch - 1]["dev_score"] == pytest.approx(best)
 
 
@@ -98,7 +98,7 @@ def test_dubois_specs_follow_dubois_code(stem: str) -> None:
             assert (o.lr, o.weight_decay, o.batch_size, o.clip) == (1e-3, 0.0, 64, 5.0), cell.cell
             assert (o.select_on, o.schedule_from_epoch, o.patience) == ("dev_loss", 1, 6), cell.cell
             assert (o.plateau_patience, o.plateau_factor) == (4, 0.5)
-            assert o.attn_loss_steps == "with_eos"
+            assert cfg.eval.attn_loss_steps == "with_eos"
             assert cfg.task.dev_from_long1 == 0, cell.cell
             if profile == "paper":
                 assert o.epochs == 50

@@ -87,3 +87,33 @@ def test_a_data_change_is_a_different_run():
     assert dedupe["task.data_version"] == 3  # the reference's generator, not the old one
     copy = identity_dict(make_run_config(task="copy", variant="mono", seed=0))
     assert "task.data_version" not in copy  # version 1: identities made before it existed hold
+
+
+# Identities computed at e9ee357, before the evaluation fields moved from ``optim`` to ``eval``:
+# the dubois_table3 spec's overrides (attn_loss_decode: gold_length) on one of its cells, the
+# same with attn_loss_steps: before_eos, and a Raffel regressor under raffel_protocol: paper.
+_DUBOIS = {"optim.epochs": 50, "optim.batch_size": 64, "optim.select_on": "dev_loss",
+           "optim.schedule_from_epoch": 1, "optim.patience": 6, "task.dev_from_long1": 0,
+           "optim.lr": 0.001}
+_RAFFEL = {"optim.epochs": 20, "optim.updates_per_epoch": 250, "task.t0": 50, "optim.lr": 0.001}
+
+
+@pytest.mark.parametrize("task, variant, base, moved, identity", [
+    ("lookup", "dubois_mix", _DUBOIS, {"attn_loss_decode": "gold_length"}, "9dbe8bf438e87e91"),
+    ("lookup", "dubois_mix", _DUBOIS,
+     {"attn_loss_decode": "gold_length", "attn_loss_steps": "before_eos"}, "ba946cd570aeb319"),
+    ("raffel_add", "ffattn", _RAFFEL, {"raffel_protocol": "paper"}, "ea06c00448131ecd"),
+    ("raffel_add", "ffattn", _RAFFEL, {"raffel_protocol": "dev"}, "99eb81b641ca619e"),
+])
+def test_a_moved_field_keeps_the_identities_made_before_it_moved(task, variant, base, moved, identity):
+    from locattn.config import RENAMED_FIELDS
+
+    old = {f"optim.{k}": v for k, v in moved.items()}
+    new = {RENAMED_FIELDS[k]: v for k, v in old.items()}
+    by_old = make_run_config(task=task, variant=variant, seed=0, overrides={**base, **old})
+    by_new = make_run_config(task=task, variant=variant, seed=0, overrides={**base, **new})
+    assert run_identity(by_old) == run_identity(by_new) == identity
+    keys = set(identity_dict(by_new))
+    assert not keys & set(RENAMED_FIELDS.values())  # the identity names the former paths
+    if moved != {"raffel_protocol": "dev"}:  # dev: the legacy value, left out
+        assert set(old) <= keys

@@ -161,7 +161,7 @@ def _search_study(d: Path) -> Path:
             for seed, dev in enumerate(devs):
                 runs.append(SynthRun(task="copy", variant=variant, seed=seed,
                                      hparams={"optim.lr": lr}, n_seeds=3,
-                                     metrics={"best_dev_score": dev, "best_epoch": 3,
+                                     metrics={"best_selection_score": dev, "best_epoch": 3,
                                               "test.len15.seq_acc": dev, "test.len100.seq_acc": dev / 2}))
     d.mkdir(parents=True)
     write_bulk_sql(d / "mlflow.db", d.name, runs, tables=[])
@@ -229,7 +229,7 @@ def test_reports_build_from_a_tracking_uri_defaults_its_out_folder(tmp_path: Pat
 
 def _two_rows(len100: tuple[float, float]) -> list[SynthRun]:
     return [SynthRun(task="copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_dev_score": 0.9, "test.len15.seq_acc": a,
+                     metrics={"best_selection_score": 0.9, "test.len15.seq_acc": a,
                               "test.len30.seq_acc": 0.5, "test.len100.seq_acc": len100[i]})
             for i, (v, a) in enumerate((("onestep", 1.0), ("content", 0.2))) for s in range(2)]
 
@@ -461,12 +461,12 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
 
     lr1, lr3 = {"optim.lr": 1e-3}, {"optim.lr": 3e-3}
     runs = [SynthRun(task="copy", variant="onestep", seed=s, hparams=lr1, n_seeds=3,
-                     metrics={"best_dev_score": dev, "test.len100.seq_acc": acc})
+                     metrics={"best_selection_score": dev, "test.len100.seq_acc": acc})
             for s, dev, acc in ((0, 0.9, 0.5), (1, 0.8, 0.6), (2, 0.7, 0.1))]
     runs += [SynthRun(task="copy", variant="onestep", seed=s, hparams=lr3, n_seeds=3,
-                      metrics={"best_dev_score": 0.2, "test.len100.seq_acc": 0.9}) for s in (0, 1, 2)]
+                      metrics={"best_selection_score": 0.2, "test.len100.seq_acc": 0.9}) for s in (0, 1, 2)]
     runs += [SynthRun(task="reverse_copy", variant="onestep_no_step2", seed=s, hparams=lr1, n_seeds=3,
-                      metrics={"best_dev_score": 0.5, "test.len100.seq_acc": v})
+                      metrics={"best_selection_score": 0.5, "test.len100.seq_acc": v})
              for s, v in ((0, 0.25), (1, 0.75))]
     runs.append(SynthRun(task="reverse_copy", variant="onestep_no_step2", seed=2, hparams=lr1,
                          n_seeds=3, status="failed"))
@@ -483,12 +483,12 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
     assert sorted(cells) == ["task=copy,variant=onestep", "task=reverse_copy,variant=onestep_no_step2"]
     one = cells["task=copy,variant=onestep"]
     assert one.info.run_name == "1step·copy"
-    assert one.data.metrics == {"best_dev_score": 0.8, "test.len100.seq_acc": 0.5, "seeds_finished": 3.0}
+    assert one.data.metrics == {"best_selection_score": 0.8, "test.len100.seq_acc": 0.5, "seeds_finished": 3.0}
     assert json.loads(one.data.tags["locattn.hparams"]) == lr1
     assert "mlflow.parentRunId" not in one.data.tags  # top-level: a row of its own in the UI
     two = cells["task=reverse_copy,variant=onestep_no_step2"]
     assert two.info.run_name == "-step2·rev-copy"
-    assert two.data.metrics == {"best_dev_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0}
+    assert two.data.metrics == {"best_selection_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0}
     assert w.run_counts(9) == {"runs_expected": 9, "runs_finished": 8, "runs_failed": 1,
                                "runs_unfinished": 0}
     w.finish_parent(interrupted=False)
@@ -524,7 +524,7 @@ def test_a_real_study_nests_its_seeds_under_a_cell_run_with_their_medians(tmp_pa
     assert "mlflow.parentRunId" not in cell.data.tags and cell.data.tags["locattn.study"] == "tiny"
     assert sorted(t.info.run_name for t in trials) == ["1step·copy·s0", "1step·copy·s1"]
     assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {cell.info.run_id}
-    finals = [k for k in trials[0].data.metrics if k == "best_dev_score" or k.startswith("test.")]
+    finals = [k for k in trials[0].data.metrics if k == "best_selection_score" or k.startswith("test.")]
     assert "test.len15.seq_acc" in finals
     for key in finals:
         values = sorted(t.data.metrics[key] for t in trials)
@@ -540,7 +540,8 @@ def test_a_real_study_nests_its_seeds_under_a_cell_run_with_their_medians(tmp_pa
 def test_the_ui_view_of_a_record_without_cell_runs_groups_its_seeds_by_cell() -> None:
     """The committed 144-run record predates cell runs: its view groups the trial runs by the
     locattn.cell tag and shows each cell's headline split (len100 for the probing tasks,
-    longer_seen_5 for Lookup) beside best_dev_score."""
+    longer_seen_5 for Lookup) beside its selection score, under the name the record holds it by
+    (best_dev_score), since MLflow's UI shows the stored names."""
     from study.ui import current_store, view_state
 
     record = ROOT / "results" / "record" / "rc_table2-quick-v2"

@@ -36,7 +36,7 @@ def refused(tmp_path: Path, **changes) -> str:
 
 
 def descriptors(spec) -> list[dict]:
-    common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, gpus=spec.gpus, metric="best_dev_score",
+    common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, gpus=spec.gpus, metric="best_selection_score",
                   train_fn="locattn.train:train", pack=spec.pack_seeds)
     return [{"trial": trial_descriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
                                        hparams=t.hparams, seeds=t.seeds, points=t.points, **common)}

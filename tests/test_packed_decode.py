@@ -116,7 +116,7 @@ def test_gold_length_attention_splits_are_left_to_the_eager_decode(tmp_path: Pat
 
     every = decoded_splits()
     assert every[0] and every[0] == set(load_task(cfg(tmp_path).task, cache_dir=str(tmp_path / "cache")).test_splits)
-    assert decoded_splits(**{"optim.attn_loss_decode": "gold_length"}) == [set()]  # Copy: all have gold attention
+    assert decoded_splits(**{"eval.attn_loss_decode": "gold_length"}) == [set()]  # Copy: all have gold attention
 
 
 def test_capture_needs_cuda(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 - lengths drawn from the closed interval [T0, 1.1 T0];
 - weights N(0, std = 1/sqrt(fan_in)), zero biases (``model.regressor_init=paper``; ``torch`` keeps
   PyTorch's default);
-- ``optim.raffel_protocol=paper``: the test set is scored after every epoch, the run stops at 100 %
+- ``eval.regression_protocol=paper``: the test set is scored after every epoch, the run stops at 100 %
   test accuracy, ``epochs_to_100`` counts test epochs, and the report picks a cell's learning rate
   by that test result; ``dev`` keeps the dev-selected protocol, labelled as such.
 """
@@ -116,13 +116,13 @@ def _cfg(protocol: str, **over):
     # epoch 7, dev at epoch 5), in a few seconds
     base = {"task.t0": 20, "optim.batch_size": 50, "optim.updates_per_epoch": 60,
             "optim.epochs": 8, "optim.lr": 1e-2, "task.dev_size": 30, "task.test_size": 30,
-            "num_threads": 1, "optim.raffel_protocol": protocol}
+            "num_threads": 1, "eval.regression_protocol": protocol}
     return make_run_config(task="raffel_add", variant="ffattn", seed=0, overrides={**base, **over})
 
 
 def test_protocol_default_and_bad_value() -> None:
-    assert make_run_config(task="raffel_add", variant="ffattn").optim.raffel_protocol == "paper"
-    with pytest.raises(ValueError, match=r"optim.raffel_protocol='test'; valid: \['paper', 'dev'\]"):
+    assert make_run_config(task="raffel_add", variant="ffattn").eval.regression_protocol == "paper"
+    with pytest.raises(ValueError, match=r"eval.regression_protocol='test'; valid: \['paper', 'dev'\]"):
         _cfg("test")
 
 
@@ -145,7 +145,7 @@ def test_paper_protocol_scores_test_every_epoch_and_stops_on_it(two_runs) -> Non
     assert first is not None, scores  # this configuration reaches 100 % within 8 epochs
     assert r.epochs_to_100 == first == r.epochs_run and r.stop_reason == "reached_100"
     # the reported model is the last epoch's: its test accuracy is the last epoch's score
-    assert r.best_epoch == r.epochs_run and r.best_dev_score == scores[-1]
+    assert r.best_epoch == r.epochs_run and r.best_selection_score == scores[-1]
     assert r.test["test"]["accuracy"] == scores[-1] == 1.0
     assert r.final_metrics()["epochs_to_100"] == first
 
@@ -187,12 +187,12 @@ def test_specs_default_to_the_paper_protocol_and_name_the_dev_one(stem, dev_prof
 
     for profile in ("smoke", "quick", "paper"):
         _, cs = cfgs(profile)
-        assert {c.optim.raffel_protocol for c in cs} == {"paper"}, profile
+        assert {c.eval.regression_protocol for c in cs} == {"paper"}, profile
         assert {c.model.regressor_init for c in cs} == {"paper"}
     for profile in dev_profiles:
         spec, cs = cfgs(profile)
         twin, twin_cs = cfgs(profile.removesuffix("_dev"))
-        assert {c.optim.raffel_protocol for c in cs} == {"dev"}, profile
+        assert {c.eval.regression_protocol for c in cs} == {"dev"}, profile
         # the same cells, learning rates and budget as its twin; only the protocol differs
         assert [c.cell for c in spec.cells] == [c.cell for c in twin.cells]
         assert spec.hparams == twin.hparams
@@ -207,16 +207,16 @@ def _runs(protocol: str | None):
     the higher dev score. T0 = 100: only lr 0.003 ran, 5 epochs."""
     from reports.synth import SynthRun
 
-    extra = {} if protocol is None else {"optim.raffel_protocol": protocol}
+    extra = {} if protocol is None else {"eval.regression_protocol": protocol}
     runs = []
-    for lr, m in ((0.001, {"best_dev_score": 0.95, "epochs_to_100": 3, "test.test.accuracy": 1.0}),
-                  (0.003, {"best_dev_score": 0.99, "test.test.accuracy": 0.99})):
+    for lr, m in ((0.001, {"best_selection_score": 0.95, "epochs_to_100": 3, "test.test.accuracy": 1.0}),
+                  (0.003, {"best_selection_score": 0.99, "test.test.accuracy": 0.99})):
         runs.append(SynthRun(task="raffel_add", variant="ffattn", seed=0, n_seeds=1,
                              hparams={"optim.lr": lr}, params={"task.t0": "50", **extra},
                              metrics=m))
     runs.append(SynthRun(task="raffel_add", variant="ffattn", seed=0, n_seeds=1,
                          hparams={"optim.lr": 0.003}, params={"task.t0": "100", **extra},
-                         metrics={"best_dev_score": 1.0, "epochs_to_100": 5,
+                         metrics={"best_selection_score": 1.0, "epochs_to_100": 5,
                                   "test.test.accuracy": 1.0}))
     return runs
 
@@ -258,7 +258,7 @@ def test_report_selects_lr_by_the_recorded_protocol(store, tmp_path, study, cell
     for w in words:
         assert w in text, w
     how = ("by the test result, as the paper" if study == "paper"
-           else "by the best median best_dev_score")
+           else "by the best median best_selection_score")
     assert how in text
 
 
@@ -266,7 +266,7 @@ def test_report_refuses_mixed_protocols(store) -> None:
     from reports.build import collect
     from reports.store import ReportsError
 
-    with pytest.raises(ReportsError, match=r"raffel_table1: the runs mix optim.raffel_protocol "
+    with pytest.raises(ReportsError, match=r"raffel_table1: the runs mix eval.regression_protocol "
                                            r"values \['dev', 'paper'\]"):
         collect(store, "mixed", ["raffel_table1"])
 
@@ -277,8 +277,8 @@ def test_raffel_figure_plots_the_chosen_learning_rate(store, study, acc) -> None
     from reports.store import read_runs
 
     rs = read_runs(f"sqlite:///{store / 'mlflow.db'}", study,
-                   metric_keys=["best_dev_score", "epochs_to_100"], metric_prefixes=["test."],
-                   param_keys=["task.t0", "optim.raffel_protocol"])
+                   metric_keys=["best_selection_score", "epochs_to_100"], metric_prefixes=["test."],
+                   param_keys=["task.t0", "eval.regression_protocol"])
     df = raffel_frame(rs)
     t50 = df.filter(df["t0"] == 50.0)
     assert t50.height == 1 and t50["accuracy"].to_list() == pytest.approx([acc])

@@ -31,18 +31,18 @@ def _runs() -> list[SynthRun]:
                 acc = {f"test.{sp}.seq_acc": float(rng.uniform(0, 1)) for sp in SPLITS}
                 runs.append(SynthRun(task="copy", variant=v, seed=s, n_seeds=3,
                                      hparams={"optim.lr": lr},
-                                     metrics={"best_dev_score": dev + 0.01 * s, **acc}))
+                                     metrics={"best_selection_score": dev + 0.01 * s, **acc}))
     # onestep_no_step3: one finished seed, one running, one failed, one finished without metrics.
     runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=0, n_seeds=3,
                          hparams={"optim.lr": 0.001},
-                         metrics={"best_dev_score": 0.5, **{f"test.{sp}.seq_acc": 0.25 for sp in SPLITS}}))
+                         metrics={"best_selection_score": 0.5, **{f"test.{sp}.seq_acc": 0.25 for sp in SPLITS}}))
     runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=1, n_seeds=3,
                          hparams={"optim.lr": 0.001}, status="running",
-                         metrics={"best_dev_score": 0.4}))
+                         metrics={"best_selection_score": 0.4}))
     runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=2, n_seeds=3,
                          hparams={"optim.lr": 0.001}, status="failed"))
     runs.append(SynthRun(task="recopy", variant="onestep", seed=0, n_seeds=1,
-                         hparams={"optim.lr": 0.001}, metrics={"best_dev_score": 0.5}))
+                         hparams={"optim.lr": 0.001}, metrics={"best_selection_score": 0.5}))
     return runs
 
 
@@ -88,7 +88,7 @@ def test_build_writes_tables_from_real_store(study_dir: Path, tmp_path: Path) ->
 
 def test_sql_readers_agree(study_dir: Path) -> None:
     """sqlite3 fast path and the SQLAlchemy path (what Postgres uses) read the same frames."""
-    keys = ["best_dev_score", "test.len15.seq_acc"]
+    keys = ["best_selection_score", "test.len15.seq_acc"]
     a = read_runs(f"sqlite:///{study_dir / 'mlflow.db'}", "e2e", metric_keys=keys)
     b = read_runs(f"sqlite+pysqlite:///{study_dir / 'mlflow.db'}", "e2e", metric_keys=keys)
     assert a.runs.equals(b.runs) and a.metrics.equals(b.metrics)
@@ -123,7 +123,7 @@ def test_rest_reader_matches_sql(study_dir: Path, tmp_path: Path) -> None:
                 if time.time() > deadline or proc.poll() is not None:
                     pytest.fail("mlflow server did not start")
                 time.sleep(0.5)
-        keys = ["best_dev_score", "test.len15.seq_acc"]
+        keys = ["best_selection_score", "test.len15.seq_acc"]
         for _ in range(30):
             try:
                 rest = read_runs(uri, "e2e", metric_keys=keys)

@@ -19,7 +19,7 @@ def _runs() -> list[SynthRun]:
     runs = []
     for v, acc in (("onestep", 1.0), ("content", 0.3)):
         for s in range(3):
-            m = {"best_dev_score": 0.9}
+            m = {"best_selection_score": 0.9}
             for sp, x in (("iid", 1.0), ("len15", acc), ("len30", acc / 2), ("len100", 0.0)):
                 m[f"test.{sp}.seq_acc"] = x
                 m[f"test.{sp}.seq_acc_be"] = min(1.0, x + 0.1 * s)
@@ -27,7 +27,7 @@ def _runs() -> list[SynthRun]:
     for v, acc in (("ffattn", 1.0), ("mean", 0.8)):
         for t0 in ("50", "500", "5000"):
             runs.append(SynthRun(task="raffel_add", variant=v, seed=0, params={"task.t0": t0},
-                                 metrics={"best_dev_score": 1.0, "test.test.accuracy": acc}))
+                                 metrics={"best_selection_score": 1.0, "test.test.accuracy": acc}))
     return runs
 
 

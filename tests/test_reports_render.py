@@ -45,7 +45,7 @@ def _runs_table4() -> list[SynthRun]:
     for v, seeds in spec.items():
         for s, (a, b, c) in enumerate(seeds):
             runs.append(SynthRun(task="copy", variant=v, seed=s, hparams={"optim.lr": 0.001},
-                                 metrics={"best_dev_score": 0.9, **_acc(len15=a, len30=b, len100=c)}))
+                                 metrics={"best_selection_score": 0.9, **_acc(len15=a, len30=b, len100=c)}))
     runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=3, status="running",
                          hparams={"optim.lr": 0.001}))
     runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=4, status="failed",
@@ -53,7 +53,7 @@ def _runs_table4() -> list[SynthRun]:
     for v in ("onestep", "onestep_no_sigmoid"):
         for s in range(5):
             runs.append(SynthRun(task="recopy", variant=v, seed=s, hparams={"optim.lr": 0.001},
-                                 metrics={"best_dev_score": 0.5,
+                                 metrics={"best_selection_score": 0.5,
                                           **_acc(len15=0.5 + 0.1 * s, len30=0.2, len100=0.0)}))
     return runs
 
@@ -65,10 +65,10 @@ def _runs_table3() -> list[SynthRun]:
     for v, xs in vals.items():
         for s, x in enumerate(xs):
             runs.append(SynthRun(task="scan", variant=v, seed=s,
-                                 metrics={"best_dev_score": 0.9, "test.test.seq_acc": x}))
+                                 metrics={"best_selection_score": 0.9, "test.test.seq_acc": x}))
         for s, x in enumerate(xs[:3]):
             runs.append(SynthRun(task="cfq", variant=v, seed=s, n_seeds=3,
-                                 metrics={"best_dev_score": 0.9, "test.test.seq_acc": 0.6 - x / 10}))
+                                 metrics={"best_selection_score": 0.9, "test.test.seq_acc": 0.6 - x / 10}))
     return runs
 
 
@@ -78,12 +78,12 @@ def _runs_raffel() -> list[SynthRun]:
         for t0, ep in (("50", 1), ("100", 2 + s)):
             runs.append(SynthRun(task="raffel_add", variant="ffattn", seed=s, n_seeds=3,
                                  params={"task.t0": t0},
-                                 metrics={"best_dev_score": 1.0, "epochs_to_100": ep,
+                                 metrics={"best_selection_score": 1.0, "epochs_to_100": ep,
                                           "test.test.accuracy": 1.0}))
         # Unweighted mean: reaches 100 % at T0=50 for two seeds, never at T0=100.
-        m = {"best_dev_score": 0.9, "test.test.accuracy": 0.9 + 0.01 * s}
+        m = {"best_selection_score": 0.9, "test.test.accuracy": 0.9 + 0.01 * s}
         if s < 2:
-            m50 = {"best_dev_score": 1.0, "epochs_to_100": 3 + s, "test.test.accuracy": 1.0}
+            m50 = {"best_selection_score": 1.0, "epochs_to_100": 3 + s, "test.test.accuracy": 1.0}
         else:
             m50 = m
         runs.append(SynthRun(task="raffel_add", variant="mean", seed=s, n_seeds=3,
@@ -99,7 +99,7 @@ def _runs_dubois() -> list[SynthRun]:
     for v, base in (("dubois_mix", 2.0), ("dubois_additive", 3.0)):
         for ti, task in enumerate(("lookup", "reverse_lookup", "noisy_lookup")):
             for s in range(2):
-                m = {"best_dev_score": 0.9}
+                m = {"best_selection_score": 0.9}
                 for j, sp in enumerate(interp):
                     m[f"test.{sp}.attn_loss"] = base + ti + 0.1 * j + s
                 for i in range(1, 6):
@@ -152,7 +152,7 @@ def test_bold_ties_and_direction() -> None:
     assert [r for r in res.table.rows if res.cell(r, "copy:len100").best] == ["onestep"]
     assert res.cell("onestep_no_sigmoid", "copy:len100").median == pytest.approx(99.8)
     # Lower is better: edit distance picks the minimum.
-    runs = [SynthRun(task="copy", variant=v, seed=s, metrics={"best_dev_score": 1.0,
+    runs = [SynthRun(task="copy", variant=v, seed=s, metrics={"best_selection_score": 1.0,
             "test.len15.edit_distance": d + 0.01 * s}) for v, d in (("content", 6.0), ("relative", 0.0))
             for s in range(3)]
     r9 = aggregate(runset_from_synth("t", runs), get_table("rc_table9"))
@@ -178,9 +178,9 @@ def test_hparams_chosen_by_dev_not_test() -> None:
     for s in range(3):
         # lr 0.01: better dev, worse test.  lr 0.001: worse dev, perfect test.
         runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.01},
-                             metrics={"best_dev_score": 0.9, **_acc(len15=0.2)}))
+                             metrics={"best_selection_score": 0.9, **_acc(len15=0.2)}))
         runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.001},
-                             metrics={"best_dev_score": 0.5, **_acc(len15=1.0)}))
+                             metrics={"best_selection_score": 0.5, **_acc(len15=1.0)}))
     rs = runset_from_synth("t", runs)
     res = aggregate(rs, get_table("rc_table4"))
     c = res.cell("onestep", "copy:len15")
@@ -196,9 +196,9 @@ def test_dev_ties_go_to_the_hparams_that_reached_them_sooner() -> None:
     for s in range(3):
         # Both learning rates reach 100 % dev; 0.003 gets there at epoch 4, 0.0003 at epoch 30.
         runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.0003},
-                             metrics={"best_dev_score": 1.0, "best_epoch": 30.0, **_acc(len15=0.5)}))
+                             metrics={"best_selection_score": 1.0, "best_epoch": 30.0, **_acc(len15=0.5)}))
         runs.append(SynthRun(task="copy", variant="onestep", seed=s, hparams={"optim.lr": 0.003},
-                             metrics={"best_dev_score": 1.0, "best_epoch": 4.0, **_acc(len15=0.9)}))
+                             metrics={"best_selection_score": 1.0, "best_epoch": 4.0, **_acc(len15=0.9)}))
     res = aggregate(runset_from_synth("t", runs), get_table("rc_table4"))
     assert res.cell("onestep", "copy:len15").hparams == ('{"optim.lr": 0.003}',)
 
@@ -221,13 +221,13 @@ def test_significance_marks_only_testable_ties() -> None:
     noise = rng.normal(0, 0.01, n)
     for s in range(n):
         runs.append(SynthRun(task="copy", variant="onestep", seed=s, n_seeds=n,
-                             metrics={"best_dev_score": 1, **_acc(len15=0.8 + 0.02 * s)}))
+                             metrics={"best_selection_score": 1, **_acc(len15=0.8 + 0.02 * s)}))
         # Clearly worse on every seed -> significant, no mark.
         runs.append(SynthRun(task="copy", variant="onestep_no_step2", seed=s, n_seeds=n,
-                             metrics={"best_dev_score": 1, **_acc(len15=0.5 + 0.02 * s)}))
+                             metrics={"best_selection_score": 1, **_acc(len15=0.5 + 0.02 * s)}))
         # Same up to noise of both signs -> not significant, marked as a tie.
         runs.append(SynthRun(task="copy", variant="onestep_no_step3", seed=s, n_seeds=n,
-                             metrics={"best_dev_score": 1, **_acc(len15=0.8 + 0.02 * s + noise[s])}))
+                             metrics={"best_selection_score": 1, **_acc(len15=0.8 + 0.02 * s + noise[s])}))
     res = aggregate(runset_from_synth("t", runs), get_table("rc_table4"))
     best = [r for r in res.table.rows if res.cell(r, "copy:len15").best]
     worse = res.cell("onestep_no_step2", "copy:len15")
@@ -262,7 +262,7 @@ def test_raffel_epochs_are_counted_in_the_papers_1000_updates() -> None:
     def runs(updates: str) -> list[SynthRun]:
         return [SynthRun(task="raffel_add", variant="ffattn", seed=s, n_seeds=3,
                          params={"task.t0": "50", "optim.updates_per_epoch": updates},
-                         metrics={"best_dev_score": 1.0, "epochs_to_100": e, "test.test.accuracy": 1.0})
+                         metrics={"best_selection_score": 1.0, "epochs_to_100": e, "test.test.accuracy": 1.0})
                 for s, e in enumerate((3, 4, 5))]
 
     keys = ("task.t0", "optim.updates_per_epoch")

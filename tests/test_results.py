@@ -86,8 +86,8 @@ def test_a_compressed_store_is_unpacked_once_and_again_when_a_newer_one_arrives(
 
 
 def test_a_dev_loss_selection_shows_the_loss_not_a_negative_percent() -> None:
-    """Under optim.select_on=dev_loss, best_dev_score is -dev_loss: the Dubois figures' summaries
-    and `study status` said "Dev % -0.0" for a dev loss of 5.6e-05."""
+    """Under optim.select_on=dev_loss, best_selection_score is -dev_loss: the Dubois figures'
+    summaries and `study status` said "Dev % -0.0" for a dev loss of 5.6e-05."""
     from reports.render import dev_text
     from study.results import CellResult, format_results
 

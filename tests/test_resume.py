@@ -135,7 +135,7 @@ def test_sigkill_during_epoch_3_then_resume_equals_uninterrupted(tmp_path: Path)
     assert len(a["history"]) == 4
     assert without_time(a["history"]) == without_time(b["history"])
     assert a["test"] == b["test"] and a["by_length"] == b["by_length"]
-    assert a["best_epoch"] == b["best_epoch"] and a["best_dev_score"] == b["best_dev_score"]
+    assert a["best_epoch"] == b["best_epoch"] and a["best_selection_score"] == b["best_selection_score"]
 
 
 def test_regression_run_resumes_exactly(tmp_path: Path) -> None:

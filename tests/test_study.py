@@ -270,7 +270,7 @@ def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_pat
         assert int(run["tags"][schema.RESUMED_FROM]) >= 1
         steps = [s for s, _ in run["metrics"]["train_loss"]]
         assert steps == list(range(1, epochs + 1))  # every epoch logged once, none lost
-        for key in ("train_loss", "dev_loss", "dev_score", "best_dev_score", "test.len15.seq_acc",
+        for key in ("train_loss", "dev_loss", "dev_score", "best_selection_score", "test.len15.seq_acc",
                     "test.len15.seq_acc_be", "test.len15.edit_distance"):
             assert run["metrics"][key] == seq[seed]["metrics"][key], (seed, key)
     assert len({tuple(r["metrics"]["train_loss"]) for r in pk.values()}) == 3  # seeds differ
@@ -304,7 +304,7 @@ def test_packed_learning_rates_by_seeds_killed_resumed_equal_unpacked_runs(ray_a
         assert run["status"] == "FINISHED" and int(run["tags"][schema.RESUMED_FROM]) >= 1
         steps = [s for s, _ in run["metrics"]["train_loss"]]
         assert steps == list(range(1, epochs + 1))  # every epoch logged once, none lost
-        for key in ("train_loss", "dev_loss", "dev_score", "lr", "best_dev_score", "test.len15.seq_acc"):
+        for key in ("train_loss", "dev_loss", "dev_score", "lr", "best_selection_score", "test.len15.seq_acc"):
             assert run["metrics"][key] == seq[run_id]["metrics"][key], (run_id, key)
     assert len({tuple(r["metrics"]["train_loss"]) for r in pk.values()}) == 4  # runs differ
     rows = status(study_dir)
@@ -345,7 +345,7 @@ def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, t
         seeds = [r for r in runs.values()
                  if abs(json.loads(r["tags"][schema.HPARAMS])["optim.lr"] - t.params["optim.lr"]) < 1e-15]
         assert sorted(r["tags"][schema.SEED] for r in seeds) == ["0", "1"]
-        scores = sorted(r["metrics"]["best_dev_score"][0][1] for r in seeds)
+        scores = sorted(r["metrics"]["best_selection_score"][0][1] for r in seeds)
         assert t.value == pytest.approx(sum(scores) / 2)  # median of 2 = mean, full budgets
         assert all(r["metrics"]["epochs_run"][0][1] == 2 for r in seeds)
     lrs = sorted(t.params["optim.lr"] for t in trials)
@@ -378,7 +378,7 @@ def test_search_points_train_their_seeds_packed(ray_address, tmp_path: Path) -> 
         seeds = [r for r in runs.values()
                  if abs(json.loads(r["tags"][schema.HPARAMS])["optim.lr"] - t.params["optim.lr"]) < 1e-15]
         assert len(seeds) == 2 and all(r["metrics"]["epochs_run"][0][1] == 2 for r in seeds)
-        assert t.value == pytest.approx(sum(r["metrics"]["best_dev_score"][0][1] for r in seeds) / 2)
+        assert t.value == pytest.approx(sum(r["metrics"]["best_selection_score"][0][1] for r in seeds) / 2)
 
 
 def _free_port() -> int:

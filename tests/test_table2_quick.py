@@ -42,7 +42,7 @@ def test_table2_pattern(tmp_path: Path, cache: Path, task, variant, split, bound
     acc = result.test[split]["seq_acc"]
     print(f"{variant} on {task}: {split} seqAcc {100 * acc:.2f}% "
           f"(all: { {s: round(100 * m['seq_acc'], 2) for s, m in result.test.items()} }, "
-          f"best epoch {result.best_epoch}, dev {result.best_dev_score:.4f})")
+          f"best epoch {result.best_epoch}, dev {result.best_selection_score:.4f})")
     assert result.epochs_run <= 3
     if op == ">=":
         assert acc >= bound, f"{variant} on {task} {split}: {100 * acc:.2f}% < {100 * bound}%"

@@ -189,7 +189,7 @@ def test_regression_task_reaches_100_and_stops(tmp_path: Path) -> None:
     cfg = make_run_config(task="raffel_add", variant="ffattn", seed=0, overrides={
         "optim.batch_size": 100, "optim.updates_per_epoch": 150, "optim.epochs": 8,
         "optim.lr": 3e-3, "task.dev_size": 200, "task.test_size": 200, "num_threads": 1,
-        "optim.raffel_protocol": "dev", "model.regressor_init": "torch"})
+        "eval.regression_protocol": "dev", "model.regressor_init": "torch"})
     result = train(cfg, tmp_path / "raffel")
     assert result.kind == "regression" and result.dev_scoring == "accuracy"
     assert result.epochs_to_100 is not None and result.epochs_to_100 == result.epochs_run

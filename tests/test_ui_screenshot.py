@@ -49,7 +49,7 @@ def _store(root: Path) -> list[str]:
     d.mkdir(parents=True)
     acc = {("onestep", 0): 0.4321, ("onestep", 1): 0.6543, ("content", 0): 0.125, ("content", 1): 0.25}
     runs = [SynthRun(task="copy", variant=v, seed=s, hparams={"optim.lr": lr}, n_seeds=2,
-                     metrics={"best_dev_score": 0.9 if lr == 1e-3 else 0.1,
+                     metrics={"best_selection_score": 0.9 if lr == 1e-3 else 0.1,
                               "test.len100.seq_acc": acc[v, s] if lr == 1e-3 else 0.0})
             for v in ("onestep", "content") for s in (0, 1) for lr in (1e-3, 3e-3)]
     write_bulk_sql(d / "mlflow.db", "ui-demo", runs, tables=["rc_table2"])
@@ -106,7 +106,7 @@ def test_study_ui_opens_a_row_per_cell_with_its_medians_in_the_metric_columns(tm
         dom = _browser("--dump-dom", url, profile=tmp_path / "profile1").stdout
         # The saved view: its columns are the headline metrics, each cell's run is a row (its
         # 4 runs nested inside it, collapsed), and the row shows the medians of the chosen lr.
-        for column in ("test.len100.seq_acc", "best_dev_score", "seeds_finished"):
+        for column in ("test.len100.seq_acc", "best_selection_score", "seeds_finished"):
             assert re.search(rf">\s*{re.escape(column)}\s*<", dom), column
         for name in names:
             assert name in dom, name

@@ -203,7 +203,7 @@ def _make_study(root: Path, name: str = "rc_table2-smoke", *, statuses=None) -> 
     statuses = statuses or {("onestep", 0): "finished", ("onestep", 1): "running",
                             ("content", 0): "finished", ("content", 1): "failed"}
     runs = [SynthRun(task="copy", variant=v, seed=s, status=st, n_seeds=2,
-                     metrics={"best_dev_score": 0.5, "test.len15.seq_acc": 0.25}
+                     metrics={"best_selection_score": 0.5, "test.len15.seq_acc": 0.25}
                      if st == "finished" else {})
             for (v, s), st in statuses.items()]
     write_bulk_sql(d / "mlflow.db", name, runs, tables=["rc_table2"])
@@ -386,7 +386,7 @@ def test_identical_curves_stay_distinguishable_and_titles_use_paper_labels(tmp_p
 
     # OneStepAttn and -Sigmoid with identical results: the curves coincide.
     runs = [SynthRun(task="reverse_copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_dev_score": 1.0, "test.iid.seq_acc": 1.0, "test.len30.seq_acc": 1.0,
+                     metrics={"best_selection_score": 1.0, "test.iid.seq_acc": 1.0, "test.len30.seq_acc": 1.0,
                               "test.len100.seq_acc": 0.5, "test.iid.seq_acc_be": 1.0,
                               "test.len30.seq_acc_be": 1.0, "test.len100.seq_acc_be": 0.5})
             for v in ("onestep", "onestep_no_sigmoid") for s in (0, 1)]
@@ -451,7 +451,7 @@ def test_latex_captions_read_like_the_papers_and_floats_stay_together() -> None:
     from reports.tables import get_table
 
     runs = [SynthRun(task="copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_dev_score": 0.9, "test.len15.seq_acc": 0.5})
+                     metrics={"best_selection_score": 0.9, "test.len15.seq_acc": 0.5})
             for v in ("onestep", "content") for s in (0, 1)]
     rs = runset_from_synth("s", runs, tables=["rc_table2"])
     tex = render_latex(aggregate(rs, get_table("rc_table2")), provenance(rs), paper_label)

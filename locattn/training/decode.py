@@ -22,7 +22,7 @@ cell) in one pass instead:
   :func:`~locattn.training.evaluate.greedy_decode`, token for token.
 
 On splits with gold attention the step also keeps each step's attention weights and pools the
-attention loss over the emitted steps (``optim.attn_loss_decode: emitted``; the padded source
+attention loss over the emitted steps (``eval.attn_loss_decode: emitted``; the padded source
 positions weigh exactly 0, so it equals the eager loss up to the rounding of its sums). The
 ``gold_length`` evaluation runs a second, free decode per batch: those splits are decoded by
 :func:`~locattn.training.evaluate.greedy_decode`, replica by replica.
@@ -221,7 +221,7 @@ def graphed_test_decodes(runs: list[Any], *, capture: bool | None = None) -> lis
     """Per run, its greedy outputs of every test split (what
     :func:`~locattn.training.scoring.score_test_splits` decodes), the K runs decoded together
     (their current weights: load the best model first). Splits with gold attention under
-    ``optim.attn_loss_decode: gold_length`` are left out (the caller's :func:`greedy_decode`
+    ``eval.attn_loss_decode: gold_length`` are left out (the caller's :func:`greedy_decode`
     scores them)."""
     if not runs:
         return []
@@ -232,10 +232,10 @@ def graphed_test_decodes(runs: list[Any], *, capture: bool | None = None) -> lis
         if not data.splits[name]:
             continue
         split = EncodedSplit(data.splits[name], data.vocab, **runs[0].ids, device=runs[0].device)
-        if split.attn is not None and cfg.optim.attn_loss_decode != "emitted":
+        if split.attn is not None and cfg.eval.attn_loss_decode != "emitted":
             continue
         decoded_k = decoder.decode(split, split_caps(split, data.decode_cap), want_attention=True,
-                                   attn_steps=cfg.optim.attn_loss_steps)
+                                   attn_steps=cfg.eval.attn_loss_steps)
         for k, decoded in enumerate(decoded_k):
             out[k][name] = decoded
     return out

@@ -5,12 +5,12 @@ Training (REFERENCE §4): MSE loss with Adam (no clipping, no LR schedule), batc
 (1,000) on freshly sampled batches, at most ``optim.epochs`` epochs. Accuracy is the fraction of
 sequences with |y_hat - y| < 0.04.
 
-Which held-out split drives the run is ``optim.raffel_protocol``:
+Which held-out split drives the run is ``eval.regression_protocol``:
 
 - ``paper`` (Raffel & Ellis §2.1, the default): the fixed test set is scored after every epoch
   (epoch metrics ``test_loss``, ``test_score``); the run stops at the first epoch with 100 %
   test accuracy (``epochs_to_100``) or at the budget; the reported model is the last epoch's, and
-  its test accuracy is ``test.test.accuracy``. There is no dev set: ``best_dev_score`` and
+  its test accuracy is ``test.test.accuracy``. There is no dev set: ``best_selection_score`` and
   ``best_epoch`` hold that last epoch's test accuracy and number, and ``dev_scoring`` is
   ``test_accuracy`` so that no reader takes them for a dev score.
 - ``dev``: the fixed dev set is scored after every epoch (``dev_loss``, ``dev_score``); stopping
@@ -68,7 +68,7 @@ def train_regression(
 ) -> RunResult:
     """Run the regression protocol; see the module docstring."""
     o = cfg.optim
-    paper = o.raffel_protocol == "paper"
+    paper = cfg.eval.regression_protocol == "paper"
     held_out = "test" if paper else "dev"  # the split scored after every epoch
     device = torch.device(cfg.device)
     updates = o.updates_per_epoch or DEFAULT_UPDATES
@@ -148,7 +148,7 @@ def train_regression(
         dev_scoring="test_accuracy" if paper else "accuracy",
         history=s["history"],
         best_epoch=s["best_epoch"],
-        best_dev_score=float(s["best_score"]) if s["best_score"] is not None else float("nan"),
+        best_selection_score=float(s["best_score"]) if s["best_score"] is not None else float("nan"),
         epochs_run=s["epoch"],
         stop_reason=s["stop_reason"] or "max_epochs",
         test=test,

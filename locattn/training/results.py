@@ -19,6 +19,12 @@ class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite (the message names the epoch and batch)."""
 
 
+#: Fields of :class:`RunResult` whose name changed: former name -> name. A ``result.json`` that
+#: uses the former name still loads; the final metric of the same name is renamed alike in the
+#: run record (``record.schema.RENAMED_METRICS``).
+RENAMED_RESULT_FIELDS = {"best_dev_score": "best_selection_score"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunResult:
     """What one run produced. ``result.json`` is :meth:`to_dict`."""
@@ -35,8 +41,10 @@ class RunResult:
     """One dict per epoch: ``epoch`` and the §6 epoch metrics."""
     best_epoch: int
     """Epoch (from 1) of the selected model."""
-    best_dev_score: float
-    """Dev score of the selected model."""
+    best_selection_score: float
+    """The checkpoint-selection signal of the selected model, higher is better: its dev accuracy,
+    or minus its dev loss under ``optim.select_on=dev_loss`` (regression runs under
+    ``eval.regression_protocol=paper``: its test accuracy)."""
     epochs_run: int
     """Completed epochs."""
     stop_reason: str
@@ -48,14 +56,15 @@ class RunResult:
     """Per test split: gold output length (without ``<eos>``, as a string) -> sequence accuracy."""
     epochs_to_100: int | None = None
     """Regression: first epoch with 100 % accuracy on the held-out split of
-    ``optim.raffel_protocol`` (test under ``paper``, dev under ``dev``; None if never)."""
+    ``eval.regression_protocol`` (test under ``paper``, dev under ``dev``; None if never)."""
     wall_seconds: float = 0.0
     """Sum of the epoch times plus the final test scoring time."""
 
     def final_metrics(self) -> dict[str, float]:
-        """The §6 final metrics: ``best_dev_score, best_epoch, epochs_run, test.<split>.<m>``."""
+        """The §6 final metrics: ``best_selection_score, best_epoch, epochs_run,
+        test.<split>.<m>``."""
         out: dict[str, float] = {
-            "best_dev_score": float(self.best_dev_score),
+            "best_selection_score": float(self.best_selection_score),
             "best_epoch": float(self.best_epoch),
             "epochs_run": float(self.epochs_run),
         }
@@ -72,7 +81,15 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; a field may go by its former name
+        (:data:`RENAMED_RESULT_FIELDS`)."""
+        data = dict(data)
+        for old, new in RENAMED_RESULT_FIELDS.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"result keys {old!r} and {new!r} name one field ({old!r} is "
+                                     f"its former name)")
+                data[new] = data.pop(old)
         return cls(**data)
 
 

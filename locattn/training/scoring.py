@@ -37,8 +37,8 @@ def score_test_splits(
         want_attn = split.attn is not None
         done_split = (decoded or {}).get(name) or greedy_decode(
             model, split, split_caps(split, data.decode_cap), cfg.optim.dev_batch_size,
-            want_attention=want_attn, attn_steps=cfg.optim.attn_loss_steps,
-            attn_decode=cfg.optim.attn_loss_decode,
+            want_attention=want_attn, attn_steps=cfg.eval.attn_loss_steps,
+            attn_decode=cfg.eval.attn_loss_decode,
         )
         test[name], by_length[name] = split_metrics(split, done_split)
         if keep_examples is not None:  # examples.json: first wrong / right predictions (cfg.outputs)

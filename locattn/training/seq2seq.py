@@ -216,7 +216,7 @@ class Seq2SeqRun:
             dev_scoring=self.cfg.optim.dev_scoring,
             history=self.history,
             best_epoch=self.best_epoch,
-            best_dev_score=float(self.best_score if self.best_score is not None else math.nan),
+            best_selection_score=float(self.best_score if self.best_score is not None else math.nan),
             epochs_run=self.epoch,
             stop_reason=self.stop_reason or "max_epochs",
             test=test,

@@ -50,7 +50,7 @@ def main() -> None:
         for ex, hit in zip(data.splits["dev"], tf):
             by_len.setdefault(len(ex.tgt), []).append(hit)
         print(json.dumps({
-            "seed": seed, "best_dev_score": result.best_dev_score,
+            "seed": seed, "best_selection_score": result.best_selection_score,
             "dev_teacher_forced": sum(tf) / len(tf), "dev_greedy": sum(greedy) / len(greedy),
             "disagree": sum(a != b for a, b in zip(tf, greedy)),
             "dev_acc_by_length": {k: round(sum(v) / len(v), 3) for k, v in sorted(by_len.items())},
