@@ -9,7 +9,8 @@ import importlib
 import json
 import os
 import re
-from dataclasses import asdict, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -34,93 +35,123 @@ def trial_dirname(trial_id: str) -> str:
     return f"trial_{trial_id}"
 
 
-def trial_descriptor(
-    *,
-    study: str,
-    study_dir: str,
-    cell: str,
-    task: str,
-    variant: str,
-    overrides: Mapping[str, Any],
-    hparams: Mapping[str, Any],
-    seeds: tuple[int, ...] | list[int],
-    cpus: float,
-    metric: str,
-    train_fn: str,
-    gpus: float = 0.0,
-    pack: bool = False,
-    points: Any = (),
-) -> dict[str, Any]:
-    """The JSON-safe description of one trial placed in its Tune config.
-
-    ``points``: the hparams points a packed trial trains (each with every seed), when it packs
-    hparams axes; ``hparams`` is then the first of them. Left out of the descriptor otherwise,
-    so a trial that packs no hparams keeps the descriptor its run folders' trial files hold."""
-    out = {
-        "study": study,
-        "study_dir": str(study_dir),
-        "cell": cell,
-        "task": task,
-        "variant": variant,
-        "overrides": dict(overrides),
-        "hparams": dict(hparams),
-        "seeds": [int(s) for s in seeds],
-        "cpus": float(cpus),
-        "gpus": float(gpus),
-        "metric": metric,
-        "train_fn": train_fn,
-        "pack": bool(pack) or len(points) > 1,
-    }
-    if len(points) > 1:
-        out["points"] = [dict(p) for p in points]
-    return out
-
-
-def is_packed(config: Mapping[str, Any]) -> bool:
-    """Whether the trial trains its runs (seeds, hparams points) together as one packed model."""
-    t = config["trial"]
-    return bool(t.get("pack")) and len(t["seeds"]) * len(t.get("points") or [None]) > 1
-
-
-def trial_members(config: Mapping[str, Any]) -> list[tuple[int, str, dict[str, Any]]]:
-    """(seed, run key, hparams) of every run this trial trains, in training order: per hparams
-    point (one unless the trial packs hparams axes) every seed. The hparams are the grid
-    hparams plus the Optuna-sampled values."""
-    t = config["trial"]
-    search = config.get("search") or {}
-    out = []
-    for point in t.get("points") or [t["hparams"]]:
-        hp = {**point, **search}
-        out += [(seed, run_key(t["study"], t["cell"], hp, seed), hp) for seed in t["seeds"]]
-    return out
-
-
-def trial_hparams(config: Mapping[str, Any], key: str | None = None) -> dict[str, Any]:
-    """Selection hyperparameters of the trial's run ``key`` (default: its first run)."""
-    members = trial_members(config)
-    return next((hp for _, k, hp in members if k == key), members[0][2])
-
-
-def trial_run_keys(config: Mapping[str, Any]) -> list[tuple[int, str]]:
-    """(seed, run key) of every run this trial trains, in training order."""
-    return [(seed, key) for seed, key, _ in trial_members(config)]
-
-
 def run_dir(study_dir: str | Path, key: str) -> Path:
     """Per-run output directory (absolute, under the study directory)."""
     return Path(study_dir).resolve() / layout.RUNS_DIR / key
 
 
-def resolve_run_config(config: Mapping[str, Any], seed: int, key: str | None = None) -> Any:
-    """The resolved ``RunConfig`` of one seed of a trial, of its run ``key`` when the trial packs
-    hparams points (also used by the driver for params)."""
-    t = config["trial"]
-    overrides = {**t["overrides"], **trial_hparams(config, key)}
-    cfg = make_run_config(task=t["task"], variant=t["variant"], seed=seed, overrides=overrides)
-    gpus = float(t.get("gpus", 0.0))
-    if gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
-        cfg = replace(cfg, device="cuda", gpu_share=min(1.0, gpus))
-    return replace(cfg, num_threads=max(1, int(t["cpus"])))
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One run a trial trains: its seed, run key and selection hyperparameters."""
+
+    seed: int
+    key: str
+    hparams: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialDescriptor:
+    """What one Tune trial trains, typed. It travels in the Tune config (and in each run folder's
+    trial file) as :meth:`to_dict`, plain JSON: Tune writes the config to ``params.json`` and
+    the driver rebuilds finished runs from trial files, so both must stay readable without this
+    class. :meth:`of` reads it back, with the Optuna-sampled values of ``config["search"]``."""
+
+    study: str
+    study_dir: str
+    cell: str
+    task: str
+    variant: str
+    overrides: dict[str, Any]
+    """Dotted config overrides: fixed + cell axes + hparams (profile applied)."""
+    hparams: dict[str, Any]
+    """The grid hparams of the trial's (first) point."""
+    seeds: tuple[int, ...]
+    cpus: float
+    metric: str
+    """The per-seed final metric a search optimises (its median over seeds is the objective)."""
+    train_fn: str
+    """``module:function`` that trains one solo run."""
+    gpus: float = 0.0
+    pack: bool = False
+    points: tuple[dict[str, Any], ...] = ()
+    """The hparams points a packed trial trains (each with every seed), when it packs hparams
+    axes; ``hparams`` is then the first of them. Empty for one point."""
+    search: dict[str, Any] = field(default_factory=dict)
+    """Optuna-sampled values (a search study), applied on top of every point."""
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> "TrialDescriptor":
+        """The descriptor of a trial config ``{"trial": <to_dict()>, "search": {...}}``."""
+        t = config["trial"]
+        return cls(study=t["study"], study_dir=str(t["study_dir"]), cell=t["cell"], task=t["task"],
+                   variant=t["variant"], overrides=dict(t["overrides"]), hparams=dict(t["hparams"]),
+                   seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
+                   gpus=float(t.get("gpus", 0.0)), metric=t["metric"], train_fn=t["train_fn"],
+                   pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
+                   search=dict(config.get("search") or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-safe ``trial`` entry of a Tune config (without ``search``, which Tune
+        samples). ``points`` is left out for one point, so a trial that packs no hparams keeps
+        the descriptor its run folders' trial files hold."""
+        out = {
+            "study": self.study, "study_dir": str(self.study_dir), "cell": self.cell, "task": self.task,
+            "variant": self.variant, "overrides": dict(self.overrides), "hparams": dict(self.hparams),
+            "seeds": [int(s) for s in self.seeds], "cpus": float(self.cpus), "gpus": float(self.gpus),
+            "metric": self.metric, "train_fn": self.train_fn,
+            "pack": bool(self.pack) or len(self.points) > 1,
+        }
+        if len(self.points) > 1:
+            out["points"] = [dict(p) for p in self.points]
+        return out
+
+    @cached_property
+    def members(self) -> tuple[Member, ...]:
+        """Every run this trial trains, in training order: per hparams point (one unless the
+        trial packs hparams axes) every seed. Their hparams are the point's plus the
+        Optuna-sampled values."""
+        out = []
+        for point in self.points if len(self.points) > 1 else (self.hparams,):
+            hp = {**point, **self.search}
+            out += [Member(seed=s, key=run_key(self.study, self.cell, hp, s), hparams=hp) for s in self.seeds]
+        return tuple(out)
+
+    @property
+    def run_keys(self) -> list[tuple[int, str]]:
+        """(seed, run key) of every run, in training order."""
+        return [(m.seed, m.key) for m in self.members]
+
+    @property
+    def packed(self) -> bool:
+        """Whether the trial trains its runs (seeds, hparams points) together as one packed model."""
+        return self.pack and len(self.members) > 1
+
+    def member(self, key: str | None = None) -> Member:
+        """The run ``key`` (default: the first run)."""
+        return next((m for m in self.members if m.key == key), self.members[0])
+
+    @cached_property
+    def _resolved(self) -> dict[str, Any]:
+        return {}
+
+    def run_config(self, key: str | None = None) -> Any:
+        """The resolved ``RunConfig`` of the run ``key`` (default: the first run), resolved once
+        per descriptor."""
+        m = self.member(key)
+        if m.key not in self._resolved:
+            self._resolved[m.key] = self._resolve(m)
+        return self._resolved[m.key]
+
+    def _resolve(self, m: Member) -> Any:
+        cfg = make_run_config(task=self.task, variant=self.variant, seed=m.seed,
+                              overrides={**self.overrides, **m.hparams})
+        if self.gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
+            cfg = replace(cfg, device="cuda", gpu_share=min(1.0, self.gpus))
+        return replace(cfg, num_threads=max(1, int(self.cpus)))
+
+    def run_dir(self, key: str) -> Path:
+        """The run folder of ``key``."""
+        return run_dir(self.study_dir, key)
 
 
 def load_train_fn(path: str) -> Callable[..., Any]:
@@ -174,12 +205,12 @@ def listed_trials(out_dir: Path) -> list[str]:
         if isinstance(names, list) else []
 
 
-def write_trial_file(out_dir: Path, config: Mapping[str, Any], seed: int, tune_trial: str | None = None
+def write_trial_file(out_dir: Path, desc: TrialDescriptor, seed: int, tune_trial: str | None = None
                      ) -> None:
     """Record in ``out_dir`` which trial and seed it belongs to (for reconciliation), and the
     Tune trial directories that trained it (``tune_trial`` added last)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    body = {"trial": config["trial"], "search": dict(config.get("search") or {}), "seed": int(seed)}
+    body = {"trial": desc.to_dict(), "search": dict(desc.search), "seed": int(seed)}
     listed = [n for n in listed_trials(out_dir) if n != tune_trial] + ([tune_trial] if tune_trial else [])
     if listed:
         body[TUNE_TRIALS] = listed[-TUNE_TRIALS_KEPT:]

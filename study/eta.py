@@ -77,9 +77,9 @@ def format_eta(seconds: float, done: bool) -> str:
 
 
 def eta_key(trial: Any) -> str:
-    """The key a trial descriptor (``study.trainable.trial_descriptor``) is priced under: its
-    cell and its selection hyperparameters (an ``optim.epochs`` hparam changes the cost)."""
-    return trial["cell"] + "|" + json.dumps(trial.get("hparams") or {}, sort_keys=True, default=str)
+    """The key a trial (a ``study.descriptor.TrialDescriptor``) is priced under: its cell and
+    its selection hyperparameters (an ``optim.epochs`` hparam changes the cost)."""
+    return trial.cell + "|" + json.dumps(trial.hparams, sort_keys=True, default=str)
 
 
 def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None) -> "StudyEta":
@@ -94,10 +94,10 @@ def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None)
     for t in trials:
         key = eta_key(t)
         if key not in costs:
-            cfg = make_run_config(task=t["task"], variant=t["variant"], overrides=t["overrides"])
+            cfg = make_run_config(task=t.task, variant=t.variant, overrides=t.overrides)
             costs[key] = run_cost(cfg, cal, "cpu", 1.3)
         expected[key] = expected.get(key, 0) + 1
-        runs = max(runs, len(t["seeds"]))
+        runs = max(runs, len(t.seeds))
     return StudyEta(costs=costs, expected=expected, runs_per_trial=runs, slots=max(1, slots))
 
 

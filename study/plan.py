@@ -20,7 +20,7 @@ from record.summary import SELECTION_KEY
 from study.migrate import DEFAULT_TRAIN_FN
 from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
-from study.trainable import run_trial, trial_descriptor, trial_dirname, trial_run_keys
+from study.trainable import TrialDescriptor, run_trial, trial_dirname
 
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
 #: bytes) whenever one trial has reported this many checkpoints since the last snapshot, so
@@ -34,7 +34,7 @@ TUNE_CHECKPOINTS_KEPT = 10
 
 
 def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: Any
-                ) -> tuple[list[dict[str, Any]], int]:
+                ) -> tuple[list[TrialDescriptor], int]:
     """(trial descriptors, trials skipped): a grid study's trials the record does not hold
     finished, or a search study's cell groups (one per cell x hparams point)."""
 
@@ -42,23 +42,23 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
                   metric=spec.search.metric if spec.search else SELECTION_KEY,
                   train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
     if spec.search is not None:
-        return [trial_descriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
-                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=spec.seeds,
-                                 **common)
+        return [TrialDescriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
+                                overrides={**cell.overrides, **hp}, hparams=hp, seeds=tuple(spec.seeds),
+                                **common)
                 for cell in spec.cells for hp in spec.hparam_points()], 0
     done = {k for k, s in recorder.runs.items() if s.status == schema.STATUS_FINISHED}
     trials, skipped = [], 0
     for t in spec.grid_trials():
-        desc = trial_descriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
-                                hparams=t.hparams, seeds=t.seeds, points=t.points, **common)
-        if all(k in done for _, k in trial_run_keys({"trial": desc})):
+        desc = TrialDescriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
+                               hparams=t.hparams, seeds=t.seeds, points=t.points, **common)
+        if all(k in done for _, k in desc.run_keys):
             skipped += 1
         else:
             trials.append(desc)
     return trials, skipped
 
 
-def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: list[dict[str, Any]],
+def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: list[TrialDescriptor],
              skipped: int, out: TextIO) -> tuple[Any | None, int, int]:
     """(Tune searcher, trials it will run, trials skipped), from :func:`plan_trials`; no
     searcher when every trial is already finished in the record. A grid study queues its
@@ -66,7 +66,7 @@ def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: l
     name = meta["name"]
     if spec.search is not None:
         search = CellSearch(
-            groups=trials, space=spec.search.space, num_samples=spec.search.num_samples,
+            groups=[t.to_dict() for t in trials], space=spec.search.space, num_samples=spec.search.num_samples,
             sampler=spec.search.sampler, sampler_seed=spec.search.sampler_seed,
             mode=spec.search.mode, storage_url=sqlite_uri(paths.optuna_db), study=name,
         )
@@ -76,7 +76,7 @@ def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: l
     if skipped:
         print(f"[study {name}] {skipped} of {skipped + len(trials)} trials already "
               f"finished in the record; running the other {len(trials)}", file=out)
-    return TrialQueue(trials), len(trials), skipped
+    return TrialQueue([t.to_dict() for t in trials]), len(trials), skipped
 
 
 def make_tuner(spec: StudySpec, paths: StudyPaths, search_alg: Any, num_samples: int, limit: int | None,

@@ -15,7 +15,7 @@ from typing import Any, Callable, TextIO
 
 from study.cost import StudyEta, eta_key, format_eta
 from study.naming import run_name
-from study.trainable import is_packed
+from study.trainable import TrialDescriptor
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -73,7 +73,7 @@ class ProgressLine(_TuneCallback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         took = result.get("epoch_seconds")
         if self.eta is not None and result.get("kind") == "epoch" and isinstance(took, (int, float)):
-            key = eta_key(trial.config["trial"])
+            key = eta_key(TrialDescriptor.of(trial.config))
             self.eta.observe(key, float(took))
             started = self.started.pop(trial.trial_id, None)
             if started is not None:  # its start-up: from its start to its first epoch, less that epoch
@@ -81,7 +81,8 @@ class ProgressLine(_TuneCallback):
         if result.get("kind") == "epoch" and result.get("seed") is not None:
             self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
                                                            self.epochs_per_trial)
-            self.running[trial.trial_id] = running_label(trial.config["trial"], result, self.epochs_per_trial)
+            self.running[trial.trial_id] = running_label(TrialDescriptor.of(trial.config), result,
+                                                         self.epochs_per_trial)
             self.line(trials)
         elif result.get("kind") == "seed_final":
             self.fraction[trial.trial_id] = 0.0
@@ -118,7 +119,7 @@ class ProgressLine(_TuneCallback):
         elif self.eta is not None:
             seen = [(key, self.fraction.get(t.trial_id, 0.0) * self.eta.runs_per_trial
                      * self.eta.costs[key].epochs, t.status != "PENDING", self.over(t))
-                    for t in trials if (key := eta_key(t.config["trial"])) in self.eta.costs]
+                    for t in trials if (key := eta_key(TrialDescriptor.of(t.config))) in self.eta.costs]
             eta = (f"{format_eta(self.eta.eta(seen), False)} "
                    f"({hms(self.eta.left(seen))} of work x{self.eta.ratio():.2f})")
         else:
@@ -138,10 +139,9 @@ class ProgressLine(_TuneCallback):
 MAX_RUNNING = 6
 
 
-def running_label(trial: dict, result: dict, epochs: int) -> str:
-    """``1step·copy·s0 ep 3/10 dev 45.2%`` for an epoch result of a trial (``config["trial"]``)."""
-    name = run_name(task=trial["task"], variant=trial["variant"], seed=int(result["seed"]),
-                    cell=trial.get("cell", ""))
+def running_label(trial: TrialDescriptor, result: dict, epochs: int) -> str:
+    """``1step·copy·s0 ep 3/10 dev 45.2%`` for an epoch result of a trial."""
+    name = run_name(task=trial.task, variant=trial.variant, seed=int(result["seed"]), cell=trial.cell)
     dev = result.get("dev_score")
     return (f"{name} ep {int(result['epoch'])}/{epochs}"
             + (f" dev {100 * dev:.1f}%" if isinstance(dev, (int, float)) else ""))
@@ -150,9 +150,10 @@ def running_label(trial: dict, result: dict, epochs: int) -> str:
 def trial_fraction(trial: Any, seed: int, epoch: int, epochs_per_trial: int) -> float:
     """How much of a trial is done after ``epoch`` of ``seed``: seeds one after another, or
     together when the trial trains them packed."""
-    seeds = trial.config["trial"]["seeds"]
+    desc = TrialDescriptor.of(trial.config)
+    seeds = desc.seeds
     per = max(1, epochs_per_trial)
-    if is_packed(trial.config):  # the seeds advance together
+    if desc.packed:  # the seeds advance together
         return min(1.0, epoch / per)
     index = seeds.index(seed) if seed in seeds else 0
     return min(1.0, (index + min(epoch, per) / per) / len(seeds))

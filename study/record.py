@@ -23,8 +23,7 @@ from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
 from study.spec import hparams_json
-from study.trainable import (NOTICES, OBJECTIVE, final_metrics, finished_result, is_packed,
-                             resolve_run_config, run_dir, trial_hparams, trial_run_keys)
+from study.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -166,45 +165,45 @@ class RecordCallback(_TuneCallback):
 
     # ------------------------------------------------------------------ runs of a trial
 
-    def run_for(self, config: Mapping[str, Any], seed: int, key: str) -> RunState:
+    def run_for(self, t: TrialDescriptor, seed: int, key: str) -> RunState:
         """Find (in memory) or create the MLflow run of one seed of a trial."""
         state = self.writer.runs.get(key)
         if state is not None:
             return state
-        t = config["trial"]
-        hp = trial_hparams(config, key)
-        flat = flatten(config_to_dict(resolve_run_config(config, seed, key)))
+        hp = t.member(key).hparams
+        flat = flatten(config_to_dict(t.run_config(key)))
         w = self.writer
         tags = {
             schema.ROLE: schema.ROLE_TRIAL,
             schema.STUDY: w.study,
             schema.RUN_KEY: key,
-            schema.CELL: t["cell"],
+            schema.CELL: t.cell,
             schema.HPARAMS: hparams_json(hp),
-            schema.TASK: t["task"],
-            schema.VARIANT: t["variant"],
+            schema.TASK: t.task,
+            schema.VARIANT: t.variant,
             schema.SEED: str(seed),
             schema.N_SEEDS: str(self.n_seeds),
             schema.STATUS: schema.STATUS_RUNNING,
             schema.CODE_VERSION: w.code_version,
             schema.VERSIONS: w.versions,
             schema.DEV_SCORING: str(flat.get("optim.dev_scoring", "")),
-            "mlflow.parentRunId": w.cell_run(t["cell"], t["task"], t["variant"]).run_id,
+            "mlflow.parentRunId": w.cell_run(t.cell, t.task, t.variant).run_id,
         }
-        if is_packed(config):
-            tags[schema.PACKED_WITH] = ",".join(str(s) for s in t["seeds"])
-        name = run_name(task=t["task"], variant=t["variant"], seed=seed, hparams=hp, cell=t["cell"])
+        if t.packed:
+            tags[schema.PACKED_WITH] = ",".join(str(s) for s in t.seeds)
+        name = run_name(task=t.task, variant=t.variant, seed=seed, hparams=hp, cell=t.cell)
         return w.create_run(key, tags=tags, params=flat, name=name)
 
     def current(self, trial: Any) -> list[tuple[int, str]]:
         """(seed, key) of the seeds the trial is training: the first unfinished one, or every
         unfinished one when the trial trains its seeds packed together."""
         todo = []
-        for seed, key in trial_run_keys(trial.config):
+        desc = TrialDescriptor.of(trial.config)
+        for seed, key in desc.run_keys:
             state = self.writer.runs.get(key)
             if state is None or state.status != schema.STATUS_FINISHED:
                 todo.append((seed, key))
-                if not is_packed(trial.config):
+                if not desc.packed:
                     break
         return todo
 
@@ -217,7 +216,7 @@ class RecordCallback(_TuneCallback):
         c = {"done": 0, "running": 0, "failed": 0, "pending": 0}
         runs = self.writer.runs
         for trial in trials:
-            states = [runs[k].status if k in runs else None for _, k in trial_run_keys(trial.config)]
+            states = [runs[k].status if k in runs else None for _, k in TrialDescriptor.of(trial.config).run_keys]
             if trial.status == "RUNNING":
                 c["running"] += 1
             elif all(s == schema.STATUS_FINISHED for s in states):
@@ -233,7 +232,7 @@ class RecordCallback(_TuneCallback):
         """Whether the record holds every run of ``trial`` finished, or Tune gave up on it and
         none is left unrecorded (Tune may still call a trial with finished runs RUNNING)."""
         states = [self.writer.runs[k].status if k in self.writer.runs else None
-                  for _, k in trial_run_keys(trial.config)]
+                  for _, k in TrialDescriptor.of(trial.config).run_keys]
         return all(s == schema.STATUS_FINISHED for s in states) or trial.status == "ERROR" and all(
             s in (schema.STATUS_FINISHED, schema.STATUS_FAILED) for s in states)
 
@@ -243,8 +242,9 @@ class RecordCallback(_TuneCallback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.open()
         current = self.current(trial)
+        desc = TrialDescriptor.of(trial.config)
         for seed, key in current:
-            self.writer.mark_running(self.run_for(trial.config, seed, key))
+            self.writer.mark_running(self.run_for(desc, seed, key))
         if current:
             self.trial_current[trial.trial_id] = current[0][1]
 
@@ -255,9 +255,10 @@ class RecordCallback(_TuneCallback):
         key = result.get("run_key")
         if kind not in ("epoch", "seed_final") or key is None:
             return
-        state = self.run_for(trial.config, int(result["seed"]), key)
+        desc = TrialDescriptor.of(trial.config)
+        state = self.run_for(desc, int(result["seed"]), key)
         self.trial_current[trial.trial_id] = key
-        where = f"[study {self.writer.study}] seed {result['seed']} of {trial.config['trial']['cell']}"
+        where = f"[study {self.writer.study}] seed {result['seed']} of {desc.cell}"
         for notice in result.get(NOTICES) or []:  # workers' output never reaches the user
             print(f"{where}: {notice}", flush=True)
         # (A finished run's tags are final: a restored trial reports its finished seeds again.)
@@ -280,7 +281,7 @@ class RecordCallback(_TuneCallback):
         newly = state.status != schema.STATUS_FINISHED
         self.writer.finish(key, finals, run_dir(self.study_dir, key))
         if newly:  # the cell's medians, now (not for a restored trial's replay of a finished seed)
-            self.writer.update_cells([trial.config["trial"]["cell"]])
+            self.writer.update_cells([desc.cell])
 
     @_guarded
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -297,8 +298,9 @@ class RecordCallback(_TuneCallback):
         self.writer.flush()
         current = self.current(trial)
         error = error_text(trial) if current else ""
+        desc = TrialDescriptor.of(trial.config)
         for seed, key in current:
-            self.run_for(trial.config, seed, key)
+            self.run_for(desc, seed, key)
             self.writer.fail(key, error, trial.run_metadata.num_failures)
 
     @_guarded
@@ -346,21 +348,21 @@ def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
             continue
         try:
             body = json.loads((out_dir / layout.TRIAL_FILE).read_text())
-            config = {"trial": body["trial"], "search": body.get("search") or {}}
+            desc = TrialDescriptor.of({"trial": body["trial"], "search": body.get("search") or {}})
             seed = int(body["seed"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if (seed, key) not in trial_run_keys(config):
+        if (seed, key) not in desc.run_keys:
             continue
-        result = finished_result(out_dir, resolve_run_config(config, seed, key))
+        result = finished_result(out_dir, desc.run_config(key))
         if result is None:
             continue
-        recorder.run_for(config, seed, key)
+        recorder.run_for(desc, seed, key)
         recorder.writer.buffer_epochs(key, getattr(result, "history", None) or [])
         finals = {k: v for k, v in final_metrics(out_dir, result).items()
                   if k in schema.FINAL_METRICS or k.startswith("test.")}
         recorder.writer.finish(key, finals, out_dir)
-        recorder.writer.update_cells([config["trial"]["cell"]])
+        recorder.writer.update_cells([desc.cell])
         fixed += 1
     return fixed
 

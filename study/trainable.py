@@ -1,7 +1,8 @@
 """The Ray Tune function trainable: one trial trains one or more seeds with ``locattn``.
 
-A trial config carries a ``trial`` descriptor (see :func:`trial_descriptor`) and, for Optuna
-studies, a ``search`` mapping of sampled values. Solo and packed trials share one skeleton,
+A trial config carries a ``trial`` descriptor (:class:`TrialDescriptor`, as JSON) and, for
+Optuna studies, a ``search`` mapping of sampled values; the worker reads both into one
+:class:`TrialDescriptor`, which resolves each run's ``RunConfig`` once. Solo and packed trials share one skeleton,
 :class:`Trial`: a solo trial trains its seeds one after another with the configured train
 function, a packed trial trains them together (``locattn.packed.train_packed``); either way
 each seed keeps its own run directory, trainer checkpoint, result and MLflow run.
@@ -36,19 +37,17 @@ from ray import tune
 from locattn.packed import train_packed
 from locattn.train import find_checkpoint
 
-from study.descriptor import (OBJECTIVE, final_metrics, finished_result, is_packed, load_train_fn,
-                              resolve_run_config, run_dir, trial_descriptor, trial_dirname, trial_hparams,
-                              trial_members, trial_run_keys, write_trial_file)
+from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result, load_train_fn,
+                              run_dir, trial_dirname, write_trial_file)
 from study.retention import prune_finished_run, study_keep
 from study.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_DIRNAME, current_trial_dir,
                                earlier_trial_dirs, newest_checkpoint, read_complete, restore_run_checkpoint, stage_checkpoint,
                                staged_runs, state_digest, strip_finished, upgrade_state)
 
 __all__ = [
-    "NOTICES", "OBJECTIVE", "RUN_SUBDIR", "STATE_DIGEST", "STATE_FILE", "TUNE_DIRNAME", "Trial", "TrialRecorder",
-    "final_metrics", "finished_result", "is_packed", "newest_checkpoint", "read_complete", "resolve_run_config",
-    "run_dir", "run_trial", "staged_runs", "state_digest", "trial_descriptor", "trial_dirname", "trial_hparams",
-    "trial_members", "trial_run_keys", "upgrade_state",
+    "NOTICES", "OBJECTIVE", "RUN_SUBDIR", "STATE_DIGEST", "STATE_FILE", "TUNE_DIRNAME", "Trial", "TrialDescriptor",
+    "TrialRecorder", "final_metrics", "finished_result", "newest_checkpoint", "read_complete", "run_dir",
+    "run_trial", "staged_runs", "state_digest", "trial_dirname", "upgrade_state",
 ]
 
 #: Result key of the lines a trial asks the driver to print (checkpoint fallbacks, restarts).
@@ -89,20 +88,19 @@ class Trial:
     every one, then :meth:`close`.
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = config
-        self.t = config["trial"]
-        self.keys = trial_run_keys(config)
-        self.out_dirs = {key: run_dir(self.t["study_dir"], key) for _, key in self.keys}
+    def __init__(self, desc: TrialDescriptor) -> None:
+        self.desc = desc
+        self.keys = desc.run_keys
+        self.out_dirs = {key: desc.run_dir(key) for _, key in self.keys}
         self.state: dict[str, Any] = {"replicas": {}, "done": [], "scores": {}}
         self.resumed: dict[str, int] = {}
         self.replay: set[str] = set()
         self.notices: list[str] = []  # fallbacks and restarts, sent to the driver with the next report
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
-        self.staging = Path(self.t["study_dir"]) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
-        self.keep = study_keep(self.t["study_dir"])  # what a finished run keeps (study.retention)
-        self.trial_dir = current_trial_dir(self.t["study_dir"])
-        self.earlier = [d for d in earlier_trial_dirs(self.t["study_dir"], list(self.out_dirs.values()))
+        self.staging = Path(desc.study_dir) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
+        self.keep = study_keep(desc.study_dir)  # what a finished run keeps (study.retention)
+        self.trial_dir = current_trial_dir(desc.study_dir)
+        self.earlier = [d for d in earlier_trial_dirs(desc.study_dir, list(self.out_dirs.values()))
                         if d != self.trial_dir]
 
     def restore(self) -> None:
@@ -128,7 +126,7 @@ class Trial:
                 source = sources.get(key)
                 if key in self.state["done"] or replica is None or source is None or not source.is_dir():
                     self.state["replicas"].pop(key, None)
-                    if finished_result(self.out_dirs[key], resolve_run_config(self.config, seed, key)) is None:
+                    if finished_result(self.out_dirs[key], self.desc.run_config(key)) is None:
                         restore_run_checkpoint(self.out_dirs[key], None)
                     continue
                 restore_run_checkpoint(self.out_dirs[key], source)
@@ -145,12 +143,12 @@ class Trial:
         killed driver may not have recorded them."""
         todo = []
         for seed, key in self.keys:
-            cfg = resolve_run_config(self.config, seed, key)
+            cfg = self.desc.run_config(key)
             done = finished_result(self.out_dirs[key], cfg)
             if done is not None:
                 self.finish(seed, key, done, skipped=True)
             else:
-                write_trial_file(self.out_dirs[key], self.config, seed,
+                write_trial_file(self.out_dirs[key], self.desc, seed,
                                  self.trial_dir.name if self.trial_dir is not None else None)
                 todo.append((seed, key, cfg))
         return todo
@@ -189,7 +187,7 @@ class Trial:
         final = final_metrics(self.out_dirs[key], result)
         if skipped:  # this attempt trained none of its epochs: it resumed from the last one
             self.resumed.setdefault(key, int(final.get("epochs_run", 0)))
-        self.state["scores"][self.score_key(seed, key)] = final.get(self.t["metric"])
+        self.state["scores"][self.score_key(seed, key)] = final.get(self.desc.metric)
         if key not in self.state["done"]:
             self.state["done"].append(key)
         history = self.state["replicas"].pop(key, {}).get("history", [])
@@ -210,7 +208,7 @@ class Trial:
     def score_key(self, seed: int, key: str) -> str:
         """Where ``state["scores"]`` keeps a run's search metric: its seed (a trial's seeds are
         distinct), or its run key when the trial packs hparams points (seeds repeat)."""
-        return key if self.t.get("points") else str(seed)
+        return key if len(self.desc.points) > 1 else str(seed)
 
     def close(self) -> None:
         """Every seed finished: drop the model files from the trial's Tune checkpoints (and
@@ -222,17 +220,17 @@ class Trial:
 def run_trial(config: dict[str, Any]) -> None:
     """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint.
 
-    A packed trial (:func:`is_packed`) trains its unfinished seeds together. A seed whose
+    A packed trial (:attr:`TrialDescriptor.packed`) trains its unfinished seeds together. A seed whose
     training fails there (e.g. a non-finite loss) does not stop the others: they finish and
     are recorded, then the trial raises that seed's error so Tune retries or records it. A solo
     trial trains them one after another; a failing seed ends the trial at once.
     """
-    t = config["trial"]
-    torch.set_num_threads(max(1, int(t["cpus"])))
-    trial = Trial(config)
+    desc = TrialDescriptor.of(config)
+    torch.set_num_threads(max(1, int(desc.cpus)))
+    trial = Trial(desc)
     trial.restore()
     todo = trial.pending()
-    if is_packed(config) and todo:
+    if desc.packed and todo:
         results = train_packed([cfg for _, _, cfg in todo], [trial.out_dirs[k] for _, k, _ in todo],
                                [trial.recorder(seed, key) for seed, key, _ in todo], resume=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -242,7 +240,7 @@ def run_trial(config: dict[str, Any]) -> None:
         if errors:
             raise errors[0]
     elif todo:
-        train = load_train_fn(t["train_fn"])
+        train = load_train_fn(desc.train_fn)
         for seed, key, cfg in todo:
             result = train(cfg, trial.out_dirs[key], recorder=trial.recorder(seed, key), resume=True)
             trial.finish(seed, key, result, skipped=False)

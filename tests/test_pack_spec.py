@@ -4,14 +4,14 @@ end kill/resume of an lr x seed pack is in test_study.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from study.spec import SpecError, load_spec, run_key
-from study.trainable import (is_packed, resolve_run_config, trial_descriptor, trial_hparams,
-                             trial_members, trial_run_keys)
+from study.trainable import TrialDescriptor
 
 BASE = {
     "name": "t",
@@ -35,11 +35,13 @@ def refused(tmp_path: Path, **changes) -> str:
     return str(info.value)
 
 
-def descriptors(spec) -> list[dict]:
+def descriptors(spec) -> list[TrialDescriptor]:
+    """Each trial's descriptor as the worker reads it: through the JSON of its Tune config."""
     common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, gpus=spec.gpus, metric="best_selection_score",
                   train_fn="locattn.train:train", pack=spec.pack_seeds)
-    return [{"trial": trial_descriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
-                                       hparams=t.hparams, seeds=t.seeds, points=t.points, **common)}
+    return [TrialDescriptor.of(json.loads(json.dumps({"trial": TrialDescriptor(
+                cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides, hparams=t.hparams,
+                seeds=t.seeds, points=t.points, **common).to_dict()})))
             for t in spec.grid_trials()]
 
 
@@ -52,32 +54,43 @@ def test_packing_seeds_and_learning_rates_keeps_every_run_and_its_key(tmp_path: 
     assert packed.n_trials() == len(packed.grid_trials()) == 4
     assert packed.n_runs() == plain.n_runs() == plain.n_trials() == 2 * 4 * 3
     assert "pack     ['optim.lr']" in packed.plan()
-    runs_plain = {k for d in descriptors(plain) for _, k in trial_run_keys(d)}
-    runs_packed = [k for d in descriptors(packed) for _, k in trial_run_keys(d)]
+    runs_plain = {k for d in descriptors(plain) for _, k in d.run_keys}
+    runs_packed = [k for d in descriptors(packed) for _, k in d.run_keys]
     assert sorted(runs_packed) == sorted(runs_plain)  # the same run keys: the same runs
 
-    config = descriptors(packed)[0]
-    assert is_packed(config)
-    members = trial_members(config)
-    assert [(s, hp["optim.lr"]) for s, _, hp in members] == [(s, lr) for lr in (1e-3, 3e-4) for s in (0, 1, 2)]
-    t = config["trial"]
-    for seed, key, hp in members:
-        assert key == run_key(t["study"], t["cell"], hp, seed)
-        assert trial_hparams(config, key) == hp
-        cfg = resolve_run_config(config, seed, key)
-        assert (cfg.seed, cfg.optim.lr, cfg.optim.batch_size) == (seed, hp["optim.lr"], hp["optim.batch_size"])
+    t = descriptors(packed)[0]
+    assert t.packed
+    assert [(m.seed, m.hparams["optim.lr"]) for m in t.members] == [(s, lr) for lr in (1e-3, 3e-4) for s in (0, 1, 2)]
+    for m in t.members:
+        assert m.key == run_key(t.study, t.cell, m.hparams, m.seed)
+        assert t.member(m.key) == m
+        cfg = t.run_config(m.key)
+        assert (cfg.seed, cfg.optim.lr, cfg.optim.batch_size) == (m.seed, m.hparams["optim.lr"],
+                                                                  m.hparams["optim.batch_size"])
+        assert t.run_config(m.key) is cfg  # resolved once per trial
     from locattn.packed import check_packable
 
-    check_packable([resolve_run_config(config, s, k) for s, k, _ in members])
+    check_packable([t.run_config(m.key) for m in t.members])
+
+
+def test_a_descriptor_round_trips_through_json_and_applies_the_sampled_values(tmp_path: Path) -> None:
+    t = descriptors(load(tmp_path, pack=["seeds", "optim.lr"]))[0]
+    assert TrialDescriptor.of(json.loads(json.dumps({"trial": t.to_dict()}))) == t
+    sampled = TrialDescriptor.of({"trial": t.to_dict(), "search": {"optim.clip": 2.5}})
+    assert [m.hparams["optim.clip"] for m in sampled.members] == [2.5] * len(t.members)
+    assert {m.key for m in sampled.members}.isdisjoint(m.key for m in t.members)  # other runs
+    assert sampled.run_config(sampled.members[-1].key).optim.clip == 2.5
+    with pytest.raises(KeyError, match="cell"):
+        TrialDescriptor.of({"trial": {k: v for k, v in t.to_dict().items() if k != "cell"}})
 
 
 def test_learning_rates_alone_pack_one_trial_per_seed(tmp_path: Path) -> None:
     spec = load(tmp_path, pack=["optim.lr"])
     assert not spec.pack_seeds and spec.n_trials() == 2 * 2 * 3
-    config = descriptors(spec)[0]
-    assert is_packed(config) and [s for s, _ in trial_run_keys(config)] == [0, 0]
+    t = descriptors(spec)[0]
+    assert t.packed and [s for s, _ in t.run_keys] == [0, 0]
     # an unpacked trial's descriptor is what it was before packs of hparams existed
-    old = descriptors(load(tmp_path))[0]["trial"]
+    old = descriptors(load(tmp_path))[0].to_dict()
     assert "points" not in old and old["pack"] is False
 
 
@@ -116,8 +129,8 @@ def test_a_trials_gpu_share_reaches_its_run_config_and_not_its_identity(tmp_path
     shared = descriptors(load(tmp_path, resources={"cpus": 1, "gpus": 0.25}))[0]
     whole = descriptors(load(tmp_path, resources={"cpus": 1, "gpus": 2}))[0]
     cpu = descriptors(load(tmp_path, pack=["seeds", "optim.lr"]))[0]
-    (seed, key, _), = trial_members(shared)[:1]
-    a, b, c = (resolve_run_config(d, seed, key) for d in (shared, whole, cpu))
+    key = shared.members[0].key
+    a, b, c = (d.run_config(key) for d in (shared, whole, cpu))
     assert (a.device, a.gpu_share) == ("cuda", 0.25)
     assert (b.device, b.gpu_share) == ("cuda", 1.0)  # one device per trial: at most all of it
     assert (c.device, c.gpu_share) == ("cpu", 1.0)
