@@ -390,6 +390,10 @@ class RecordWriter:
         terminated."""
         state = self.runs[key]
         if state.status != schema.STATUS_FINISHED:
+            # MLflow's status first: a driver killed after it and before the batch leaves a run
+            # that a resume trains (judged by the tag) and finishes again; the other order left a
+            # run tagged finished, which a resume skips, RUNNING in the UI for good.
+            self.client.set_terminated(state.run_id, "FINISHED")
             self.log_artifacts(state.run_id, run_dir)  # idempotent (same paths)
             ts = int(time.time() * 1000)
             metrics = [Metric(k, float(v), ts, 0) for k, v in finals.items()]
@@ -406,7 +410,8 @@ class RecordWriter:
                                       tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
                                       synchronous=True)
             state.status = schema.STATUS_FINISHED
-        self.client.set_terminated(state.run_id, "FINISHED")
+        else:
+            self.client.set_terminated(state.run_id, "FINISHED")
 
     def fail(self, key: str, error: str, attempts: int) -> None:
         """A run failed for good: status ``failed``, the error text and the attempts made."""
