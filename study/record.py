@@ -123,7 +123,7 @@ class RecordCallback(_TuneCallback):
         """Open the record (idempotent): the experiment, the parent run, every run key.
 
         A SQLite store that cannot be written (a read-only or full file system, no permission)
-        is a :class:`StudyError` naming the store's file, not the study folder (#27 item 16)."""
+        is a :class:`StudyError` naming the store's file, not the study folder."""
         try:
             self.writer.open()
         except Exception as exc:  # noqa: BLE001 - only an unwritable store is turned into one line
@@ -143,7 +143,7 @@ class RecordCallback(_TuneCallback):
     def check_store(self) -> None:
         """Raise ``FileNotFoundError`` when a SQLite store's file was deleted or replaced since it
         was opened: SQLite goes on writing to the open, unlinked file without an error, and the
-        study would end "finished" with its record nowhere (#27 item 10)."""
+        study would end "finished" with its record nowhere."""
         if getattr(self, "store_id", None) is None:
             return
         db = sqlite_path(self.settings["tracking_uri"])
