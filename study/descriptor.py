@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from locattn.config import make_run_config, run_identity
 from locattn.train import load_result
-from record import layout
+from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.keys import run_key
 
@@ -167,8 +167,6 @@ def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
     ``epochs_to_100`` and ``test.<split>.<metric>`` (a key of ``result.json`` by its former name
     under its current one).
     """
-    from record import schema  # light (imports nothing): may join the module-level imports
-
     if result is not None and hasattr(result, "final_metrics"):
         return {k: float(v) for k, v in result.final_metrics().items()}
     data: Mapping[str, Any] = {}
