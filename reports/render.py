@@ -574,8 +574,7 @@ def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[st
 
 
 def summary_caption(study: str, solved_at: float) -> str:
-    # best_dev_score: best_selection_score's former name, which the committed summaries print
-    return (f"Study {study}, per cell: the hyperparameters with the best median best_dev_score "
+    return (f"Study {study}, per cell: the hyperparameters with the best median best_selection_score "
             f"over seeds (never chosen by test), that median, the points tried, and the median "
             f"over the chosen point's finished seeds of each test split; (k/n): k of n seeds "
             f"reached {solved_at:g} % or more.")

@@ -343,7 +343,6 @@ _register(TableDef(
                  key=f"long{i}") for i in range(1, 6)),
     )),)),),
     metric="attn_loss", direction="min", stat="mean", scale=1.0,
-    # optim.attn_loss_decode: eval.attn_loss_decode's former path, which the committed tables print
     note=("Each seed's value is the mean over the three tasks; the cell is the mean over "
           "seeds, as in the paper. Interp. is the mean of the heldout_inputs and "
           "heldout_compositions sets (2,892 rows of 2-4 tables from t1..t6, the paper's "
@@ -351,7 +350,7 @@ _register(TableDef(
           "heldout_tables and new_compositions involve the held-out t7/t8. The paper does "
           "not say which extrapolation files Long i uses; we read longer_seen_i. attnLoss "
           "includes the <eos> step, as Dubois's metric code does, and scores the decode that "
-          "the runs' optim.attn_loss_decode names: gold_length (Dubois's evaluation: the "
+          "the runs' eval.attn_loss_decode names: gold_length (Dubois's evaluation: the "
           "decoder runs for exactly the gold length and every gold step is scored) or emitted "
           "(only the steps before the model's own <eos>)."),
 ))
