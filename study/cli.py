@@ -93,6 +93,8 @@ def parser() -> Parser:
     rp.add_argument("study", help=STUDY_HELP)
     rp.add_argument("--root", default="studies", help=ROOT_HELP)
     rp.add_argument("--address", help=ADDRESS_HELP)
+    rp.add_argument("--max-concurrent", type=int,
+                    help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
 
@@ -238,15 +240,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError(str(exc)) from None
             if args.address:
                 preflight.check_address(args.address)
+            if args.max_concurrent is not None and args.max_concurrent < 0:
+                raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
+                                "(0: as many as the CPUs allow)")
         if args.cmd == "launch":
             if args.name is not None:
                 check_study_name(args.name, "--name")
             check_spec_path(args.spec)
             if args.tracking_uri is not None:
                 preflight.check_tracking_uri(args.tracking_uri)
-            if args.max_concurrent is not None and args.max_concurrent < 0:
-                raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
-                                "(0: as many as the CPUs allow)")
             summary = launch(
                 args.spec, profile=args.profile, name=args.name, root=args.root,
                 address=args.address, tracking_uri=args.tracking_uri,
@@ -258,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             return exit_code(summary)
         if args.cmd == "resume":
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
-                             progress_seconds=args.progress_seconds, time_limit=time_limit)
+                             progress_seconds=args.progress_seconds, time_limit=time_limit,
+                             max_concurrent=args.max_concurrent)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":

@@ -65,7 +65,7 @@ def launch(
     big = size_warnings(spec)
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
-        print(spec.plan(), file=out)
+        print(spec.plan(max_concurrent), file=out)
         for warning in big:
             print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
         problems = check_task_data(spec)
@@ -172,9 +172,10 @@ def resume(
     progress_seconds: float = 10.0,
     out: TextIO | None = None,
     time_limit: float | None = None,
+    max_concurrent: int | None = None,
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
-    (``time_limit`` as in :func:`launch`)."""
+    (``time_limit`` and ``max_concurrent`` as in :func:`launch`; the spec's by default)."""
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
     out = out or sys.stdout
@@ -189,7 +190,7 @@ def resume(
         relocate(paths, meta, out)
         if user or password:
             write_meta(paths, meta)
-        return _run(spec, paths, meta, address=address, max_concurrent=None,
+        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
     finally:
         lock.release()
@@ -321,12 +322,16 @@ def _run_locked(
         line = (f"[study {name}] {counts['runs_finished']} of {counts['runs_expected']} runs finished, "
                 f"{counts['runs_failed']} failed, {counts['runs_unfinished']} not finished; record: "
                 f"{tracking_uri} (experiment {name!r})")
+        # The resume command says the concurrency this driver was given: the study resumes with
+        # the spec's otherwise, which may be more trials than the user chose to run at once.
+        again = f"study resume {paths.dir}" + (f" --max-concurrent {max_concurrent}"
+                                               if max_concurrent is not None else "")
         if interrupted and interrupt.timed_out:
             limit_arg = limit_text(deadline[0])
             print(f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "
-                  f"continue with `study resume {paths.dir} --time-limit {limit_arg}`", file=out)
+                  f"continue with `{again} --time-limit {limit_arg}`", file=out)
         elif interrupted:
-            print(f"{line}. Interrupted: continue with `study resume {paths.dir}`", file=out)
+            print(f"{line}. Interrupted: continue with `{again}`", file=out)
         else:
             print(f"{line}; {browse_advice(tracking_uri, paths.dir, name)}", file=out)
         return summary

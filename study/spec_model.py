@@ -166,8 +166,9 @@ class StudySpec:
             return self.n_trials() * len(self.seeds)
         return len(self.cells) * len(self.hparam_points()) * len(self.seeds)
 
-    def plan(self) -> str:
-        """Human-readable plan: cells, trials and an estimated cost."""
+    def plan(self, max_concurrent: int | None = None) -> str:
+        """Human-readable plan: cells, trials and an estimated cost; ``max_concurrent`` (the
+        launch's ``--max-concurrent``) in place of the spec's, when given."""
         from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
 
         lines = [
@@ -194,10 +195,11 @@ class StudySpec:
         lines.append(f"trials   {self.n_trials()} Tune trials, {self.n_runs()} MLflow runs")
         max_epochs = max(make_run_config(task=c.task, variant=c.variant, overrides=c.overrides).optim.epochs
                          for c in self.cells)
-        slots = self.max_concurrent or max(1, int((os.cpu_count() or 1) // max(self.cpus, 1e-9)))
+        limit = self.max_concurrent if max_concurrent is None else max_concurrent
+        slots = limit or max(1, int((os.cpu_count() or 1) // max(self.cpus, 1e-9)))
         lines.append(
             f"budget   up to {max_epochs} epochs per run; {self.cpus:g} CPU, {self.gpus:g} GPU per trial;"
-            f" max concurrent {self.max_concurrent or 'auto'}; retries {self.max_failures}"
+            f" max concurrent {limit or 'auto'}; retries {self.max_failures}"
         )
         lines.extend(cost.plan_lines(self, slots))
         return "\n".join(lines)

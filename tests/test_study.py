@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -427,6 +428,26 @@ def test_ui_serves_the_study_on_loopback(ray_address, tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the group of the process this test started
         proc.wait(timeout=30)
+
+
+def test_a_time_limited_slice_says_how_to_resume_at_its_concurrency(ray_address, tmp_path: Path,
+                                                                     capsys) -> None:
+    """A slice launched with --max-concurrent 1 prints a resume command that keeps it, and a
+    resume given it never runs more trials at once (the spec's default would run two here)."""
+    overrides = {**SMOKE, "task.train_size": 64, "optim.epochs": 20}
+    spec = write_spec(tmp_path, "conc", grid={"task": ["copy"], "variant": ["onestep", "mono"]},
+                      overrides=overrides, max_concurrent=0)
+    root = tmp_path / "s"
+    summary = launch(spec, root=root, max_concurrent=1, time_limit=15, progress_seconds=0.5)
+    out = capsys.readouterr().out
+    study_dir = root / "conc-smoke"
+    if summary["time_limit"]:  # (a machine fast enough to finish in 15 s has nothing to resume)
+        assert f"continue with `study resume {study_dir} --max-concurrent 1 --time-limit " in out, out[-2000:]
+    summary = resume(study_dir, max_concurrent=1, progress_seconds=0.5)
+    out += capsys.readouterr().out
+    assert summary["runs_finished"] == 2 and summary["errors"] == 0
+    running = [int(m) for m in re.findall(r"(\d+) running", out)]
+    assert running and max(running) == 1, out[-2000:]
 
 
 def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_path: Path) -> None:

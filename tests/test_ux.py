@@ -194,6 +194,24 @@ def test_launch_refuses_bad_names_and_concurrency(tmp_path: Path, capsys, argv, 
     assert not (tmp_path / "studies").exists() and not Path("/etc/x").exists()
 
 
+def test_resume_refuses_negative_concurrency_before_touching_the_study(tmp_path: Path, capsys) -> None:
+    d = _make_study(tmp_path / "studies")
+    before = {p: p.stat().st_mtime_ns for p in d.iterdir()}
+    code, _, err = _study(["resume", str(d), "--max-concurrent", "-1"], capsys)
+    lines = [ln for ln in err.strip().splitlines() if "mlflow.store" not in ln]  # (the store's creation)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("study resume: ")
+    assert "--max-concurrent -1: must be >= 0" in lines[0]
+    assert {p: p.stat().st_mtime_ns for p in d.iterdir()} == before  # nothing written, no lock taken
+
+
+def test_the_dry_run_plans_with_the_given_concurrency(tmp_path: Path, capsys) -> None:
+    argv = ["launch", SPEC, "--profile", "smoke", "--dry-run", "--root", str(tmp_path)]
+    code, out, _ = _study([*argv, "--max-concurrent", "1"], capsys)
+    assert code == 0 and "max concurrent 1;" in out and "at 1 concurrent" in out, out
+    code, out, _ = _study(argv, capsys)  # the spec's: 0, as many as the CPUs allow
+    assert code == 0 and "max concurrent auto;" in out, out
+
+
 def _make_study(root: Path, name: str = "rc_table2-smoke", *, statuses=None) -> Path:
     """A study directory as ``study launch`` leaves it: study.json + a real MLflow SQLite store."""
     from reports.synth import SynthRun, write_bulk_sql
