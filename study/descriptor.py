@@ -19,6 +19,7 @@ from locattn.train import load_result
 from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.keys import run_key
+from study.spec_model import TrialSpec
 
 #: Result key of a trial's objective (the median over all its seeds of the search metric).
 OBJECTIVE = "objective"
@@ -50,22 +51,16 @@ class Member:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrialDescriptor:
-    """What one Tune trial trains, typed. It travels in the Tune config (and in each run folder's
-    trial file) as :meth:`to_dict`, plain JSON: Tune writes the config to ``params.json`` and
-    the driver rebuilds finished runs from trial files, so both must stay readable without this
-    class. :meth:`of` reads it back, with the Optuna-sampled values of ``config["search"]``."""
+class TrialDescriptor(TrialSpec):
+    """What one Tune trial trains, typed: its :class:`TrialSpec` (cell, overrides, hparams,
+    seeds, packed points) and where and how it runs. It travels in the Tune config (and in each
+    run folder's trial file) as :meth:`to_dict`, plain JSON: Tune writes the config to
+    ``params.json`` and the driver rebuilds finished runs from trial files, so both must stay
+    readable without this class. :meth:`of` reads it back, with the Optuna-sampled values of
+    ``config["search"]``."""
 
     study: str
     study_dir: str
-    cell: str
-    task: str
-    variant: str
-    overrides: dict[str, Any]
-    """Dotted config overrides: fixed + cell axes + hparams (profile applied)."""
-    hparams: dict[str, Any]
-    """The grid hparams of the trial's (first) point."""
-    seeds: tuple[int, ...]
     cpus: float
     metric: str
     """The per-seed final metric a search optimises (its median over seeds is the objective)."""
@@ -73,9 +68,6 @@ class TrialDescriptor:
     """``module:function`` that trains one solo run."""
     gpus: float = 0.0
     pack: bool = False
-    points: tuple[dict[str, Any], ...] = ()
-    """The hparams points a packed trial trains (each with every seed), when it packs hparams
-    axes; ``hparams`` is then the first of them. Empty for one point."""
     search: dict[str, Any] = field(default_factory=dict)
     """Optuna-sampled values (a search study), applied on top of every point."""
 
