@@ -78,7 +78,8 @@ class TrialDescriptor(TrialSpec):
         return cls(study=t["study"], study_dir=str(t["study_dir"]), cell=t["cell"], task=t["task"],
                    variant=t["variant"], overrides=dict(t["overrides"]), hparams=dict(t["hparams"]),
                    seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
-                   gpus=float(t.get("gpus", 0.0)), metric=t["metric"], train_fn=t["train_fn"],
+                   gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
+                   train_fn=t["train_fn"],
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
                    search=dict(config.get("search") or {}))
 

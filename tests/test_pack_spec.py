@@ -80,6 +80,8 @@ def test_a_descriptor_round_trips_through_json_and_applies_the_sampled_values(tm
     assert [m.hparams["optim.clip"] for m in sampled.members] == [2.5] * len(t.members)
     assert {m.key for m in sampled.members}.isdisjoint(m.key for m in t.members)  # other runs
     assert sampled.run_config(sampled.members[-1].key).optim.clip == 2.5
+    old = {**t.to_dict(), "metric": "best_dev_score"}  # a trial file written before the rename
+    assert TrialDescriptor.of({"trial": old}).metric == "best_selection_score"
     with pytest.raises(KeyError, match="cell"):
         TrialDescriptor.of({"trial": {k: v for k, v in t.to_dict().items() if k != "cell"}})
 
