@@ -7,6 +7,8 @@
     study runs <study> [--root studies/]
     study ui <study> [--root studies/] [--port 5000]
     study report <study> [--root studies/] [reports build options: --table, --compare, ...]
+    study export <study | spec.yaml> --out DIR [--only AXIS=V,...] [--limit N]
+    study import <study> RUNS_DIR
 
 A study is named by its directory under ``--root`` (or given as a path); a mistyped name gets
 the closest study there. ``status`` imports neither torch nor Ray nor MLflow.
@@ -118,6 +120,23 @@ def parser() -> Parser:
                                         "current record format, in place")
     mp.add_argument("study", help=STUDY_HELP)
     mp.add_argument("--root", default="studies", help=ROOT_HELP)
+
+    xp = sub.add_parser("export", help="write a study's unfinished runs to a folder that "
+                                       "`python -m locattn.offline` trains without Ray or MLflow")
+    xp.add_argument("study", help=STUDY_HELP + "; or a spec (.yaml), whose study is created "
+                                               "with nothing run (--profile, --name as for launch)")
+    xp.add_argument("--out", required=True, help="the export folder (new or empty)")
+    xp.add_argument("--root", default="studies", help=ROOT_HELP)
+    xp.add_argument("--profile", help="with a spec: its profile")
+    xp.add_argument("--name", help="with a spec: the study name")
+    xp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
+                    help="export only the trials with these values of a grid axis (repeatable)")
+    xp.add_argument("--limit", type=int, help="export at most this many trials")
+    ip = sub.add_parser("import", help="copy the run folders `python -m locattn.offline` trained "
+                                       "into the study (then `study resume` records them)")
+    ip.add_argument("study", help=STUDY_HELP)
+    ip.add_argument("runs_dir", help="the worker's --out folder")
+    ip.add_argument("--root", default="studies", help=ROOT_HELP)
 
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
@@ -311,6 +330,22 @@ def main(argv: list[str] | None = None) -> int:
                 migrate(paths, sys.stdout)
             finally:
                 lock.release()
+            return 0
+        if args.cmd in ("export", "import"):
+            from study import offline  # MLflow and Ray Tune: off the light commands
+
+            if args.cmd == "import":
+                offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout)
+                return 0
+            if args.limit is not None and args.limit < 1:
+                raise SpecError(f"--limit {args.limit}: must be >= 1")
+            if args.study.endswith((".yaml", ".yml")) and Path(args.study).is_file():
+                paths = offline.create(Path(args.study), profile=args.profile, name=args.name,
+                                       root=args.root, out=sys.stdout)
+            else:
+                paths = find_study(args.study, args.root)
+            offline.export(paths, Path(args.out), only=parse_only(args.only), limit=args.limit,
+                           out=sys.stdout)
             return 0
         if args.cmd == "report":
             cli = reports_cli()

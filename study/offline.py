@@ -1,0 +1,194 @@
+"""Train a study's runs on a machine without Ray or MLflow: ``study export`` and ``study import``.
+
+``export`` plans the study's unfinished trials as a resume would (from the record) and writes a
+folder for :mod:`locattn.offline`: its manifest (per trial the descriptor, per run its key,
+seed and resolved ``RunConfig``) and per run a seed folder with the run's trial file and any
+partial trainer checkpoint. The worker trains them there into ``RUNS_DIR/<run key>/``;
+``import`` copies the finished run folders back into ``<study>/runs/``, where the next
+``study resume`` records them from disk (:func:`study.record.reconcile`) instead of training them.
+Grid studies only: a search study's trials are sampled by Optuna as it goes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping, TextIO
+
+from mlflow.tracking import MlflowClient
+
+from locattn.config import config_to_dict
+from locattn.offline import DROP_KEY, MANIFEST_FILE, MANIFEST_FORMAT
+from locattn.train import find_checkpoint
+from record import layout
+from record.layout import StudyPaths, study_paths
+from record.store import experiment_id, local_store
+from record.writer import existing_runs
+from study.descriptor import TrialDescriptor, finished_result, write_trial_file
+from study.driver import StudyLock
+from study.folder import load_meta, spec_from_meta, write_meta
+from study.migrate import DEFAULT_TRAIN_FN
+from study.plan import plan_trials
+from study.retention import DROPPED, study_keep
+from study.spec import SpecError, StudySpec, read_yaml, require_task_data, resolve_spec
+from study.ui import current_store
+
+#: Where the seed folders lie in an export folder (``<out>/runs/<run key>/``).
+SEEDS_DIR = layout.RUNS_DIR
+
+
+def _grid_spec(paths: StudyPaths, meta: Mapping[str, Any], what: str) -> StudySpec:
+    spec = spec_from_meta(dict(meta))
+    if spec.search is not None:
+        raise SpecError(f"study {meta['name']!r} is a search study (Optuna samples its trials as it "
+                        f"goes): only grid studies can be {what}")
+    return spec
+
+
+def record_runs(meta: Mapping[str, Any], paths: StudyPaths) -> dict[str, Any]:
+    """run key -> RunState of every run in the study's record (empty before its first run)."""
+    uri = current_store(meta["tracking_uri"], paths.dir)
+    if local_store(uri) is not None:  # SQLite: read without creating a store
+        exp = experiment_id(uri, meta["name"])
+        return existing_runs(None, uri, exp) if exp is not None else {}
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(meta["name"])
+    return existing_runs(client, uri, found.experiment_id) if found is not None else {}
+
+
+def create(spec_path: Path, *, profile: str | None, name: str | None, root: str | Path,
+           out: TextIO) -> StudyPaths:
+    """The study of a spec, created as ``study launch`` creates it (its ``study.json``, the
+    default SQLite store) but with nothing run, so that its runs can be exported before any
+    ran here. An existing study of that name is returned as it is."""
+    spec_path = spec_path.resolve()
+    raw = read_yaml(spec_path)
+    spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=None)
+    name = name or (f"{spec.name}-{spec.profile}" if spec.profile else spec.name)
+    if spec.search is not None:
+        raise SpecError(f"study {name!r} is a search study (Optuna samples its trials as it goes): "
+                        "only grid studies can be exported")
+    paths = study_paths(Path(root).resolve() / name)
+    if paths.meta.is_file():
+        return paths
+    require_task_data(spec)
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    write_meta(paths, {"name": name, "spec_path": str(spec_path), "profile": spec.profile, "only": {},
+                       "raw": raw, "resolved": spec.resolved, "tracking_uri": paths.default_tracking_uri(),
+                       "train_fn": DEFAULT_TRAIN_FN, "created": time.time()})
+    print(f"[study {name}] created at {paths.dir} (nothing run yet)", file=out)
+    return paths
+
+
+def _matches(desc: TrialDescriptor, only: Mapping[str, list]) -> bool:
+    for axis, values in only.items():
+        if axis in ("task", "variant", "cell"):
+            value = getattr(desc, axis)
+        else:
+            value = {**desc.overrides, **desc.hparams}.get(axis)
+        if str(value) not in {str(v) for v in values}:
+            return False
+    return True
+
+
+def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None = None,
+           limit: int | None = None, out: TextIO) -> dict[str, Any]:
+    """Write the export folder ``out_dir`` for the study's unfinished runs; counts of trials
+    and runs exported."""
+    meta = load_meta(paths)
+    spec = _grid_spec(paths, meta, "exported")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise SpecError(f"{out_dir}: not empty; export into a new folder")
+    lock = StudyLock(paths, out).acquire()  # never while a driver trains these runs
+    try:
+        trials, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs=record_runs(meta, paths)))
+        trials = [t for t in trials if _matches(t, only or {})]
+        entries, n_runs, on_disk = [], 0, 0
+        for desc in trials:
+            runs = []
+            for seed, key in desc.run_keys:
+                cfg = desc.run_config(key)
+                if finished_result(desc.run_dir(key), cfg) is not None:
+                    on_disk += 1  # finished, not yet recorded: the next resume records it
+                    continue
+                seeds = out_dir / SEEDS_DIR / key
+                write_trial_file(seeds, desc, seed)
+                found = find_checkpoint(desc.run_dir(key))
+                if found is not None:  # training continues from it
+                    shutil.copytree(found, seeds / layout.CHECKPOINT_DIR)
+                runs.append({"key": key, "seed": int(seed), "config": config_to_dict(cfg),
+                             "folder": f"{SEEDS_DIR}/{key}", "checkpoint": found is not None})
+            if runs:
+                entries.append({"trial": desc.to_dict(), "search": dict(desc.search),
+                                "packed": desc.packed, "runs": runs})
+                n_runs += len(runs)
+            if limit is not None and len(entries) >= limit:
+                break
+        out_dir.mkdir(parents=True, exist_ok=True)
+        manifest = {"format": MANIFEST_FORMAT, "study": meta["name"], "created": time.time(),
+                    "trials": entries, DROP_KEY: list(DROPPED[study_keep(paths.dir)])}
+        (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    finally:
+        lock.release()
+    print(f"[study {meta['name']}] exported {len(entries)} trials ({n_runs} runs) to {out_dir}"
+          + (f"; {on_disk} finished runs are on disk already (`study resume` records them)" if on_disk else "")
+          + f". Train them with `python -m locattn.offline {out_dir} --out RUNS_DIR`, then "
+          f"`study import {meta['name']} RUNS_DIR`", file=out)
+    return {"trials": len(entries), "runs": n_runs, "on_disk": on_disk}
+
+
+def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, Any]:
+    """Copy the finished run folders of ``runs_dir`` into the study's ``runs/``; a folder of
+    another study, or of a run the study does not plan, refuses the whole import."""
+    meta = load_meta(paths)
+    spec = _grid_spec(paths, meta, "imported")
+    name = meta["name"]
+    if not runs_dir.is_dir():
+        raise SpecError(f"{runs_dir}: no such folder")
+    lock = StudyLock(paths, out).acquire()  # never under a running driver
+    try:
+        planned, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs={}))
+        keys = {key: (seed, desc) for desc in planned for seed, key in desc.run_keys}
+        found = []
+        for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+            try:
+                body = json.loads((folder / layout.TRIAL_FILE).read_text())
+                study, seed = body["trial"]["study"], int(body["seed"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise SpecError(f"{folder}: no readable {layout.TRIAL_FILE} ({type(exc).__name__}): not a "
+                                "run folder of `python -m locattn.offline`") from None
+            if study != name:
+                raise SpecError(f"{folder}: its {layout.TRIAL_FILE} names study {study!r}, not {name!r}")
+            if keys.get(folder.name, (None,))[0] != seed:
+                raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
+                                f"{name!r} plans")
+            found.append((folder, keys[folder.name][1]))
+        copied, unfinished, present = 0, [], 0
+        for folder, desc in found:
+            cfg = desc.run_config(folder.name)
+            if finished_result(folder, cfg) is None:
+                unfinished.append(folder.name)
+                continue
+            dest = paths.runs / folder.name
+            if finished_result(dest, cfg) is not None:
+                present += 1
+                continue
+            tmp = paths.runs / f".{folder.name}.import"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(folder, tmp)
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+            copied += 1
+    finally:
+        lock.release()
+    line = f"[study {name}] imported {copied} finished runs from {runs_dir}"
+    if present:
+        line += f"; {present} were finished in the study already"
+    if unfinished:
+        line += (f"; {len(unfinished)} not finished, left out (continue them with "
+                 f"`python -m locattn.offline <export folder> --out {runs_dir}`)")
+    print(f"{line}. Record them: `study resume {paths.dir}`", file=out)
+    return {"copied": copied, "present": present, "unfinished": unfinished}

@@ -1,0 +1,154 @@
+"""Offline training: ``study export`` -> ``python -m locattn.offline`` (torch only, in a
+subprocess that cannot import Ray, MLflow, Optuna, polars, study, record or reports) ->
+``study import`` -> ``study resume`` records the runs from disk and trains nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; before ray is imported
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+
+from record import schema  # noqa: E402
+from study.cli import main as study  # noqa: E402
+from study.launch import init_ray, resume  # noqa: E402
+from study_helpers import trial_run_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
+         "task.test_lengths": [15], "optim.epochs": 2}
+BLOCKED = ("ray", "mlflow", "optuna", "polars", "study", "record", "reports")
+#: Runs the worker with every BLOCKED package unimportable (``import ray`` raises ImportError).
+WORKER = ("import runpy, sys\n"
+          f"sys.modules.update(dict.fromkeys({BLOCKED!r}))\n"
+          "sys.argv = ['locattn.offline', *sys.argv[1:]]\n"
+          "runpy.run_module('locattn.offline', run_name='__main__', alter_sys=True)\n")
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    import ray
+
+    started = init_ray()
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def write_spec(tmp_path: Path, name: str, **body) -> Path:
+    spec = {"name": name, "seeds": 1, "resources": {"cpus": 1}, "max_failures": 0,
+            "profiles": {"smoke": {}}, "default_profile": "smoke", **body}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def worker(folder: Path, runs: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-c", WORKER, str(folder), "--out", str(runs), "--device", "cpu",
+                           *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def test_exported_runs_trained_offline_are_recorded_not_retrained(ray_address, tmp_path: Path,
+                                                                   capsys) -> None:
+    spec = write_spec(tmp_path, "off", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=2,
+                      pack_seeds=True, overrides=SMOKE)
+    root, export, runs = tmp_path / "s", tmp_path / "export", tmp_path / "runs"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export)]) == 0
+    assert "exported 1 trials (2 runs)" in capsys.readouterr().out
+    manifest = json.loads((export / "manifest.json").read_text())
+    keys = [r["key"] for r in manifest["trials"][0]["runs"]]
+    assert manifest["trials"][0]["packed"] and len(keys) == 2
+
+    done = worker(export, runs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 runs finished, 0 not finished, 0 failed" in done.stdout
+    assert sorted(p.name for p in runs.iterdir()) == sorted(keys)
+    history = {k: json.loads((runs / k / "result.json").read_text())["history"] for k in keys}
+    assert all([h["epoch"] for h in hist] == [1, 2] for hist in history.values())
+    assert not any((runs / k / "checkpoint").exists() for k in keys)  # keep: model (the default)
+
+    study_dir = root / "off-smoke"
+    assert study(["import", "off-smoke", str(runs), "--root", str(root)]) == 0
+    assert "imported 2 finished runs" in capsys.readouterr().out
+    mtimes = {p: p.stat().st_mtime_ns for p in (study_dir / "runs").glob("*/result.json")}
+    assert len(mtimes) == 2
+    summary = resume(study_dir, root=root, progress_seconds=60)
+    assert summary["trials"] == 0 and summary["runs_finished"] == 2
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # nothing retrained
+    rows = trial_run_rows(study_dir / "mlflow.db")
+    assert len(rows) == 2
+    for row in rows:
+        key = row["tags"][schema.RUN_KEY]
+        assert row["tags"][schema.STATUS] == schema.STATUS_FINISHED
+        for metric in ("train_loss", "dev_score"):
+            assert row["metrics"][metric] == [(h["epoch"], pytest.approx(h[metric])) for h in history[key]]
+
+
+def test_a_deadline_stops_at_an_epoch_and_the_next_worker_continues(tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path, "dl", grid={"task": ["copy"], "variant": ["onestep"]},
+                      overrides={**SMOKE, "optim.epochs": 40, "task.train_size": 200})
+    root, export, runs = tmp_path / "s", tmp_path / "export", tmp_path / "runs"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export)]) == 0
+    stopped = worker(export, runs, "--deadline", "2")
+    assert stopped.returncode == 75, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "0 runs finished, 1 not finished" in stopped.stdout
+    (key,) = [p.name for p in runs.iterdir()]
+    assert (runs / key / "checkpoint").is_dir() and not (runs / key / "result.json").exists()
+    first = [int(ln.split(" epoch ")[1].split(":")[0]) for ln in stopped.stdout.splitlines() if " epoch " in ln]
+    assert first == list(range(1, len(first) + 1)) and len(first) < 40
+
+    # an unfinished run is not imported: the study would restart it (its epochs are in no record)
+    capsys.readouterr()
+    assert study(["import", "dl-smoke", str(runs), "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 0 finished runs" in out and "1 not finished, left out" in out
+    assert not (root / "dl-smoke" / "runs" / key).exists()
+
+    again = worker(export, runs)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rest = [int(ln.split(" epoch ")[1].split(":")[0]) for ln in again.stdout.splitlines() if " epoch " in ln]
+    assert rest[0] == first[-1] + 1 and rest[-1] == 40  # continued, not retrained
+    history = json.loads((runs / key / "result.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == list(range(1, 41))
+
+
+def test_refusals_are_one_line(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "s"
+    assert study(["export", "nope", "--root", str(root), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("study export: no study 'nope'") and "\n" not in err
+    assert study(["export", str(ROOT / "ablations/search_lr.yaml"), "--profile", "smoke", "--root", str(root),
+                  "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'search_lr-smoke' is a search study" in err and "\n" not in err
+    assert not (root / "search_lr-smoke").exists()
+
+    spec = write_spec(tmp_path, "ref", grid={"task": ["copy"], "variant": ["onestep"]}, overrides=SMOKE)
+    export = tmp_path / "export"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export)]) == 0
+    (key,) = [p.name for p in (export / "runs").iterdir()]
+    body = json.loads((export / "runs" / key / "trial.json").read_text())
+    other = tmp_path / "other" / key
+    other.mkdir(parents=True)
+    (other / "trial.json").write_text(json.dumps({**body, "trial": {**body["trial"], "study": "else"}}))
+    capsys.readouterr()
+    assert study(["import", "ref-smoke", str(other.parent), "--root", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"study import: {other}: its trial.json names study 'else', not 'ref-smoke'"
+    stray = tmp_path / "stray" / "0123456789abcdef"
+    stray.mkdir(parents=True)
+    (stray / "trial.json").write_text(json.dumps(body))
+    assert study(["import", "ref-smoke", str(stray.parent), "--root", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"study import: {stray}: run key 0123456789abcdef") and "\n" not in err
+    assert not (root / "ref-smoke" / "runs").exists()
