@@ -4,8 +4,10 @@
 folder for :mod:`locattn.offline`: its manifest (per trial the descriptor, per run its key,
 seed and resolved ``RunConfig``) and per run a seed folder with the run's trial file and any
 partial trainer checkpoint. The worker trains them there into ``RUNS_DIR/<run key>/``;
-``import`` copies the finished run folders back into ``<study>/runs/``, where the next
-``study resume`` records them from disk (:func:`study.record.reconcile`) instead of training them.
+``import`` copies the run folders back into ``<study>/runs/``: the next ``study resume``
+records the finished ones from disk (:func:`study.record.reconcile`) instead of training them,
+and continues the unfinished ones from their checkpoints, which the import stages as a Tune
+checkpoint of an earlier attempt of their trial (:func:`stage_offline`).
 Grid studies only: a search study's trials are sampled by Optuna as it goes.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping, TextIO
 
+import torch
 from mlflow.tracking import MlflowClient
 
 from locattn.config import config_to_dict
@@ -33,11 +36,16 @@ from study.folder import load_meta, spec_from_meta, write_meta
 from study.migrate import DEFAULT_TRAIN_FN
 from study.plan import plan_trials
 from study.retention import DROPPED, study_keep
+from study.trial_state import RUN_SUBDIR, stage_checkpoint
 from study.spec import SpecError, StudySpec, read_yaml, require_task_data, resolve_spec
 from study.ui import current_store
 
 #: Where the seed folders lie in an export folder (``<out>/runs/<run key>/``).
 SEEDS_DIR = layout.RUNS_DIR
+#: Name of the Tune checkpoint an import stages for a trial's unfinished runs (under
+#: ``<study>/tune/trial_offline_<first run key>/``), where a resumed trial finds it.
+OFFLINE_TRIAL = "trial_offline_{}"
+OFFLINE_CHECKPOINT = "checkpoint_000000"
 
 
 def _grid_spec(paths: StudyPaths, meta: Mapping[str, Any], what: str) -> StudySpec:
@@ -141,8 +149,9 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
 
 
 def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, Any]:
-    """Copy the finished run folders of ``runs_dir`` into the study's ``runs/``; a folder of
-    another study, or of a run the study does not plan, refuses the whole import."""
+    """Copy the run folders of ``runs_dir`` into the study's ``runs/`` (an unfinished one with
+    its checkpoint staged for the next resume; one without a checkpoint is left out); a folder
+    of another study, or of a run the study does not plan, refuses the whole import."""
     meta = load_meta(paths)
     spec = _grid_spec(paths, meta, "imported")
     name = meta["name"]
@@ -166,29 +175,70 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, 
                 raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
                                 f"{name!r} plans")
             found.append((folder, keys[folder.name][1]))
-        copied, unfinished, present = 0, [], 0
+        copied, unfinished, present, staged = 0, [], 0, {}
         for folder, desc in found:
             cfg = desc.run_config(folder.name)
-            if finished_result(folder, cfg) is None:
-                unfinished.append(folder.name)
-                continue
+            done = finished_result(folder, cfg) is not None
             dest = paths.runs / folder.name
             if finished_result(dest, cfg) is not None:
                 present += 1
+                continue
+            history = None if done else checkpoint_history(folder)
+            if not done and history is None:
+                unfinished.append(folder.name)
                 continue
             tmp = paths.runs / f".{folder.name}.import"
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(folder, tmp)
             shutil.rmtree(dest, ignore_errors=True)
             tmp.rename(dest)
-            copied += 1
+            if done:
+                copied += 1
+            else:
+                staged.setdefault(desc.run_keys[0][1], (desc, {}))[1][folder.name] = history
+        for first, (desc, histories) in staged.items():
+            stage_offline(paths, desc, first, histories)
     finally:
         lock.release()
     line = f"[study {name}] imported {copied} finished runs from {runs_dir}"
     if present:
         line += f"; {present} were finished in the study already"
+    n_staged = sum(len(h) for _, h in staged.values())
+    if n_staged:
+        line += f"; {n_staged} not finished, imported with their checkpoints (study resume continues them)"
     if unfinished:
-        line += (f"; {len(unfinished)} not finished, left out (continue them with "
-                 f"`python -m locattn.offline <export folder> --out {runs_dir}`)")
+        line += f"; {len(unfinished)} not finished without a checkpoint, left out (study resume trains them)"
     print(f"{line}. Record them: `study resume {paths.dir}`", file=out)
-    return {"copied": copied, "present": present, "unfinished": unfinished}
+    return {"copied": copied, "present": present, "staged": n_staged, "unfinished": unfinished}
+
+
+def checkpoint_history(folder: Path) -> list[dict[str, Any]] | None:
+    """The epoch history of a run folder's verified trainer checkpoint, or None."""
+    found = find_checkpoint(folder)
+    if found is None:
+        return None
+    try:
+        history = torch.load(found / layout.CHECKPOINT_STATE, map_location="cpu", weights_only=True)["history"]
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+        return None
+    return [dict(h) for h in history] if isinstance(history, list) and history else None
+
+
+def stage_offline(paths: StudyPaths, desc: TrialDescriptor, first: str,
+                  histories: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Stage the imported unfinished runs of one trial as a Tune checkpoint of an earlier
+    attempt of it (their run folders' trial files list it): a resumed trial restores their
+    trainer checkpoints from there, and its first reports replay their offline epochs to the
+    record, as after a killed driver (:mod:`study.trial_state`)."""
+    name = OFFLINE_TRIAL.format(first)
+    state = {"replicas": {key: {"epoch": int(h[-1]["epoch"]), "history": h} for key, h in histories.items()},
+             "done": [], "scores": {}}
+    sources = {f"{RUN_SUBDIR}/{key}": paths.runs / key / layout.CHECKPOINT_DIR for key in histories}
+    target = paths.tune / name / OFFLINE_CHECKPOINT
+    staging = paths.tune / name / f".{OFFLINE_CHECKPOINT}.tmp"
+    stage_checkpoint(staging, state, sources)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    seeds = dict((key, seed) for seed, key in desc.run_keys)
+    for key in histories:
+        write_trial_file(paths.runs / key, desc, seeds[key], name)

@@ -1,6 +1,7 @@
 """Offline training: ``study export`` -> ``python -m locattn.offline`` (torch only, in a
 subprocess that cannot import Ray, MLflow, Optuna, polars, study, record or reports) ->
-``study import`` -> ``study resume`` records the runs from disk and trains nothing.
+``study import`` -> ``study resume`` records the finished runs from disk and trains nothing,
+and continues a run the worker's deadline stopped from its checkpoint.
 """
 
 from __future__ import annotations
@@ -94,7 +95,14 @@ def test_exported_runs_trained_offline_are_recorded_not_retrained(ray_address, t
             assert row["metrics"][metric] == [(h["epoch"], pytest.approx(h[metric])) for h in history[key]]
 
 
-def test_a_deadline_stops_at_an_epoch_and_the_next_worker_continues(tmp_path: Path, capsys) -> None:
+def epochs_of(out: str) -> list[int]:
+    return [int(ln.split(" epoch ")[1].split(":")[0]) for ln in out.splitlines() if " epoch " in ln]
+
+
+def test_a_deadline_stops_at_an_epoch_and_study_resume_continues_there(ray_address, tmp_path: Path,
+                                                                        capsys) -> None:
+    import torch
+
     spec = write_spec(tmp_path, "dl", grid={"task": ["copy"], "variant": ["onestep"]},
                       overrides={**SMOKE, "optim.epochs": 40, "task.train_size": 200})
     root, export, runs = tmp_path / "s", tmp_path / "export", tmp_path / "runs"
@@ -104,22 +112,27 @@ def test_a_deadline_stops_at_an_epoch_and_the_next_worker_continues(tmp_path: Pa
     assert "0 runs finished, 1 not finished" in stopped.stdout
     (key,) = [p.name for p in runs.iterdir()]
     assert (runs / key / "checkpoint").is_dir() and not (runs / key / "result.json").exists()
-    first = [int(ln.split(" epoch ")[1].split(":")[0]) for ln in stopped.stdout.splitlines() if " epoch " in ln]
+    first = epochs_of(stopped.stdout)
     assert first == list(range(1, len(first) + 1)) and len(first) < 40
+    again = worker(export, runs, "--deadline", "2")  # the next worker continues from the checkpoint
+    assert again.returncode == 75, again.stderr[-3000:]
+    second = epochs_of(again.stdout)
+    assert second == list(range(first[-1] + 1, first[-1] + 1 + len(second))) and second[-1] < 40
+    offline = torch.load(runs / key / "checkpoint" / "state.pt", weights_only=True)["history"]
+    assert [h["epoch"] for h in offline] == first + second
 
-    # an unfinished run is not imported: the study would restart it (its epochs are in no record)
     capsys.readouterr()
     assert study(["import", "dl-smoke", str(runs), "--root", str(root)]) == 0
-    out = capsys.readouterr().out
-    assert "imported 0 finished runs" in out and "1 not finished, left out" in out
-    assert not (root / "dl-smoke" / "runs" / key).exists()
-
-    again = worker(export, runs)
-    assert again.returncode == 0, again.stderr[-3000:]
-    rest = [int(ln.split(" epoch ")[1].split(":")[0]) for ln in again.stdout.splitlines() if " epoch " in ln]
-    assert rest[0] == first[-1] + 1 and rest[-1] == 40  # continued, not retrained
-    history = json.loads((runs / key / "result.json").read_text())["history"]
+    assert "1 not finished, imported with their checkpoints" in capsys.readouterr().out
+    study_dir = root / "dl-smoke"
+    summary = resume(study_dir, root=root, progress_seconds=60)
+    assert summary["errors"] == 0 and summary["runs_finished"] == 1
+    history = json.loads((study_dir / "runs" / key / "result.json").read_text())["history"]
     assert [h["epoch"] for h in history] == list(range(1, 41))
+    # continued, not retrained: the offline epochs keep their own timings
+    assert [h["epoch_seconds"] for h in history[:len(offline)]] == [h["epoch_seconds"] for h in offline]
+    (row,) = trial_run_rows(study_dir / "mlflow.db")
+    assert row["metrics"]["train_loss"] == [(h["epoch"], pytest.approx(h["train_loss"])) for h in history]
 
 
 def test_refusals_are_one_line(tmp_path: Path, capsys) -> None:
