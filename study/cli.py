@@ -1,4 +1,4 @@
-"""``study`` command line: launch, resume, status, runs, ui, report, migrate.
+"""``study`` command line: launch, resume, status, runs, ui, report, migrate, export, import.
 
     study launch ablations/rc_table2.yaml [--profile quick] [--name N] [--root studies/]
                  [--address ADDR] [--tracking-uri URI] [--max-concurrent N] [--dry-run]
@@ -150,7 +150,8 @@ def parser() -> Parser:
 
 
 DESCRIPTION = ("Run an ablation study from a spec (ablations/*.yaml) on Ray Tune, recording\n"
-               "every run in MLflow: launch, resume, status, runs, ui, report, migrate.")
+               "every run in MLflow: launch, resume, status, runs, ui, report, migrate; export and\n"
+               "import train a study's runs on a machine without Ray or MLflow (docs/gpu_offline.md).")
 EXAMPLES = """examples:
   study launch ablations/rc_table2.yaml --profile smoke
   study status rc_table2-smoke
