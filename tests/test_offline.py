@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; before ray is imported
 pytest.importorskip("ray")
@@ -21,36 +20,17 @@ pytest.importorskip("mlflow")
 
 from record import schema  # noqa: E402
 from study.cli import main as study  # noqa: E402
-from study.launch import init_ray, resume  # noqa: E402
+from study.launch import resume  # noqa: E402
 from study_helpers import trial_run_rows  # noqa: E402
+from test_study import SMOKE, ray_address, write_spec  # noqa: E402,F401 - the module's Ray and spec writer
 
 ROOT = Path(__file__).resolve().parent.parent
-SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
-         "task.test_lengths": [15], "optim.epochs": 2}
 BLOCKED = ("ray", "mlflow", "optuna", "polars", "study", "record", "reports")
 #: Runs the worker with every BLOCKED package unimportable (``import ray`` raises ImportError).
 WORKER = ("import runpy, sys\n"
           f"sys.modules.update(dict.fromkeys({BLOCKED!r}))\n"
           "sys.argv = ['locattn.offline', *sys.argv[1:]]\n"
           "runpy.run_module('locattn.offline', run_name='__main__', alter_sys=True)\n")
-
-
-@pytest.fixture(scope="module")
-def ray_address():
-    import ray
-
-    started = init_ray()
-    yield ray.get_runtime_context().gcs_address
-    if started:
-        ray.shutdown()
-
-
-def write_spec(tmp_path: Path, name: str, **body) -> Path:
-    spec = {"name": name, "seeds": 1, "resources": {"cpus": 1}, "max_failures": 0,
-            "profiles": {"smoke": {}}, "default_profile": "smoke", **body}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def worker(folder: Path, runs: Path, *args: str) -> subprocess.CompletedProcess:
