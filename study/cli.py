@@ -369,6 +369,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def program() -> None:
+    """``study`` as a program (the console script, ``python -m study.cli``): :func:`main`, then
+    its exit status. A process that loaded Ray's C++ core (a launch or resume: the driver has
+    shut Ray down and written its record and summary by now) leaves through ``os._exit``,
+    skipping the interpreter's teardown: a driver in CI's faults tier aborted there (status -6
+    instead of 130, after its summary line), where Ray's C++ core unloads beside its threads."""
+    try:
+        code = main()
+    except BrokenPipeError:  # `study status ... | head`: the reader left; drop the rest quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    if "ray._raylet" in sys.modules:
+        import logging
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more can be said there
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    sys.exit(main())
+    program()
