@@ -45,6 +45,7 @@ import argparse
 import difflib
 import importlib
 import json
+import logging
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
@@ -381,8 +382,6 @@ def program() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
     if "ray._raylet" in sys.modules:
-        import logging
-
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:
