@@ -227,6 +227,10 @@ def test_job_submit_launch_stop_resume_on_two_nodes(cluster, tmp_path: Path) -> 
     assert unfinished and finished_hist
     time.sleep(2)  # the stopped job's trial actors are being killed: let their last write land
     on_disk = checkpoint_epochs(study_dir)
+    # A 2-epoch run can finish on disk (its result.json) after the record's last write: the stop
+    # lands between the two. The resume reports it again and must not train it again.
+    results = {k: study_dir / "runs" / k / "result.json" for k in unfinished}
+    done_on_disk = {k: f.stat().st_mtime_ns for k, f in results.items() if f.is_file()}
     t1 = time.time()
 
     out = ray_job(address, "submit", "--submission-id", "locattn-flow-resume", "--",
@@ -252,8 +256,9 @@ def test_job_submit_launch_stop_resume_on_two_nodes(cluster, tmp_path: Path) -> 
     # from its last epoch: at least what the record showed at the stop (it lags the trial), at
     # most the trainer's checkpoint on disk and at most one epoch behind it (a stop between the
     # trainer's save and Tune's copy of it). Not from 0.
-    mid_run = [k for k in unfinished if recorded[k] >= 2]
-    assert mid_run, recorded
+    assert {k: results[k].stat().st_mtime_ns for k in done_on_disk} == done_on_disk  # not retrained
+    mid_run = [k for k in unfinished if recorded[k] >= 2 and k not in done_on_disk]
+    assert mid_run, (recorded, done_on_disk)
     for key in mid_run:
         frm, disk = resumed[key], on_disk[key]  # runs/<run key>/checkpoint
         assert recorded[key] <= frm and disk - 1 <= frm <= disk, (key, recorded[key], frm, disk)
