@@ -83,9 +83,14 @@ def _guarded(hook: Any) -> Any:
             return hook(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
             db = sqlite_path(self.settings["tracking_uri"])
-            line = store_failure(str(db) if db is not None else redact(self.settings["tracking_uri"]), exc)
+            where = str(db) if db is not None else redact(self.settings["tracking_uri"])
+            line = store_failure(where, exc)
             if line is None:
                 raise
+            try:  # SQLite answers a write to a deleted or moved file with "readonly" (DBMOVED):
+                self.check_store()  # the missing file is the cause, said as such
+            except FileNotFoundError as gone:
+                line = store_failure(where, gone)
             self.failure = line  # said once, by the driver, when Tune has stopped
             if callable(signal.getsignal(signal.SIGUSR1)):  # Tune's handler, installed during fit
                 os.kill(os.getpid(), signal.SIGUSR1)
