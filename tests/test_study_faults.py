@@ -949,7 +949,7 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
     """#27 item 10: SQLite writes on to an open, unlinked store without an error; the recorder
     compares the file with the one it opened at every Tune step, and says "it is gone"."""
     from record.store import sqlite_uri
-    from study.record import RecordCallback, _guarded, store_failure
+    from study.record import RecordCallback, store_failure
 
     db = tmp_path / "mlflow.db"
     rec = RecordCallback(tracking_uri=sqlite_uri(db), study="g", study_dir=str(tmp_path),
@@ -966,11 +966,12 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
         assert store_failure(str(db), info.value) == f"the store {db} failed mid-run (it is gone: deleted or moved)"
 
     # A write to the deleted file fails first as "readonly" (SQLite's DBMOVED), before a Tune
-    # step's check: a guarded hook still names the cause, the missing file.
-    def write(self: RecordCallback) -> None:
+    # step's check: a hook's failure still names the cause, the missing file.
+    def write(*args, **kwargs) -> None:
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    _guarded(write)(rec)
+    rec.writer.flush = write
+    rec.on_experiment_end([])  # its first write is a flush
     assert rec.failure == f"the store {db} failed mid-run (it is gone: deleted or moved)"
 
 
