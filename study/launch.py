@@ -95,7 +95,7 @@ def launch(
             meta = load_meta(paths)
             relocate(paths, meta, out)
             if widens(meta["resolved"], spec.resolved):
-                _widen(paths, meta, spec, only or {}, out)
+                _widen(paths, meta, spec, raw, only or {}, out)
             elif not same_spec(meta["resolved"], spec.resolved):
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
@@ -104,6 +104,9 @@ def launch(
                     "widen it with the same spec and profile and a wider --only, or launch under "
                     "another --name"
                 )
+            elif meta["raw"] != raw:  # the YAML changed elsewhere; saved so a resume rebuilds this spec
+                meta["raw"] = raw
+                write_meta(paths, meta)
             if tracking_uri and tracking_uri != meta["tracking_uri"]:
                 print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
                       f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
@@ -141,13 +144,15 @@ def _only_text(only: dict[str, list] | None) -> str:
     return " ".join(f"{k}={','.join(map(str, v))}" for k, v in (only or {}).items()) or "(none)"
 
 
-def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, only: dict[str, list],
-           out: TextIO) -> None:
+def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, raw: dict[str, Any],
+           only: dict[str, list], out: TextIO) -> None:
     """Grow a study to a wider ``--only`` of its own spec and profile. Finished runs stay in the
     record and are not rerun. Tune's state knows only the old trials, so it is set aside (kept,
     never deleted) and the trials are planned from the record; a run that was part-way through
-    starts again from its first epoch."""
-    before = spec_from_meta(meta).n_trials()
+    starts again from its first epoch. The YAML read now (``raw``) is saved with the wider
+    ``--only``: its grid may have grown since the launch, and a resume rebuilds the spec from both."""
+    before = resolve_spec(raw, path=meta["spec_path"], profile=meta["profile"] or None,
+                          only=meta.get("only") or None).n_trials()
     print(f"[study {meta['name']}] widening --only {_only_text(meta.get('only'))} -> "
           f"{_only_text(only)}: {before} -> {spec.n_trials()} trials; finished runs are kept, "
           "unfinished ones start again", file=out)
@@ -160,6 +165,7 @@ def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, only: dict[
         print(f"[study {meta['name']}] Tune's state of the narrower study set aside as {aside.name}",
               file=out)
     meta["only"] = only
+    meta["raw"] = raw
     meta["resolved"] = spec.resolved
     write_meta(paths, meta)
 
@@ -183,7 +189,17 @@ def resume(
     _, user, password = split_credentials(meta["tracking_uri"])
     if user or password:  # a study.json written before credentials were stripped
         meta["tracking_uri"] = take_credentials(meta["tracking_uri"], out)
-    spec = spec_from_meta(meta)
+    try:
+        spec = spec_from_meta(meta)
+    except SpecError as exc:  # e.g. a study widened before the widening saved its YAML
+        only = " ".join(f"--only {k}={','.join(map(str, v))}" for k, v in (meta.get("only") or {}).items())
+        profile = f" --profile {meta['profile']}" if meta["profile"] else ""
+        command = (f"study launch {meta['spec_path']}{profile} --name {meta['name']} "
+                   f"--root {paths.dir.parent} {only}").strip()
+        raise SpecError(
+            f"{paths.meta}: the spec saved there does not rebuild with its --only ({exc}); save the "
+            f"current spec with `{command}`, which resumes the study (finished runs are kept)"
+        ) from None
     require_task_data(spec)
     lock = StudyLock(paths, out).acquire()
     try:
