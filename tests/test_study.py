@@ -30,6 +30,7 @@ pytest.importorskip("optuna")
 from record import schema  # noqa: E402
 from study_helpers import trial_run_rows, wait_for  # noqa: E402
 from study.launch import init_ray, launch, resume  # noqa: E402
+from study.spec import SpecError  # noqa: E402
 from study.status import STALE, study_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -487,6 +488,40 @@ def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_p
         assert uris and all(u.startswith((study_dir / "artifacts").as_uri()) for u in uris)
         assert len(trial_runs(study_dir / "mlflow.db")) == 1  # nothing retrained or duplicated
     assert not old.exists()  # nothing was written back to the old folder
+
+
+def test_a_study_widened_after_its_yaml_grew_resumes(ray_address, tmp_path: Path, capsys) -> None:
+    """The YAML's grid grows after the launch and a wider --only takes the new value: the study
+    then resumes from what the widening saved. rc_table2-recopy once could not: its resume rebuilt
+    the launch-time YAML with the new --only. A study.json written that way is named, with the
+    relaunch that repairs it."""
+    body = {"overrides": {**SMOKE, "optim.epochs": 1}}
+    spec = write_spec(tmp_path, "grown", grid={"task": ["copy"], "variant": ["content"]}, **body)
+    launch_time_yaml = yaml.safe_load(spec.read_text())
+    root = tmp_path / "s"
+    study_dir = root / "grown-smoke"
+    launch(spec, root=root, only={"variant": ["content"]}, progress_seconds=60)
+    write_spec(tmp_path, "grown", grid={"task": ["copy"], "variant": ["content", "onestep"]}, **body)
+    wide = {"variant": ["content", "onestep"]}
+    assert launch(spec, root=root, only=wide, progress_seconds=60)["errors"] == 0
+    meta_path = study_dir / "study.json"
+    assert json.loads(meta_path.read_text())["raw"] == yaml.safe_load(spec.read_text())
+    again = resume(study_dir, progress_seconds=60)
+    assert again["errors"] == 0 and again["runs_finished"] == 2
+
+    meta = json.loads(meta_path.read_text())  # as the widening wrote it before it saved the YAML
+    meta_path.write_text(json.dumps({**meta, "raw": launch_time_yaml}))
+    with pytest.raises(SpecError) as refused:
+        resume(study_dir)
+    message = str(refused.value)
+    assert message.startswith(f"{meta_path}: the spec saved there does not rebuild with its --only")
+    assert "'onestep' is not a value of grid.variant" in message
+    assert f"study launch {spec} --profile smoke --name grown-smoke --root {root} --only variant=content,onestep" in message
+    capsys.readouterr()
+    assert launch(spec, root=root, only=wide, progress_seconds=60)["errors"] == 0  # the repair
+    assert json.loads(meta_path.read_text())["raw"] == yaml.safe_load(spec.read_text())
+    assert resume(study_dir, progress_seconds=60)["runs_finished"] == 2
+    assert len(trial_runs(study_dir / "mlflow.db")) == 2  # nothing retrained or duplicated
 
 
 def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, tmp_path: Path,
