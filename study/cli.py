@@ -2,6 +2,7 @@
 
     study launch ablations/rc_table2.yaml [--profile quick] [--name N] [--root studies/]
                  [--address ADDR] [--tracking-uri URI] [--max-concurrent N] [--dry-run]
+                 [--only AXIS=V,...] [--seeds N|S1,S2]
     study resume <study> [--root studies/] [--address ADDR]
     study status <study> [--root studies/]
     study runs <study> [--root studies/]
@@ -60,7 +61,7 @@ from study.folder import load_meta, migrate
 from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
-from study.spec import SpecError, check_study_name, parse_only
+from study.spec import SpecError, check_study_name, parse_only, parse_seeds
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
                       health_url, save_view, serve, server_url, store_uri, ui_command)
@@ -87,6 +88,9 @@ def parser() -> Parser:
     lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
                     help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable); "
                          "relaunching with a wider --only grows the study, keeping its finished runs")
+    lp.add_argument("--seeds", metavar="N|S1,S2",
+                    help="seeds in place of the profile's: a count n (seeds 0..n-1) or a list; "
+                         "relaunching with more seeds grows the study, keeping its finished runs")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
@@ -275,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
+                seeds=parse_seeds(args.seeds),
                 time_limit=time_limit,
             )
             show_results(summary)

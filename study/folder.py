@@ -97,7 +97,7 @@ def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
 def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
     """Rebuild the study's spec from what was saved at launch (the YAML may have changed)."""
     return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None,
-                        only=meta.get("only") or None)
+                        only=meta.get("only") or None, seeds=meta.get("seeds"))
 
 
 def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None) -> str:

@@ -42,12 +42,14 @@ def launch(
     dry_run: bool = False,
     progress_seconds: float = 10.0,
     only: dict[str, list] | None = None,
+    seeds: int | list[int] | None = None,
     train_fn: str = DEFAULT_TRAIN_FN,
     out: TextIO | None = None,
     yes: bool = False,
     time_limit: float | None = None,
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
+    A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
@@ -57,7 +59,7 @@ def launch(
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
-    spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only)
+    spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only, seeds=seeds)
     if not name:
         name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
     paths = study_paths(Path(root).resolve() / name)
@@ -95,14 +97,14 @@ def launch(
             meta = load_meta(paths)
             relocate(paths, meta, out)
             if widens(meta["resolved"], spec.resolved):
-                _widen(paths, meta, spec, raw, only or {}, out)
+                _widen(paths, meta, spec, raw, only or {}, seeds, out)
             elif not same_spec(meta["resolved"], spec.resolved):
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
                     f"profile ({meta['spec_path']}, profile {meta['profile']}, --only "
-                    f"{_only_text(meta.get('only'))}); resume it with `study resume {paths.dir}`, "
-                    "widen it with the same spec and profile and a wider --only, or launch under "
-                    "another --name"
+                    f"{_only_text(meta.get('only'))}{_seeds_text(meta)}); resume it with `study "
+                    f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
+                    "or more --seeds, or launch under another --name"
                 )
             elif meta["raw"] != raw:  # the YAML changed elsewhere; saved so a resume rebuilds this spec
                 meta["raw"] = raw
@@ -121,6 +123,7 @@ def launch(
                 "spec_path": str(spec_path),
                 "profile": spec.profile,
                 "only": only or {},
+                **({"seeds": seeds} if seeds is not None else {}),
                 "raw": raw,
                 "resolved": spec.resolved,
                 "tracking_uri": tracking_uri or paths.default_tracking_uri(),
@@ -144,17 +147,35 @@ def _only_text(only: dict[str, list] | None) -> str:
     return " ".join(f"{k}={','.join(map(str, v))}" for k, v in (only or {}).items()) or "(none)"
 
 
+def _seeds_text(meta: dict[str, Any]) -> str:
+    return f", --seeds {_seeds_arg(meta['seeds'])}" if meta.get("seeds") is not None else ""
+
+
+def _seeds_arg(seeds: int | list[int]) -> str:
+    return ",".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
+
+
+def _seed_range(seeds: list[int]) -> str:
+    """``[0, 1, 2]`` -> ``0-2``; other lists as they are."""
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
 def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, raw: dict[str, Any],
-           only: dict[str, list], out: TextIO) -> None:
-    """Grow a study to a wider ``--only`` of its own spec and profile. Finished runs stay in the
+           only: dict[str, list], seeds: int | list[int] | None, out: TextIO) -> None:
+    """Grow a study to a wider ``--only`` or more ``--seeds`` of its own spec and profile. Finished runs stay in the
     record and are not rerun. Tune's state knows only the old trials, so it is set aside (kept,
     never deleted) and the trials are planned from the record; a run that was part-way through
     starts again from its first epoch. The YAML read now (``raw``) is saved with the wider
     ``--only``: its grid may have grown since the launch, and a resume rebuilds the spec from both."""
     before = resolve_spec(raw, path=meta["spec_path"], profile=meta["profile"] or None,
-                          only=meta.get("only") or None).n_trials()
+                          only=meta.get("only") or None, seeds=meta.get("seeds")).n_trials()
+    old_seeds = meta["resolved"].get("seeds") or []
+    grown = (f" and seeds {_seed_range(old_seeds)} -> {_seed_range(list(spec.seeds))}"
+             if list(spec.seeds) != old_seeds else "")
     print(f"[study {meta['name']}] widening --only {_only_text(meta.get('only'))} -> "
-          f"{_only_text(only)}: {before} -> {spec.n_trials()} trials; finished runs are kept, "
+          f"{_only_text(only)}{grown}: {before} -> {spec.n_trials()} trials; finished runs are kept, "
           "unfinished ones start again", file=out)
     if paths.tune.exists():
         aside = paths.tune.with_name(f"tune.before-widening-{int(time.time())}")
@@ -165,6 +186,10 @@ def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, raw: dict[s
         print(f"[study {meta['name']}] Tune's state of the narrower study set aside as {aside.name}",
               file=out)
     meta["only"] = only
+    if seeds is None:
+        meta.pop("seeds", None)
+    else:
+        meta["seeds"] = seeds
     meta["raw"] = raw
     meta["resolved"] = spec.resolved
     write_meta(paths, meta)
@@ -194,8 +219,9 @@ def resume(
     except SpecError as exc:  # e.g. a study widened before the widening saved its YAML
         only = " ".join(f"--only {k}={','.join(map(str, v))}" for k, v in (meta.get("only") or {}).items())
         profile = f" --profile {meta['profile']}" if meta["profile"] else ""
+        more = f" --seeds {_seeds_arg(meta['seeds'])}" if meta.get("seeds") is not None else ""
         command = (f"study launch {meta['spec_path']}{profile} --name {meta['name']} "
-                   f"--root {paths.dir.parent} {only}").strip()
+                   f"--root {paths.dir.parent} {only}{more}").strip()
         raise SpecError(
             f"{paths.meta}: the spec saved there does not rebuild with its --only ({exc}); save the "
             f"current spec with `{command}`, which resumes the study (finished runs are kept)"

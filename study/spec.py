@@ -59,6 +59,24 @@ def load_spec(
     return resolve_spec(read_yaml(path), path=path, profile=profile, only=only)
 
 
+def parse_seeds(text: str | None) -> int | list[int] | None:
+    """``--seeds`` -> the spec's ``seeds`` value: ``"10"`` is seeds 0-9, ``"5,6,7"`` those seeds."""
+    if text is None:
+        return None
+    parts = [t.strip() for t in str(text).split(",")]
+    if not all(t.isdigit() for t in parts):
+        raise SpecError(f"--seeds {text!r}: expected a count n (seeds 0..n-1) or a comma list of "
+                        "seeds (e.g. 10, or 5,6,7,8,9)")
+    if len(parts) == 1:
+        if int(parts[0]) < 1:
+            raise SpecError(f"--seeds {text!r}: a count must be >= 1")
+        return int(parts[0])
+    seeds = [int(t) for t in parts]
+    if len(set(seeds)) != len(seeds):
+        raise SpecError(f"--seeds {text!r}: a seed is listed twice")
+    return seeds
+
+
 def parse_only(items: list[str]) -> dict[str, list[str]]:
     """``["task=copy,lookup"]`` (from ``--only``) -> ``{"task": ["copy", "lookup"]}``."""
     only: dict[str, list[str]] = {}
@@ -90,14 +108,20 @@ def same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 def widens(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether resolved spec ``new`` is ``old`` with more grid values and nothing else changed:
-    the same spec and profile launched with a wider (or no) ``--only``. Every trial of ``old``
-    is then a trial of ``new``, so a study can grow without rerunning what it finished. Search
-    specs never widen (their samplers' histories belong to the old cells)."""
+    """Whether resolved spec ``new`` is ``old`` with more grid values or more seeds and nothing
+    else changed: the same spec and profile launched with a wider (or no) ``--only`` or more
+    ``--seeds``. Every run of ``old`` is then a run of ``new``, so a study can grow without
+    rerunning what it finished. Search specs never widen (their samplers' histories belong to
+    the old cells), and a spec that packs its seeds into one trial never grows its seeds (the
+    grown trial would train its finished seeds again)."""
     old, new = _current_names(old), _current_names(new)
     if old == new or new.get("search") is not None:
         return False
-    rest = {"grid", "only"}
+    if not set(old.get("seeds") or []) <= set(new.get("seeds") or []):
+        return False
+    if old.get("seeds") != new.get("seeds") and packs_seeds(new):
+        return False
+    rest = {"grid", "only", "seeds"}
     if {k: v for k, v in old.items() if k not in rest} != {k: v for k, v in new.items() if k not in rest}:
         return False
     old_grid, new_grid = old.get("grid") or {}, new.get("grid") or {}
@@ -111,14 +135,21 @@ def widens(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 
+def packs_seeds(resolved: Mapping[str, Any]) -> bool:
+    """Whether a resolved spec trains each cell's seeds together, as one packed trial."""
+    return bool(resolved.get("pack_seeds")) or "seeds" in (resolved.get("pack") or [])
+
+
 def resolve_spec(
     raw: Mapping[str, Any],
     *,
     path: str,
     profile: str | None = None,
     only: Mapping[str, list] | None = None,
+    seeds: int | list[int] | None = None,
 ) -> StudySpec:
-    """Validate a raw spec mapping and apply a profile (and an ``--only`` subset of the grid)."""
+    """Validate a raw spec mapping and apply a profile (and an ``--only`` subset of the grid, and
+    ``--seeds`` in place of the profile's seeds)."""
     raw = dict(raw)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
@@ -166,7 +197,7 @@ def resolve_spec(
             raise spec_error(path, f"hparams.{key}", "not a config path; put it under grid")
         check_unique(path, f"hparams.{key}", [hparams_json({key: v}) for v in values], values)
 
-    seeds_raw = merged.get("seeds", 5)
+    seeds_raw = merged.get("seeds", 5) if seeds is None else seeds
     if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
         seeds = tuple(range(check_int(path, "seeds", seeds_raw, 1, MAX_SEEDS)))
     elif isinstance(seeds_raw, list) and seeds_raw:

@@ -524,6 +524,34 @@ def test_a_study_widened_after_its_yaml_grew_resumes(ray_address, tmp_path: Path
     assert len(trial_runs(study_dir / "mlflow.db")) == 2  # nothing retrained or duplicated
 
 
+def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_path: Path, capsys) -> None:
+    """`study launch --seeds N` with more seeds than the study has grows it: the finished seeds
+    are neither rerun nor duplicated, and the grown study is the study from then on (issue 24's
+    open Lookup cells need 10 seeds where the paper-budget study ran 5)."""
+    spec = write_spec(tmp_path, "seeded", grid={"task": ["copy"], "variant": ["content"]},
+                      overrides={**SMOKE, "optim.epochs": 1})
+    root = tmp_path / "s"
+    study_dir = root / "seeded-smoke"
+    launch(spec, root=root, progress_seconds=60)  # the spec's 1 seed
+    results = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
+    assert len(results) == 1
+    capsys.readouterr()
+    summary = launch(spec, root=root, seeds=3, progress_seconds=60)
+    out = capsys.readouterr().out
+    assert "widening --only (none) -> (none) and seeds 0 -> 0-2: 1 -> 3 trials" in out
+    assert summary["errors"] == 0 and summary["trials"] == 2
+    runs = trial_runs(study_dir / "mlflow.db")
+    assert sorted(r["tags"][schema.SEED] for r in runs.values()) == ["0", "1", "2"]
+    assert all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
+    assert {p: p.stat().st_mtime for p in results} == results  # seed 0 not retrained
+    assert json.loads((study_dir / "study.json").read_text())["seeds"] == 3
+    with pytest.raises(SpecError, match=r"--only \(none\), --seeds 3\).*or more --seeds"):
+        launch(spec, root=root)  # the profile's 1 seed is another study now
+    again = resume(study_dir, progress_seconds=60)
+    assert again["errors"] == 0 and again["runs_finished"] == 3
+    assert len(trial_runs(study_dir / "mlflow.db")) == 3
+
+
 def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, tmp_path: Path,
                                                                   capsys) -> None:
     """`study launch` with the same spec and profile and a wider --only grows the study: its

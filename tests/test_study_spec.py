@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from study.cli import main
-from study.spec import SpecError, load_spec, run_key, widens
+from study.spec import SpecError, load_spec, parse_seeds, resolve_spec, run_key, widens
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "ablations").glob("*.yaml"))
@@ -161,12 +161,45 @@ def test_widens_only_when_the_grid_grows_and_nothing_else_changes(tmp_path: Path
     assert not widens(narrow, narrow)
     other_axis = load_spec(path, "smoke", only={"task": ["lookup"]}).resolved
     assert not widens(narrow, other_axis)  # not a superset: copy would leave the study
-    changed = write(tmp_path, {**body, "seeds": 3})
-    assert not widens(narrow, load_spec(changed, "smoke").resolved)  # more seeds: a new study
+    changed = write(tmp_path, {**body, "overrides": {"optim.lr": 3e-4}})
+    assert not widens(narrow, load_spec(changed, "smoke").resolved)  # another override: a new study
     searched = write(tmp_path, {**body, "search": {"num_samples": 2, "space": {
         "optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}}})
     assert not widens(load_spec(searched, "smoke", only={"task": ["copy"]}).resolved,
                       load_spec(searched, "smoke").resolved)
+
+
+def test_more_seeds_widen_a_study_and_other_seeds_do_not(tmp_path: Path) -> None:
+    """--seeds in place of the profile's: more seeds (a superset) grow the study, fewer or other
+    seeds are another study, and a spec that packs its seeds into one trial never grows them."""
+    body = {**BASE, "grid": {"task": ["copy", "lookup"], "variant": ["onestep"]}}
+    raw = yaml.safe_load(write(tmp_path, body).read_text())
+
+    def resolved(seeds=None, only=None, spec=raw):
+        return resolve_spec(spec, path="spec.yaml", profile="smoke", only=only, seeds=seeds).resolved
+
+    five = resolved(5)
+    assert five["seeds"] == [0, 1, 2, 3, 4] and resolved()["seeds"] == [0, 1]
+    assert widens(resolved(), five) and widens(five, resolved(10)) and widens(five, resolved([0, 1, 2, 3, 4, 7]))
+    assert widens(resolved(only={"task": ["copy"]}), five)  # more cells and more seeds at once
+    assert not widens(five, resolved())  # fewer seeds: another study
+    assert not widens(five, resolved([5, 6, 7, 8, 9]))  # other seeds: another study
+    packed = {**raw, "pack_seeds": True}
+    assert not widens(resolved(spec=packed), resolved(5, spec=packed))
+    assert widens(resolved(only={"task": ["copy"]}, spec=packed), resolved(spec=packed))  # cells still grow
+
+
+@pytest.mark.parametrize("text, expected", [(None, None), ("10", 10), ("5,6, 7", [5, 6, 7])])
+def test_parse_seeds_reads_a_count_or_a_list(text, expected) -> None:
+    assert parse_seeds(text) == expected
+
+
+@pytest.mark.parametrize("text, fault", [("x", "expected a count n"), ("0", "a count must be >= 1"),
+                                         ("1,1", "a seed is listed twice"), ("-1", "expected a count n"),
+                                         ("3,", "expected a count n")])
+def test_parse_seeds_names_the_bad_value(text, fault) -> None:
+    with pytest.raises(SpecError, match=f"--seeds {text!r}: {fault}"):
+        parse_seeds(text)
 
 
 def test_pack_seeds_expands_one_trial_per_point(tmp_path: Path) -> None:
