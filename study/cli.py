@@ -95,6 +95,7 @@ def parser() -> Parser:
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     lp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
+    lp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
@@ -104,6 +105,7 @@ def parser() -> Parser:
                     help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
+    rp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
 
     sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
     sp.add_argument("study", help=STUDY_HELP)
@@ -166,6 +168,11 @@ ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
+TRAIN_PATHS = ("eager", "compiled")
+TRAIN_PATH_HELP = ("how each run's training step runs: eager, or compiled (torch.compile with C++ "
+                   "kernels: about 1.9x faster per CPU epoch, equal to eager within rounding, a "
+                   "one-time compile per batch shape; needs g++); not part of any run's identity, "
+                   "saved for the study's resumes (default: the study's choice, else eager)")
 TIME_LIMIT_HELP = ("stop gracefully before this much wall time (9m, 1h30m, 600, SLURM's HH:MM:SS): "
                    "finished epochs are kept, the resume command is printed, exit status 75")
 #: The ``reports`` command's console-script entry point. ``study report`` is ``reports build``
@@ -265,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError(str(exc)) from None
             if args.address:
                 preflight.check_address(args.address)
+            preflight.check_train_path(args.train_path)
             if args.max_concurrent is not None and args.max_concurrent < 0:
                 raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
                                 "(0: as many as the CPUs allow)")
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
-                seeds=parse_seeds(args.seeds),
+                seeds=parse_seeds(args.seeds), train_path=args.train_path,
                 time_limit=time_limit,
             )
             show_results(summary)
@@ -287,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "resume":
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds, time_limit=time_limit,
-                             max_concurrent=args.max_concurrent)
+                             max_concurrent=args.max_concurrent, train_path=args.train_path)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":

@@ -68,6 +68,9 @@ class TrialDescriptor(TrialSpec):
     """``module:function`` that trains one solo run."""
     gpus: float = 0.0
     pack: bool = False
+    train_path: str = "eager"
+    """How the runs' eager training steps run (``RunConfig.train_path``; operational: not part
+    of a run's identity). A study sets it at launch or resume (``--train-path``)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Optuna-sampled values (a search study), applied on top of every point."""
 
@@ -81,7 +84,7 @@ class TrialDescriptor(TrialSpec):
                    gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
                    train_fn=t["train_fn"],
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
-                   search=dict(config.get("search") or {}))
+                   train_path=str(t.get("train_path", "eager")), search=dict(config.get("search") or {}))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe ``trial`` entry of a Tune config (without ``search``, which Tune
@@ -96,6 +99,8 @@ class TrialDescriptor(TrialSpec):
         }
         if len(self.points) > 1:
             out["points"] = [dict(p) for p in self.points]
+        if self.train_path != "eager":  # absent otherwise, like points: older trial files stay equal
+            out["train_path"] = self.train_path
         return out
 
     @cached_property
@@ -140,6 +145,8 @@ class TrialDescriptor(TrialSpec):
                               overrides={**self.overrides, **m.hparams})
         if self.gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
             cfg = replace(cfg, device="cuda", gpu_share=min(1.0, self.gpus))
+        if self.train_path != "eager":
+            cfg = replace(cfg, train_path=self.train_path)
         return replace(cfg, num_threads=max(1, int(self.cpus)))
 
     def run_dir(self, key: str) -> Path:

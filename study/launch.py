@@ -43,6 +43,7 @@ def launch(
     progress_seconds: float = 10.0,
     only: dict[str, list] | None = None,
     seeds: int | list[int] | None = None,
+    train_path: str | None = None,
     train_fn: str = DEFAULT_TRAIN_FN,
     out: TextIO | None = None,
     yes: bool = False,
@@ -50,6 +51,8 @@ def launch(
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
+    ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
+    None keeps the study's saved choice (eager for a new study).
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
@@ -109,6 +112,7 @@ def launch(
             elif meta["raw"] != raw:  # the YAML changed elsewhere; saved so a resume rebuilds this spec
                 meta["raw"] = raw
                 write_meta(paths, meta)
+            _set_train_path(paths, meta, train_path, out)
             if tracking_uri and tracking_uri != meta["tracking_uri"]:
                 print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
                       f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
@@ -124,6 +128,7 @@ def launch(
                 "profile": spec.profile,
                 "only": only or {},
                 **({"seeds": seeds} if seeds is not None else {}),
+                **({"train_path": train_path} if train_path not in (None, "eager") else {}),
                 "raw": raw,
                 "resolved": spec.resolved,
                 "tracking_uri": tracking_uri or paths.default_tracking_uri(),
@@ -145,6 +150,19 @@ def _slots(spec: StudySpec, max_concurrent: int | None) -> int:
 
 def _only_text(only: dict[str, list] | None) -> str:
     return " ".join(f"{k}={','.join(map(str, v))}" for k, v in (only or {}).items()) or "(none)"
+
+
+def _set_train_path(paths: StudyPaths, meta: dict[str, Any], train_path: str | None, out: TextIO) -> None:
+    """Save a launch's or resume's ``--train-path`` in study.json when it changes the study's."""
+    if train_path is None or train_path == meta.get("train_path", "eager"):
+        return
+    print(f"[study {meta['name']}] --train-path {train_path} (was {meta.get('train_path', 'eager')}) "
+          "from now on; run identities and finished runs are unchanged", file=out)
+    if train_path == "eager":
+        meta.pop("train_path", None)
+    else:
+        meta["train_path"] = train_path
+    write_meta(paths, meta)
 
 
 def _seeds_text(meta: dict[str, Any]) -> str:
@@ -204,9 +222,11 @@ def resume(
     out: TextIO | None = None,
     time_limit: float | None = None,
     max_concurrent: int | None = None,
+    train_path: str | None = None,
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
-    (``time_limit`` and ``max_concurrent`` as in :func:`launch`; the spec's by default)."""
+    (``time_limit``, ``max_concurrent`` and ``train_path`` as in :func:`launch`; the spec's or
+    the study's saved choice by default)."""
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
     out = out or sys.stdout
@@ -232,6 +252,7 @@ def resume(
         relocate(paths, meta, out)
         if user or password:
             write_meta(paths, meta)
+        _set_train_path(paths, meta, train_path, out)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
     finally:

@@ -40,7 +40,8 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
 
     common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
                   metric=spec.search.metric if spec.search else SELECTION_KEY,
-                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds)
+                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds,
+                  train_path=meta.get("train_path", "eager"))
     if spec.search is not None:
         return [TrialDescriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=tuple(spec.seeds),

@@ -9,6 +9,7 @@ seconds. Standard library only (``study status`` and the CLI's usage errors impo
 from __future__ import annotations
 
 import math
+import shutil
 import socket
 from urllib.parse import urlsplit
 
@@ -30,6 +31,14 @@ def check_progress_seconds(seconds: float) -> None:
     """Refuse a progress interval that is not a positive finite number of seconds."""
     if not math.isfinite(seconds) or seconds <= 0:
         raise SpecError(f"--progress-seconds {seconds}: expected a number of seconds > 0 (default 10)")
+
+
+def check_train_path(train_path: str | None) -> None:
+    """Refuse ``--train-path compiled`` where inductor has no C++ compiler to build its kernels
+    (the runs would fail at their first batch)."""
+    if train_path == "compiled" and shutil.which("g++") is None:
+        raise SpecError("--train-path compiled: needs a C++ compiler for inductor's CPU kernels (g++ "
+                        "not found: apt-get install g++), or --train-path eager")
 
 
 def reachable(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from locattn.config import identity_dict
 from study.spec import SpecError, load_spec, run_key
 from study.trainable import TrialDescriptor
 
@@ -137,3 +138,24 @@ def test_a_trials_gpu_share_reaches_its_run_config_and_not_its_identity(tmp_path
     assert (b.device, b.gpu_share) == ("cuda", 1.0)  # one device per trial: at most all of it
     assert (c.device, c.gpu_share) == ("cpu", 1.0)
     assert run_identity(a) == run_identity(b) == run_identity(c)
+
+
+def test_a_trial_s_train_path_travels_with_it_and_names_the_same_runs(tmp_path: Path) -> None:
+    """``study launch/resume --train-path compiled`` reaches every run's RunConfig through the
+    trial's JSON, and changes no run key or run identity; an eager trial's JSON is unchanged."""
+    spec = load(tmp_path)
+    t = spec.grid_trials()[0]
+    made = {path: TrialDescriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
+                                  hparams=t.hparams, seeds=t.seeds, points=t.points, study=spec.name,
+                                  study_dir="/tmp/x", cpus=1, metric="best_selection_score",
+                                  train_fn="locattn.train:train", train_path=path)
+            for path in ("eager", "compiled")}
+    assert "train_path" not in made["eager"].to_dict()
+    assert made["compiled"].to_dict()["train_path"] == "compiled"
+    read = {path: TrialDescriptor.of(json.loads(json.dumps({"trial": d.to_dict()}))) for path, d in made.items()}
+    assert read["compiled"].train_path == "compiled" and read["eager"].train_path == "eager"
+    assert read["compiled"].run_keys == read["eager"].run_keys
+    for _, key in read["eager"].run_keys:
+        eager, compiled = read["eager"].run_config(key), read["compiled"].run_config(key)
+        assert (eager.train_path, compiled.train_path) == ("eager", "compiled")
+        assert identity_dict(compiled) == identity_dict(eager)

@@ -552,6 +552,32 @@ def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_p
     assert len(trial_runs(study_dir / "mlflow.db")) == 3
 
 
+@pytest.mark.timeout(1200)  # a cold compile of the tiny graph under load
+def test_a_study_trains_on_the_train_path_it_was_given(ray_address, tmp_path: Path, capsys) -> None:
+    """`study launch --train-path compiled` trains every run through torch.compile (recorded in
+    its config.json) and saves the choice for the resumes; `study resume --train-path eager`
+    changes it back without touching a finished run. The shapes are test_compiled's, so a suite
+    that ran it loads the graph from inductor's disk cache."""
+    tiny = {"task.train_size": 64, "task.dev_size": 16, "task.test_size": 16,
+            "task.train_lengths": [3, 3], "task.dev_lengths": [3, 3], "task.test_lengths": [4],
+            "optim.batch_size": 16, "optim.dev_batch_size": 16, "optim.epochs": 1}
+    spec = write_spec(tmp_path, "path", grid={"task": ["copy"], "variant": ["onestep"]}, overrides=tiny)
+    root = tmp_path / "s"
+    study_dir = root / "path-smoke"
+    summary = launch(spec, root=root, train_path="compiled", progress_seconds=60)
+    assert summary["errors"] == 0 and summary["runs_finished"] == 1
+    (config,) = [json.loads(p.read_text()) for p in (study_dir / "runs").glob("*/config.json")]
+    assert config["train_path"] == "compiled"
+    meta_path = study_dir / "study.json"
+    assert json.loads(meta_path.read_text())["train_path"] == "compiled"
+    results = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
+    capsys.readouterr()
+    again = resume(study_dir, train_path="eager", progress_seconds=60)
+    assert "--train-path eager (was compiled) from now on" in capsys.readouterr().out
+    assert again["errors"] == 0 and "train_path" not in json.loads(meta_path.read_text())
+    assert {p: p.stat().st_mtime for p in results} == results and len(trial_runs(study_dir / "mlflow.db")) == 1
+
+
 def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, tmp_path: Path,
                                                                   capsys) -> None:
     """`study launch` with the same spec and profile and a wider --only grows the study: its
