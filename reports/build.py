@@ -21,9 +21,9 @@ from reports.exhibits import build_exhibits
 from reports.figures import study_figures
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
-from reports.render import LAYOUTS, RENDERERS, SUMMARY_ID, Provenance, render_summary
+from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
-from reports.tables import EXHIBITS, STATS, TABLES, TableDef, get_table
+from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table
 from record import schema
 
 FORMATS = tuple(RENDERERS)
@@ -80,7 +80,13 @@ class Built:
     results: list[TableResult]
     provenance: Provenance
     summary: list[CellSummary] | None = None
-    """Per-cell summary, for a study that declares no table (e.g. a search study)."""
+    """Per-cell summary, for a study that declares no table (e.g. a search study), or when the
+    tables asked for include :data:`SUMMARY_ID`."""
+    summary_keys: tuple[str, ...] = ()
+    """The summary's test-split keys of the headline metric."""
+    unplaced: tuple[str, ...] = ()
+    """Cells (``task=...,variant=...``) with trial runs that no built table has a row and a
+    column for: their runs appear in no file unless the summary is asked for."""
 
 
 class IncompleteError(ReportsError):
@@ -103,8 +109,10 @@ def collect(
         uri, name = resolve_source(tracking_uri=src, study=study)
     else:
         uri, name = resolve_source(src, study=study)
+    want_summary = bool(tables) and SUMMARY_ID in tables
+    named = [t for t in tables if t != SUMMARY_ID] if tables else None
     # exhibits (reports/exhibits.py) are written by build_reports, not aggregated here
-    defs = [_table(t) for t in tables if t not in EXHIBITS] if tables else list(TABLES.values())
+    defs = [_table(t) for t in named if t not in EXHIBITS] if named is not None else list(TABLES.values())
     keys: dict[str, None] = {SELECTION_KEY: None}
     for t in defs:
         for k in t.metric_keys():
@@ -112,23 +120,38 @@ def collect(
     runset = read_runs(uri, name, metric_keys=list(keys), param_keys=_params_needed(defs))
     if runset.runs.height == 0:
         raise ReportsError(f"study {name!r} in {runset.source} has no runs yet")
-    summarize = False
-    if not tables:
-        ids = tables_of_study(runset)
-        # A study that names no paper table (a search, a one-off ablation): its per-cell summary.
-        summarize = not ids
+    ids = named if named is not None else tables_of_study(runset)
+    if named is None:
         defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids if t not in EXHIBITS]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
-    if summarize:
-        runset = read_runs(uri, name, metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
-        summary = cell_summaries(runset, solved_at=DEFAULT_SOLVED if solved_at is None else solved_at)
-        return Built(runset=runset, results=[], provenance=provenance(runset), summary=summary)
+    summary, summary_keys = None, ()
+    # A study that names no paper table (a search, a one-off ablation) gets its per-cell summary.
+    if want_summary or not ids:
+        srs = read_runs(uri, name, metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
+        summary = cell_summaries(srs, solved_at=DEFAULT_SOLVED if solved_at is None else solved_at)
+        summary_keys = tuple(headline_keys(srs))
+        if not ids:
+            return Built(runset=srs, results=[], provenance=provenance(srs), summary=summary,
+                         summary_keys=summary_keys)
     results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
     if solved_at is not None:
         results = [dataclasses.replace(r, solved_at=solved_at) for r in results]
-    return Built(runset=runset, results=results, provenance=provenance(runset))
+    # Exhibits read runs of their own, so only a tables-only build can say what it left out.
+    unplaced = () if any(t in EXHIBITS for t in ids) else unplaced_cells(trials, defs)
+    return Built(runset=runset, results=results, provenance=provenance(runset), summary=summary,
+                 summary_keys=summary_keys, unplaced=unplaced)
+
+
+def unplaced_cells(trials: pl.DataFrame, defs: Sequence[TableDef]) -> tuple[str, ...]:
+    """The cells of ``trials`` whose (task, variant) is in no row and column of ``defs``."""
+    placed = {(task, row) for t in defs for task in t.tasks for row in t.rows}
+    out: dict[str, None] = {}
+    for task, variant, cell in trials.select("task", "variant", "cell").iter_rows():
+        if (task, variant) not in placed:
+            out[cell or f"task={task},variant={variant}"] = None
+    return tuple(out)
 
 
 def _table(table_id: str, where: str = "") -> TableDef:
@@ -167,6 +190,7 @@ def build_reports(
     strict: bool = False,
     figures: bool = False,
     summary: list[str] | None = None,
+    warnings: list[str] | None = None,
 ) -> list[Path]:
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
@@ -180,7 +204,9 @@ def build_reports(
     ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or
     has fewer seeds than expected.
     ``summary``: with ``compare``, one agreement line per table (:mod:`reports.agreement`) is
-    appended to it.
+    appended to it. ``tables`` may name :data:`SUMMARY_ID` to write the per-cell summary beside
+    the tables, which lists every cell, including those no table has a row for.
+    ``warnings``: a line naming the cells whose runs no written table shows is appended to it.
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -206,8 +232,14 @@ def build_reports(
             path = out / f"{result.table.id}.{ext}"
             path.write_text(text, encoding="utf-8")
             written.append(path)
+    if built.unplaced and built.summary is None and warnings is not None:
+        shown = ", ".join(built.unplaced[:6]) + (", ..." if len(built.unplaced) > 6 else "")
+        ids = ", ".join(r.table.id for r in built.results)
+        warnings.append(f"{len(built.unplaced)} cell(s) of study {built.runset.study!r} are in no "
+                        f"row or column of {ids}: {shown}; add --table {SUMMARY_ID} to list "
+                        f"every cell")
     if built.summary is not None:
-        keys = headline_keys(built.runset)
+        keys = list(built.summary_keys)
         for fmt in formats:
             path = out / f"{SUMMARY_ID}.{RENDERERS[fmt][1]}"
             text = render_summary(built.summary, keys, built.provenance, fmt,

@@ -18,7 +18,7 @@ from typing import Sequence
 from locattn.cliparse import Parser, closest_path, parse
 from record.store import ARCHIVE_SUFFIX
 from reports.store import STORE_FILE, ReportsError, read_runs, resolve_source
-from reports.tables import EXHIBITS, STATS, TABLES
+from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES
 
 
 def _split(s: str) -> list[str]:
@@ -34,7 +34,8 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
     b.add_argument("--table", action="append", default=None,
                    help=f"table id (repeatable or comma-separated; default: the study's "
                         f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}; exhibits: "
-                        f"{', '.join(sorted(EXHIBITS))}")
+                        f"{', '.join(sorted(EXHIBITS))}; '{SUMMARY_ID}': one row per cell of the "
+                        f"study, including cells no table has a row for")
     b.add_argument("--stat", choices=STATS, default=None,
                    help="statistic per cell (default: the paper's: median, or mean ± std for SCAN/CFQ)")
     b.add_argument("--solved", type=float, nargs="?", const=90.0, default=None, metavar="PCT",
@@ -88,12 +89,13 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
         out = (f"{str(args.study_dir).rstrip('/')}/reports" if args.study_dir is not None
                else f"{args.study}-reports")
     summary: list[str] = []
+    warnings: list[str] = []
     try:
         paths = build_reports(
             source, args.study, tables, _split(args.format), out, stat=args.stat,
             compare=args.compare or args.side_by_side,
             layout="cells" if args.side_by_side else "tables", strict=args.strict,
-            figures=args.figures, solved_at=args.solved, summary=summary,
+            figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
         )
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -103,6 +105,8 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
         return 2
     for p in paths:
         print(p)
+    for line in warnings:  # runs that no written file shows
+        print(f"{prog}: warning: {line}", file=sys.stderr)
     for line in summary:  # --compare: agreement with the paper, non-trivial cells first
         print(line)
     return 0

@@ -17,7 +17,7 @@ from record.store import portable_uri
 from reports.aggregate import (ALPHA, MIN_TESTABLE_PAIRS, Cell, CellSummary, TableResult,
                                hparam_summary)
 from reports.paper import PaperValue
-from reports.tables import Panel, TableDef
+from reports.tables import SUMMARY_ID, Panel, TableDef
 
 MISSING = "–"
 #: Between our number and the paper's in a side-by-side cell (``--side-by-side``).
@@ -537,8 +537,6 @@ def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
 # ---------------------------------------------------------------------------------------------
 # Per-cell summary (a study without a paper table, e.g. a learning-rate search)
 
-#: File stem of the summary ``reports build`` writes for a study that declares no table.
-SUMMARY_ID = "summary"
 
 
 def hparams_text(hparams: str) -> str:

@@ -236,6 +236,10 @@ TABLES: dict[str, TableDef] = {}
 
 #: Qualitative exhibits (``reports/exhibits.py``): ids a spec's ``tables:`` may name besides the
 #: numeric tables; ``reports build`` writes them from the runs' artifacts.
+#: File stem (and ``--table`` id) of the per-cell summary ``reports build`` writes for a study
+#: that declares no table, or when asked for beside the tables.
+SUMMARY_ID = "summary"
+
 EXHIBITS: dict[str, str] = {
     "rc_table10": "Ray Chowdhury & Caragea (2023), Table 10: failure examples (input, gold, prediction)",
     "dubois_fig9": ("Dubois et al. (2020), Figure 9: the Mix attender's attention and variables "

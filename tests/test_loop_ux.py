@@ -272,6 +272,41 @@ def test_side_by_side_flag_writes_one_table(tmp_path: Path, capsys) -> None:
     assert "| Content | 20.0 / 0 | 50.0 / 0 | 0.0 / 0 |" in md
 
 
+def test_runs_no_table_shows_are_named_and_the_summary_lists_them(tmp_path: Path, capsys) -> None:
+    # as rc_table2-monospread: Table 2 has no row for mono_eq19, so its runs were in no file
+    d = tmp_path / "s"
+    d.mkdir()
+    extra = [SynthRun(task="copy", variant="mono_eq19", seed=s, n_seeds=2,
+                      metrics={"best_selection_score": 0.9, "test.len15.seq_acc": 0.7})
+             for s in range(2)]
+    write_bulk_sql(d / "mlflow.db", "s", _two_rows((0.4, 0.0)) + extra, tables=["rc_table2"])
+    capsys.readouterr()
+    code, out, err = run_main(["build", str(d), "--format", "md", "--out", str(tmp_path / "o")],
+                              capsys, reports_main)
+    assert code == 0, err
+    assert out.split() == [str(tmp_path / "o" / "rc_table2.md")]
+    assert err.strip() == ("reports build: warning: 1 cell(s) of study 's' are in no row or column "
+                           "of rc_table2: task=copy,variant=mono_eq19; add --table summary to "
+                           "list every cell")
+    code, out, err = run_main(["build", str(d), "--format", "md", "--out", str(tmp_path / "o"),
+                               "--table", "rc_table2,summary"], capsys, reports_main)
+    assert code == 0 and err == "", err
+    assert out.split() == [str(tmp_path / "o" / f"{t}.md") for t in ("rc_table2", "summary")]
+    rows = [ln for ln in (tmp_path / "o" / "summary.md").read_text().splitlines()
+            if ln.startswith("| task=")]
+    assert [r.split(" | ")[0] for r in rows] == ["| task=copy,variant=onestep",
+                                                 "| task=copy,variant=content",
+                                                 "| task=copy,variant=mono_eq19"]
+    assert rows[2].endswith("| 70.0 (0/2) | – | – |")
+    # every cell placed: no warning
+    (tmp_path / "t").mkdir()
+    write_bulk_sql(tmp_path / "t" / "mlflow.db", "t", _two_rows((0.4, 0.0)), tables=["rc_table2"])
+    capsys.readouterr()
+    code, _, err = run_main(["build", str(tmp_path / "t"), "--format", "md", "--out",
+                             str(tmp_path / "o2")], capsys, reports_main)
+    assert code == 0 and err == "", err
+
+
 def test_length_curves_label_the_iqr_band() -> None:
     import polars as pl
 
