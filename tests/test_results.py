@@ -10,6 +10,7 @@ import lzma
 import os
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,22 @@ def test_committed_tables_regenerate_byte_for_byte(record: Path, tmp_path: Path)
     for path in written:
         committed = RESULTS / record.name / path.name
         assert committed.read_bytes() == path.read_bytes(), f"{committed} differs from a rebuild"
+
+
+SUCCESS_RATES = sorted((RESULTS / "analysis").glob("success_rates-*.md"))
+
+
+@pytest.mark.parametrize("committed", SUCCESS_RATES, ids=[p.stem for p in SUCCESS_RATES])
+def test_committed_success_rates_regenerate_byte_for_byte(committed: Path, tmp_path: Path) -> None:
+    # the first line names the command that made the file (success_rates.py --out)
+    head = committed.read_text(encoding="utf-8").splitlines()[0]
+    prefix, suffix = "<!-- made by: python results/analysis/success_rates.py ", " -->"
+    assert head.startswith(prefix) and head.endswith(suffix), f"{committed}: first line {head!r}"
+    args = head[len(prefix):-len(suffix)].split()
+    out = tmp_path / committed.name
+    subprocess.run([sys.executable, str(RESULTS / "analysis" / "success_rates.py"), *args,
+                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    assert out.read_bytes() == committed.read_bytes(), f"{committed} differs from a rerun"
 
 
 def test_records_are_committed_compressed_and_the_tree_stays_small() -> None:

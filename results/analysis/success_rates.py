@@ -4,6 +4,9 @@ earns under the project's rule (reports/agreement.py).
     python results/analysis/success_rates.py results/record/<study> --table rc_table4 \
         [--budget quick|paper] [--threshold 90] [--only-disagreeing] [--out FILE.md]
 
+With ``--out``, the file's first line is an HTML comment naming the command that made it;
+``tests/test_results.py`` remakes every ``results/analysis/success_rates-*.md`` from it.
+
 Per cell with a published number: our median, the paper's, k/n seeds at or above the
 threshold with its Clopper-Pearson 95 % interval, the paper's success count as its median of
 5 seeds bounds it, the one-sided Fisher exact p-value, and the verdict. "contradicted" needs
@@ -22,6 +25,10 @@ from reports.build import collect
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
+
+
+MADE_BY = "made by: "
+"""Prefix of the first line of an ``--out`` file, before the command that made it."""
 
 
 def rows(record: Path, table: str, *, budget: str, threshold: float,
@@ -66,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(rows(args.record, args.table, budget=args.budget,
                           threshold=args.threshold, only_disagreeing=args.only_disagreeing)) + "\n"
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        # The command that made the file heads it, so tests/test_results.py can remake it.
+        made_by = " ".join(["python", "results/analysis/success_rates.py", str(args.record),
+                            "--table", args.table, "--budget", args.budget,
+                            "--threshold", f"{args.threshold:g}",
+                            *(["--only-disagreeing"] if args.only_disagreeing else [])])
+        args.out.write_text(f"<!-- {MADE_BY}{made_by} -->\n{text}", encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0
