@@ -16,6 +16,8 @@ The study's own start-up (Ray, the store, Tune) is not timed here: it is the 12-
 docs/scaling.md measured (13 s). Only this machine's CPU is measured: the table has no GPU
 rows, and a plan says so (a GPU run needs wall-clock timing with device synchronisation).
 ``--quick`` times three tasks at tiny sizes and writes nothing unless ``--out`` is given.
+``--tasks`` with ``--out`` naming an existing table replaces those tasks' rows and keeps the
+others (the re-measure's command, machine and load go under the table's ``meta["cpu"]``).
 """
 
 from __future__ import annotations
@@ -43,15 +45,16 @@ from locattn.train import NullRecorder, Seq2SeqRun  # noqa: E402
 from locattn.training.regression import score, train_regression  # noqa: E402
 from locattn.models import build_regressor  # noqa: E402
 from study.cost import (CALIBRATION_FILE, CFQ_ASSUMED_TOKENS, Calibration, Rate,  # noqa: E402
-                        calibration_from_dict, calibration_to_dict, load_calibration, run_cost, run_shape,
-                        split_ktok, variant_family)
+                        calibration_from_dict, calibration_to_dict, cost_task, load_calibration,
+                        merge_rates, run_cost, run_shape, split_ktok, variant_family)
 from study.spec import SpecError, read_yaml, resolve_spec  # noqa: E402
 
 STUDY_STARTUP = 13.0  # docs/scaling.md: 12-14 s of fixed start-up before Tuner.fit
 
 
 def spec_keys(tasks: set[str] | None) -> dict[tuple[str, str], tuple[str, object]]:
-    """(task, family) -> (spec file, its first cell of that pair), over every spec's paper profile."""
+    """(task key, family) -> (spec file, its first cell of that pair), over every spec's paper
+    profile. The task key is :func:`study.cost.cost_task`'s (variable-length Raffel has its own)."""
     keys: dict[tuple[str, str], tuple[str, object]] = {}
     for path in sorted((ROOT / "ablations").glob("*.yaml")):
         try:
@@ -60,10 +63,11 @@ def spec_keys(tasks: set[str] | None) -> dict[tuple[str, str], tuple[str, object
             print(f"skip {path.name}: {exc}", file=sys.stderr)
             continue
         for cell in spec.cells:
-            if tasks and cell.task not in tasks:
-                continue
             cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
-            keys.setdefault((cell.task, variant_family(cfg.model)), (path.name, cell))
+            key = cost_task(cfg.task)
+            if tasks and key not in tasks:
+                continue
+            keys.setdefault((key, variant_family(cfg.model)), (path.name, cell))
     return keys
 
 
@@ -196,7 +200,10 @@ def readme_table(cal: Calibration, profile: str = "paper") -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the calibration table here (JSON)")
-    parser.add_argument("--tasks", default="", help="comma-separated task keys (default: every task a spec uses)")
+    parser.add_argument("--tasks", default="",
+                        help="comma-separated task keys of the table (default: every task a spec "
+                             "uses; variable-length Raffel is raffel_add@variable). With --out "
+                             "naming an existing table, only their rows are replaced")
     parser.add_argument("--repeats", type=int, default=2, help="epochs timed per pair (min reported)")
     parser.add_argument("--train", type=int, default=400, help="training examples timed per epoch")
     parser.add_argument("--check-records", metavar="DIR",
@@ -224,12 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp_root:
         for i, ((task, family), (spec_name, cell)) in enumerate(sorted(keys.items())):
             overrides = {**cell.overrides, "num_threads": 1}
-            if task == "cfq":
+            if cell.task == "cfq":
                 folder = Path(tmp_root) / "cfq"
                 folder.mkdir(exist_ok=True)
                 overrides["task.data_dir"] = fake_cfq(folder, {"train": sizes["train"],
                                                                "dev": sizes["dev"], "test": sizes["test"]})
-            cfg = make_run_config(task=task, variant=cell.variant, overrides=overrides)
+            cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
             tmp = Path(tmp_root) / f"run{i}"
             tmp.mkdir()
             if cfg.model.kind == "regressor":
@@ -252,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     cal.meta["loadavg_end"] = load_end
     print(f"{len(rates)} rows; loadavg now {load_end}")
     if args.out:
-        if Path(args.out).is_file():  # other devices' rows (benchmarks/bench_gpu.py --calibrate) are kept
+        if Path(args.out).is_file() and args.tasks:
+            # a re-measure of some tasks: every other row is kept; its meta goes under "cpu"
+            old = calibration_from_dict(json.loads(Path(args.out).read_text()))
+            cal = merge_rates(old, cal.rates, meta=cal.meta)
+        elif Path(args.out).is_file():  # other devices' rows (benchmarks/bench_gpu.py --calibrate) are kept
             old = calibration_from_dict(json.loads(Path(args.out).read_text()))
             gpu = tuple(r for r in old.rates if r.device != "cpu")
             cal = Calibration(rates=gpu + cal.rates, study_startup=cal.study_startup,

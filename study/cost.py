@@ -33,12 +33,12 @@ from study.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, cal
 from study.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
                        study_eta, trial_left)
 from study.runcost import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
-                           gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
+                           cost_task, gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
 __all__ = [
     "CALIBRATION_FILE", "CFQ_ASSUMED_TOKENS", "CFQ_SIZES", "DEVICES", "PRIOR_EPOCHS", "SAMPLE_EXAMPLES",
     "Calibration", "CellCost", "Rate", "RunCost", "Shape", "StudyEta", "TrialProgress", "blend_ratio",
-    "calibration_from_dict", "calibration_to_dict", "cell_costs", "device_key", "eta_key", "eta_seconds",
+    "calibration_from_dict", "calibration_to_dict", "cell_costs", "cost_task", "device_key", "eta_key", "eta_seconds",
     "format_eta", "gpu_pack", "gpu_unpriced", "load_calibration", "merge_rates", "plan_lines", "run_cost", "run_shape", "split_ktok", "study_eta", "study_seconds",
     "trial_left", "variant_family", "wall_seconds",
 ]

@@ -27,6 +27,20 @@ def variant_family(model: Any) -> str:
     return name if model.encoder == "bigru" else f"{model.encoder}/{name}"
 
 
+#: Suffix of the calibration task key of a variable-length Raffel & Ellis task (lengths 50 to
+#: 10,000): a token there costs 2-3x one at T0 = 50 (memory-bound tensors, held-out batches padded
+#: to their longest sequence), so it has rows of its own.
+VARIABLE_SUFFIX = "@variable"
+
+
+def cost_task(task: Any) -> str:
+    """The calibration table's task key of a ``TaskConfig``: its name, with
+    :data:`VARIABLE_SUFFIX` for a variable-length Raffel & Ellis task."""
+    if task.name.startswith("raffel_") and task.variable_length:
+        return task.name + VARIABLE_SUFFIX
+    return task.name
+
+
 @dataclass(frozen=True, kw_only=True)
 class Shape:
     """Thousands of tokens a run processes."""
@@ -121,7 +135,7 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     table has no row for that device and no flat fallback is given. ``pack``: at most this
     many runs share the device (a GPU's rows are per run of a pack, :class:`Rate.pack`)."""
     shape = run_shape(cfg)
-    rate, how = cal.rate(device, cfg.task.name, variant_family(cfg.model), pack)
+    rate, how = cal.rate(device, cost_task(cfg.task), variant_family(cfg.model), pack)
     if rate is None:
         if flat_seconds_per_1k_examples is None:
             return None

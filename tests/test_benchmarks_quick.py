@@ -10,6 +10,7 @@ that shows it measured something. The runs are deselected by default; ``.ci/run`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -137,3 +138,23 @@ def test_every_benchmark_has_a_quick_case() -> None:
     """In the default suite: a new benchmark gets a case (and so a ``--quick``)."""
     scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
     assert scripts == sorted(c[0] for c in CASES)
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(TIMEOUT + 200)
+def test_bench_cost_on_some_tasks_replaces_their_rows_and_keeps_the_others(tmp_path: Path) -> None:
+    table = tmp_path / "cal.json"
+    committed = json.loads((ROOT / "study" / "cost_calibration.json").read_text())
+    table.write_text(json.dumps(committed))
+    rc, out, err = run_quick("bench_cost.py", ["--tasks", "cfq", "--out", str(table)])
+    assert rc == 0, f"bench_cost.py exited {rc}\n{out[-4000:]}\n{err[-4000:]}"
+    new = json.loads(table.read_text())
+
+    def rows(body: dict, cfq: bool) -> list[dict]:
+        return [r for r in body["rates"] if (r["task"] == "cfq") == cfq]
+
+    assert rows(new, False) == rows(committed, False)  # every other row as it was
+    assert [r["family"] for r in rows(new, True)] == [r["family"] for r in rows(committed, True)]
+    assert rows(new, True) != rows(committed, True)  # re-measured (4 significant digits)
+    assert "--tasks cfq" in new["meta"]["cpu"]["command"]
+    assert new["meta"]["command"] == committed["meta"]["command"]

@@ -69,6 +69,23 @@ def test_shape_raffel_follows_t0_and_updates() -> None:
     assert small.dev == pytest.approx(1000 * 52.5 / 1000)  # paper protocol: the test set each epoch
 
 
+def test_variable_length_raffel_is_priced_by_its_own_rows() -> None:
+    # lengths 50-10000 cost 2-3x per token what T0 = 50 does: one table row must not price both
+    var = cfg("raffel_add", "ffattn", **{"task.variable_length": True, "optim.epochs": 1})
+    fixed = cfg("raffel_add", "ffattn", **{"optim.epochs": 1})
+    assert cost.cost_task(var.task) == "raffel_add@variable"
+    assert cost.cost_task(fixed.task) == "raffel_add"
+    assert cost.cost_task(cfg("copy", "onestep").task) == "copy"
+    # without a row of its own: the family's median, and the plan says so (not "measured")
+    assert run_cost(var, CAL).how == "family"
+    assert run_cost(fixed, CAL).how == "measured"
+    cal = Calibration(rates=CAL.rates + (rate("raffel_add@variable", "feedforward", train=0.03),))
+    rc = run_cost(var, cal)
+    assert rc.how == "measured"
+    assert rc.epoch == pytest.approx(run_shape(var).train * 0.03 + run_shape(var).dev * 0.5)
+    assert run_cost(fixed, cal).epoch == pytest.approx(run_cost(fixed, CAL).epoch)
+
+
 def test_shape_cfq_without_files_uses_official_sizes_and_says_so() -> None:
     s = run_shape(cfg("cfq", "content", **{"task.data_dir": "/nonexistent/cfq"}))
     assert s.train == pytest.approx(100_654 * cost.CFQ_ASSUMED_TOKENS / 1000)
