@@ -45,18 +45,19 @@ def test_committed_tables_regenerate_byte_for_byte(record: Path, tmp_path: Path)
         assert committed.read_bytes() == path.read_bytes(), f"{committed} differs from a rebuild"
 
 
-SUCCESS_RATES = sorted((RESULTS / "analysis").glob("success_rates-*.md"))
+ANALYSES = sorted((RESULTS / "analysis").glob("*.md"))
 
 
-@pytest.mark.parametrize("committed", SUCCESS_RATES, ids=[p.stem for p in SUCCESS_RATES])
-def test_committed_success_rates_regenerate_byte_for_byte(committed: Path, tmp_path: Path) -> None:
-    # the first line names the command that made the file (success_rates.py --out)
+@pytest.mark.parametrize("committed", ANALYSES, ids=[p.stem for p in ANALYSES])
+def test_committed_analyses_regenerate_byte_for_byte(committed: Path, tmp_path: Path) -> None:
+    # the first line names the command that made the file (success_rates.py / per_seed.py --out)
     head = committed.read_text(encoding="utf-8").splitlines()[0]
-    prefix, suffix = "<!-- made by: python results/analysis/success_rates.py ", " -->"
+    prefix, suffix = "<!-- made by: python results/analysis/", " -->"
     assert head.startswith(prefix) and head.endswith(suffix), f"{committed}: first line {head!r}"
-    args = head[len(prefix):-len(suffix)].split()
+    script, *args = head[len(prefix):-len(suffix)].split()
+    assert (RESULTS / "analysis" / script).is_file(), f"{committed}: no script {script}"
     out = tmp_path / committed.name
-    subprocess.run([sys.executable, str(RESULTS / "analysis" / "success_rates.py"), *args,
+    subprocess.run([sys.executable, str(RESULTS / "analysis" / script), *args,
                     "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
     assert out.read_bytes() == committed.read_bytes(), f"{committed} differs from a rerun"
 

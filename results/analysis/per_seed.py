@@ -1,0 +1,83 @@
+"""Per-seed values of a committed study, one row per cell: the table behind a write-up's
+"per seed" claims, so that none of them is copied by hand.
+
+    python results/analysis/per_seed.py results/record/<study> --splits longer_seen_1,longer_seen_3,longer_seen_5 \
+        [--metric seq_acc] [--cells task=lookup,variant=mono ...] [--threshold 90] [--out FILE.md]
+
+Per cell (in the record's order, or the order of ``--cells``): each finished seed's values of
+``test.<split>.<metric>`` (percent, joined by " / "), the median over seeds per split, and per
+split how many seeds reached the threshold. Seeds without a finished run show "–".
+With ``--out``, the file's first line names the command that made it, and
+``tests/test_results.py`` remakes every committed ``results/analysis/*.md`` from its first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from record import schema
+from reports.store import read_runs, resolve_source
+
+MADE_BY = "made by: "
+"""Prefix of the first line of an ``--out`` file, before the command that made it."""
+
+
+def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
+         threshold: float) -> list[str]:
+    """Markdown table rows (header first) of the per-seed values."""
+    uri, name = resolve_source(record)
+    keys = [f"test.{s}.{metric}" for s in splits]
+    rs = read_runs(uri, name, metric_keys=keys)
+    trials = rs.runs.filter((pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+                            & (pl.col("status") == schema.STATUS_FINISHED))
+    order = cells or trials["cell"].unique(maintain_order=True).to_list()
+    unknown = sorted(set(order) - set(trials["cell"].to_list()))
+    if unknown:
+        raise SystemExit(f"{record}: no finished run of cell(s) {', '.join(unknown)}; cells with "
+                         f"one: {', '.join(sorted(set(trials['cell'].to_list())))}")
+    values = {(r, k): v for r, k, v in rs.metrics.select("run_id", "key", "value").iter_rows()}
+    seeds = sorted(set(trials["seed"].to_list()))
+    head = ["cell", *(f"seed {s}" for s in seeds), "median", f"seeds ≥ {threshold:g} %"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell in order:
+        runs = trials.filter(pl.col("cell") == cell)
+        by_seed = {s: [100 * values[(rid, k)] if (rid, k) in values else None for k in keys]
+                   for rid, s in runs.select("run_id", "seed").iter_rows()}
+        entries = [" / ".join("–" if v is None else f"{v:.1f}" for v in by_seed[s]) if s in by_seed
+                   else "–" for s in seeds]
+        per_split = [[v[i] for v in by_seed.values() if v[i] is not None] for i in range(len(keys))]
+        medians = " / ".join(f"{statistics.median(v):.1f}" if v else "–" for v in per_split)
+        solved = " / ".join(f"{sum(x >= threshold for x in v)}/{len(v)}" for v in per_split)
+        out.append(f"| {cell} | " + " | ".join(entries) + f" | {medians} | {solved} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
+    ap.add_argument("--splits", required=True, help="comma-separated test splits, e.g. len15,len30,len100")
+    ap.add_argument("--metric", default="seq_acc", help="metric per split (default seq_acc)")
+    ap.add_argument("--cells", nargs="+", help="cells to show, in this order (default: every cell)")
+    ap.add_argument("--threshold", type=float, default=90.0, help="count the seeds at >= this %%")
+    ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
+    args = ap.parse_args(argv)
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    text = "\n".join(rows(args.record, splits, args.metric, args.cells, args.threshold)) + "\n"
+    if args.out:
+        made_by = " ".join(["python", "results/analysis/per_seed.py", str(args.record),
+                            "--splits", ",".join(splits), "--metric", args.metric,
+                            *(["--cells", *args.cells] if args.cells else []),
+                            "--threshold", f"{args.threshold:g}"])
+        args.out.write_text(f"<!-- {MADE_BY}{made_by} -->\n{text}", encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
