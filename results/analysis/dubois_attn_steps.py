@@ -73,10 +73,15 @@ def main() -> None:
     ap.add_argument("study_dir", type=Path)
     ap.add_argument("--out", type=Path, help="also write the per-run numbers here (JSON)")
     args = ap.parse_args()
+    runs = args.study_dir / "runs"
+    if not runs.is_dir():
+        ap.error(f"{runs} does not exist: this needs the study's run folders (checkpoints), which "
+                 f"`study launch` leaves in the study directory; a committed record "
+                 f"(results/record/<study>) does not hold them")
     torch.set_num_threads(1)
     per_run = []
     data_cache: dict[str, object] = {}
-    for run_dir in sorted((args.study_dir / "runs").iterdir()):
+    for run_dir in sorted(runs.iterdir()):
         if not (run_dir / "best_model.pt").is_file():
             continue
         cfg = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
