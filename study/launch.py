@@ -109,8 +109,10 @@ def launch(
                     f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
                     "or more --seeds, or launch under another --name"
                 )
-            elif meta["raw"] != raw:  # the YAML changed elsewhere; saved so a resume rebuilds this spec
-                meta["raw"] = raw
+            elif meta["raw"] != raw or meta["resolved"] != spec.resolved:
+                # the YAML changed elsewhere (a description, a former key's new name): saved, so
+                # that a resume rebuilds this spec
+                meta["raw"], meta["resolved"] = raw, spec.resolved
                 write_meta(paths, meta)
             _set_train_path(paths, meta, train_path, out)
             if tracking_uri and tracking_uri != meta["tracking_uri"]:

@@ -88,11 +88,17 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
     return only
 
 
+#: Keys of a resolved spec that change no run: a study relaunched after an edit of these is the
+#: same study.
+COSMETIC_KEYS = ("description",)
+
+
 def _current_names(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """``resolved`` with its override keys and search metric under their current names
-    (:data:`record.schema.RENAMED_PARAMS`, :data:`record.schema.RENAMED_METRICS`). Grid and
-    hparams axes keep theirs: an axis name is part of the run keys."""
-    out = dict(resolved)
+    """``resolved`` without :data:`COSMETIC_KEYS`, with its override keys and search metric under
+    their current names (:data:`record.schema.RENAMED_PARAMS`,
+    :data:`record.schema.RENAMED_METRICS`). Grid and hparams axes keep theirs: an axis name is
+    part of the run keys."""
+    out = {k: v for k, v in resolved.items() if k not in COSMETIC_KEYS}
     if isinstance(out.get("overrides"), Mapping):
         out["overrides"] = {schema.RENAMED_PARAMS.get(k, k): v for k, v in out["overrides"].items()}
     search = out.get("search")
@@ -103,7 +109,7 @@ def _current_names(resolved: Mapping[str, Any]) -> dict[str, Any]:
 
 def same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether resolved specs ``old`` and ``new`` are the same study, also when one names an
-    override or the search metric by its former name."""
+    override or the search metric by its former name, or has another description."""
     return _current_names(old) == _current_names(new)
 
 

@@ -63,6 +63,8 @@ def test_a_spec_override_by_its_former_path_is_the_same_study() -> None:
     old = {"grid": {"task": ["raffel_add"]}, "overrides": {"optim.raffel_protocol": "paper"},
            "search": {"metric": "best_dev_score"}}
     assert same_spec(old, new) and not same_spec(old, {**new, "overrides": {}})
+    # a description changes no run (dubois_table3-quick-v2's YAML gained a sentence since)
+    assert same_spec({**old, "description": "a"}, {**new, "description": "b"})
     plain_old, plain_new = ({k: v for k, v in d.items() if k != "search"} for d in (old, new))
     wider = {**plain_new, "grid": {"task": ["raffel_add", "raffel_mul"]}}
     assert widens(plain_old, wider) and not widens(plain_old, plain_new)
