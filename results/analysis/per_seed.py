@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import polars as pl
 
+from made_by import emit  # results/analysis/made_by.py, beside this script
 from record import schema
 from reports.store import read_runs, resolve_source
-
-MADE_BY = "made by: "
-"""Prefix of the first line of an ``--out`` file, before the command that made it."""
-
 
 def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
          threshold: float) -> list[str]:
@@ -68,14 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     text = "\n".join(rows(args.record, splits, args.metric, args.cells, args.threshold)) + "\n"
-    if args.out:
-        made_by = " ".join(["python", "results/analysis/per_seed.py", str(args.record),
-                            "--splits", ",".join(splits), "--metric", args.metric,
-                            *(["--cells", *args.cells] if args.cells else []),
-                            "--threshold", f"{args.threshold:g}"])
-        args.out.write_text(f"<!-- {MADE_BY}{made_by} -->\n{text}", encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out, "per_seed.py",
+         [str(args.record), "--splits", ",".join(splits), "--metric", args.metric,
+          *(["--cells", *args.cells] if args.cells else []), "--threshold", f"{args.threshold:g}"])
     return 0
 
 

@@ -17,18 +17,14 @@ disagreement is "not reproduced at this budget".
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from made_by import emit  # results/analysis/made_by.py, beside this script
 from reports.agreement import is_accuracy, success_test, verdict
 from reports.build import collect
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
-
-
-MADE_BY = "made by: "
-"""Prefix of the first line of an ``--out`` file, before the command that made it."""
 
 
 def rows(record: Path, table: str, *, budget: str, threshold: float,
@@ -72,15 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     text = "\n".join(rows(args.record, args.table, budget=args.budget,
                           threshold=args.threshold, only_disagreeing=args.only_disagreeing)) + "\n"
-    if args.out:
-        # The command that made the file heads it, so tests/test_results.py can remake it.
-        made_by = " ".join(["python", "results/analysis/success_rates.py", str(args.record),
-                            "--table", args.table, "--budget", args.budget,
-                            "--threshold", f"{args.threshold:g}",
-                            *(["--only-disagreeing"] if args.only_disagreeing else [])])
-        args.out.write_text(f"<!-- {MADE_BY}{made_by} -->\n{text}", encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out, "success_rates.py",
+         [str(args.record), "--table", args.table, "--budget", args.budget,
+          "--threshold", f"{args.threshold:g}", *(["--only-disagreeing"] if args.only_disagreeing else [])])
     return 0
 
 
