@@ -906,7 +906,12 @@ def test_a_store_failing_mid_run_is_one_line_and_resumable(tmp_path: Path, tmpfs
     (disk / "filler").unlink(missing_ok=True)
     done = study_cli("resume", str(root / "sf-smoke"), "--progress-seconds", "30", timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 of 2 runs finished, 0 failed, 0 not finished" in done.stdout
+    # (under load both trials may finish in their run directories before the driver stops: the
+    # resume then re-records the one the full store missed and has no trial left to run)
+    assert "2 of 2 runs finished, 0 failed, 0 not finished" in done.stdout \
+        or "every trial is already finished in the record" in done.stdout, done.stdout[-3000:]
+    runs = trial_runs(db)
+    assert len(runs) == 2 and all(len(r["final"].get("test.iid.seq_acc", [])) == 1 for r in runs.values()), runs
 
 
 @pytest.mark.faults  # a real driver, its store deleted under it
