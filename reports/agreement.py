@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from reports.aggregate import TableResult
+from reports.aggregate import TableResult, wilcoxon_pair
 from reports.paper import PaperValue
 from reports.render import paper_diff
 
@@ -170,3 +170,40 @@ def verdict(diff: float, test: SuccessTest, *, paper_budget: bool) -> str:
     if paper_budget and test.n >= PAPER_SEEDS and test.p_value < ALPHA:
         return VERDICTS[2]
     return VERDICTS[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Two arms of one study (an ablation against its control, one attender against another): is
+# the difference larger than seed variance?
+
+
+@dataclass(frozen=True)
+class ArmTest:
+    """Per-seed values of arm A against arm B on one split, over the seeds both have."""
+
+    a_k: int
+    """Seeds of A at or above the threshold."""
+    b_k: int
+    n: int
+    """Seeds compared."""
+    fisher_p: float
+    """Two-sided Fisher exact test of the success counts."""
+    wilcoxon_p: float
+    """Two-sided Wilcoxon signed-rank test of the per-seed differences (the test the tables'
+    ties use, reports.aggregate.wilcoxon_pair; 1.0 when every difference is zero)."""
+
+
+def compare_arms(a: Mapping[int, float], b: Mapping[int, float], threshold: float = 90.0) -> ArmTest:
+    """Test arm ``a``'s values (%, keyed by seed) against arm ``b``'s over their shared seeds:
+    success counts at ``threshold`` (Fisher) and paired values (Wilcoxon), both two-sided."""
+    from scipy.stats import fisher_exact  # scipy only where statistics are asked for
+
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError(f"the arms share no seed (A: {sorted(a)}, B: {sorted(b)})")
+    a_k = sum(a[s] >= threshold for s in seeds)
+    b_k = sum(b[s] >= threshold for s in seeds)
+    n = len(seeds)
+    fisher = float(fisher_exact([[a_k, n - a_k], [b_k, n - b_k]]).pvalue)
+    paired, _ = wilcoxon_pair({s: a[s] for s in seeds}, {s: b[s] for s in seeds})
+    return ArmTest(a_k=a_k, b_k=b_k, n=n, fisher_p=fisher, wilcoxon_p=paired)

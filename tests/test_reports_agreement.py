@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from reports.agreement import NONTRIVIAL, TOLERANCE, agreement
+from reports.agreement import NONTRIVIAL, TOLERANCE, agreement, compare_arms
 from reports.build import collect
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
@@ -83,3 +84,19 @@ def test_success_test_takes_the_papers_bound_nearest_to_ours() -> None:
     # ours on the paper's side of the threshold: nothing to test
     assert success_test([95.0, 99.0], 100.0).p_value == 1.0
     assert verdict(-5.0, t, paper_budget=True) == "reproduced"
+
+
+def test_compare_arms_pairs_the_shared_seeds_and_tests_both_ways() -> None:
+    # 8 of 10 seeds of A solve, none of B: Fisher's two-sided p is the two equally likely
+    # extreme tables, 2 * C(10,8) / C(20,8); every paired difference is positive, so the exact
+    # signed-rank p is 2 / 2^8.
+    a = {s: (100.0 if s < 8 else 0.0) for s in range(10)}
+    b = {s: 0.0 for s in range(10)}
+    t = compare_arms({**a, 11: 100.0}, {**b, 12: 100.0})  # seeds 11 and 12: one arm each, left out
+    assert (t.a_k, t.b_k, t.n) == (8, 0, 10)
+    assert t.fisher_p == pytest.approx(2 * math.comb(10, 8) / math.comb(20, 8))
+    assert t.wilcoxon_p == pytest.approx(2 / 2 ** 8)
+    same = compare_arms(b, b)
+    assert (same.fisher_p, same.wilcoxon_p) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="share no seed"):
+        compare_arms({0: 1.0}, {1: 1.0})

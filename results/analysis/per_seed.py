@@ -23,9 +23,11 @@ from made_by import emit  # results/analysis/made_by.py, beside this script
 from record import schema
 from reports.store import read_runs, resolve_source
 
-def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
-         threshold: float) -> list[str]:
-    """Markdown table rows (header first) of the per-seed values."""
+def seed_values(record: Path, splits: list[str], metric: str, cells: list[str] | None
+                ) -> tuple[list[int], dict[str, dict[int, list[float | None]]]]:
+    """The seeds of the record's finished trial runs, and per cell (in the record's order, or
+    the order of ``cells``) each seed's values (%) of ``test.<split>.<metric>``, one per split
+    (None where the run has none)."""
     uri, name = resolve_source(record)
     keys = [f"test.{s}.{metric}" for s in splits]
     rs = read_runs(uri, name, metric_keys=keys)
@@ -37,16 +39,24 @@ def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
         raise SystemExit(f"{record}: no finished run of cell(s) {', '.join(unknown)}; cells with "
                          f"one: {', '.join(sorted(set(trials['cell'].to_list())))}")
     values = {(r, k): v for r, k, v in rs.metrics.select("run_id", "key", "value").iter_rows()}
-    seeds = sorted(set(trials["seed"].to_list()))
-    head = ["cell", *(f"seed {s}" for s in seeds), "median", f"seeds ≥ {threshold:g} %"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_cell = {}
     for cell in order:
         runs = trials.filter(pl.col("cell") == cell)
-        by_seed = {s: [100 * values[(rid, k)] if (rid, k) in values else None for k in keys]
-                   for rid, s in runs.select("run_id", "seed").iter_rows()}
+        by_cell[cell] = {s: [100 * values[(rid, k)] if (rid, k) in values else None for k in keys]
+                         for rid, s in runs.select("run_id", "seed").iter_rows()}
+    return sorted(set(trials["seed"].to_list())), by_cell
+
+
+def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
+         threshold: float) -> list[str]:
+    """Markdown table rows (header first) of the per-seed values."""
+    seeds, by_cell = seed_values(record, splits, metric, cells)
+    head = ["cell", *(f"seed {s}" for s in seeds), "median", f"seeds ≥ {threshold:g} %"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell, by_seed in by_cell.items():
         entries = [" / ".join("–" if v is None else f"{v:.1f}" for v in by_seed[s]) if s in by_seed
                    else "–" for s in seeds]
-        per_split = [[v[i] for v in by_seed.values() if v[i] is not None] for i in range(len(keys))]
+        per_split = [[v[i] for v in by_seed.values() if v[i] is not None] for i in range(len(splits))]
         medians = " / ".join(f"{statistics.median(v):.1f}" if v else "–" for v in per_split)
         solved = " / ".join(f"{sum(x >= threshold for x in v)}/{len(v)}" for v in per_split)
         out.append(f"| {cell} | " + " | ".join(entries) + f" | {medians} | {solved} |")
