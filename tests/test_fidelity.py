@@ -480,6 +480,7 @@ def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant
 
 @pytest.mark.parametrize("spec, profile, field, value", [
     ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
+    ("dubois_fig6", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
     ("rc_table7", "paper_mix_t1", "model.attention.mix_temperature", 1.0),
     ("rc_table7", "paper_mix_softmax", "model.attention.location_norm", "softmax"),
 ])
@@ -497,7 +498,7 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
         return out
 
     arm, paper = configs(profile), configs("paper")
-    assert len(arm) >= 30 and set(arm) <= set(paper)
+    assert len(arm) >= 20 and set(arm) <= set(paper)
     for key, cfg in arm.items():
         mine, base = flatten(config_to_dict(cfg)), flatten(config_to_dict(paper[key]))
         assert {k for k in mine if mine[k] != base[k]} == {field} and mine[field] == value
