@@ -105,6 +105,7 @@ def test_load_meta_reads_a_format_0_folder_in_the_current_format(tmp_path: Path)
     study = copy_record(RECORDS[0], tmp_path)
     meta = json.loads((study / META_FILE).read_text())
     del meta["only"], meta["train_fn"]
+    meta.pop("format", None)  # (records made since format 1 carry it; a format-0 folder has none)
     (study / META_FILE).write_text(json.dumps(meta))
     loaded = load_meta(StudyPaths(dir=study))
     assert loaded["format"] == FORMAT_VERSION and loaded["only"] == {} and loaded["train_fn"] == DEFAULT_TRAIN_FN
