@@ -1,10 +1,17 @@
-"""Two cells of one committed study, split by split: is the difference between them (an
-ablation against its control, one attender against another) larger than seed variance?
+"""Two cells, split by split: is the difference between them (an ablation against its
+control, one attender against another, a study against its one-change arm) larger than seed
+variance?
 
     python results/analysis/compare_cells.py results/record/<study> \
         --a task=lookup,variant=dubois_location --b task=lookup,variant=dubois_transformer \
         --splits longer_seen_1,longer_seen_3,longer_seen_5 [--metric seq_acc] [--threshold 90] \
         [--out FILE.md]
+    python results/analysis/compare_cells.py results/record/<study> --b-record results/record/<arm> \
+        --a task=lookup,variant=dubois_location --splits ...
+
+Cell B is read from ``--b-record`` when given (default: the same record), and is cell A when
+``--b`` is left out, so an arm profile (one field changed, run as its own study) is compared
+with the same cell of the study it changes.
 
 Per split: each cell's median over its finished seeds and its seeds at or above the
 threshold, then two two-sided tests of A against B over the seeds both cells finished:
@@ -27,28 +34,33 @@ from reports.aggregate import holm_adjust
 from reports.agreement import compare_arms
 
 
-def rows(record: Path, a: str, b: str, splits: list[str], metric: str,
-         threshold: float) -> list[str]:
+def rows(record: Path, a: str, b: str | None, splits: list[str], metric: str,
+         threshold: float, b_record: Path | None = None) -> list[str]:
     """Markdown table rows (header first), one per split, and a line naming the seeds."""
-    if a == b:
-        raise SystemExit(f"--a and --b name the same cell ({a}): compare two cells")
-    _, by_cell = seed_values(record, splits, metric, [a, b])
-    seeds = sorted(set(by_cell[a]) & set(by_cell[b]))
+    b = b or a
+    if b_record is None and a == b:
+        raise SystemExit(f"--a and --b name the same cell ({a}): compare two cells, or one cell "
+                         "of two records with --b-record")
+    by_a = seed_values(record, splits, metric, [a])[1][a]
+    by_b = seed_values(b_record or record, splits, metric, [b])[1][b]
+    seeds = sorted(set(by_a) & set(by_b))
     if not seeds:
-        raise SystemExit(f"{record}: cells {a} and {b} have no finished seed in common "
-                         f"({a}: {sorted(by_cell[a])}; {b}: {sorted(by_cell[b])})")
+        raise SystemExit(f"cells {a} and {b} have no finished seed in common "
+                         f"({a}: {sorted(by_a)}; {b}: {sorted(by_b)})")
     tests, lines = [], []
     for i, split in enumerate(splits):
-        va = {s: by_cell[a][s][i] for s in seeds if by_cell[a][s][i] is not None}
-        vb = {s: by_cell[b][s][i] for s in seeds if by_cell[b][s][i] is not None}
+        va = {s: by_a[s][i] for s in seeds if by_a[s][i] is not None}
+        vb = {s: by_b[s][i] for s in seeds if by_b[s][i] is not None}
         if not va or not vb:
-            raise SystemExit(f"{record}: no test.{split}.{metric} in the runs of "
-                             f"{a if not va else b}: check --splits and --metric")
+            raise SystemExit(f"{record if not va else b_record or record}: no test.{split}.{metric} "
+                             f"in the runs of {a if not va else b}: check --splits and --metric")
         tests.append(compare_arms(va, vb, threshold))
         lines.append((split, statistics.median(va.values()), statistics.median(vb.values())))
     fisher_holm = holm_adjust([t.fisher_p for t in tests])
     rank_holm = holm_adjust([t.wilcoxon_p for t in tests])
-    out = [f"A: `{a}`; B: `{b}`; {metric}, seeds {', '.join(map(str, seeds))} "
+    where = "" if b_record is None else f" of `{record.name}`"
+    where_b = "" if b_record is None else f" of `{b_record.name}`"
+    out = [f"A: `{a}`{where}; B: `{b}`{where_b}; {metric}, seeds {', '.join(map(str, seeds))} "
            f"(the seeds both finished); solved: ≥ {threshold:g} %.", "",
            "| split | A median | B median | A solved | B solved | Fisher p | Holm | "
            "Wilcoxon p | Holm |", "|---|---|---|---|---|---|---|---|---|"]
@@ -62,16 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
     ap.add_argument("--a", required=True, help="one cell, as the record names it (task=...,variant=...)")
-    ap.add_argument("--b", required=True, help="the other cell")
+    ap.add_argument("--b", help="the other cell (default: --a's cell, read from --b-record)")
+    ap.add_argument("--b-record", type=Path, help="read cell B from this record (an arm's study)")
     ap.add_argument("--splits", required=True, help="comma-separated test splits, e.g. len15,len30,len100")
     ap.add_argument("--metric", default="seq_acc", help="metric per split (default seq_acc)")
     ap.add_argument("--threshold", type=float, default=90.0, help="a seed at >= this %% solved the split")
     ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
     args = ap.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
-    text = "\n".join(rows(args.record, args.a, args.b, splits, args.metric, args.threshold)) + "\n"
+    if args.b is None and args.b_record is None:
+        ap.error("give --b (another cell of the record), --b-record (the same cell of another "
+                 "record), or both")
+    text = "\n".join(rows(args.record, args.a, args.b, splits, args.metric, args.threshold,
+                          args.b_record)) + "\n"
     emit(text, args.out, "compare_cells.py",
-         [str(args.record), "--a", args.a, "--b", args.b, "--splits", ",".join(splits),
+         [str(args.record), *(["--b-record", str(args.b_record)] if args.b_record else []),
+          "--a", args.a, *(["--b", args.b] if args.b else []), "--splits", ",".join(splits),
           "--metric", args.metric, "--threshold", f"{args.threshold:g}"])
     return 0
 
