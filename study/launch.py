@@ -347,12 +347,15 @@ def _run_locked(
         trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
         search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
-            print(f"[study {name}] every trial is already finished in the record; "
-                  f"{browse_advice(tracking_uri, paths.dir, name)}", file=out)
+            counts = writer.run_counts(spec.n_runs())
+            print(f"[study {name}] every trial is already finished in the record "
+                  f"({counts['runs_finished']} of {counts['runs_expected']} runs finished, "
+                  f"{counts['runs_failed']} failed); {browse_advice(tracking_uri, paths.dir, name)}",
+                  file=out)
             writer.finish_parent(interrupted=False)
             return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
-                    **writer.run_counts(spec.n_runs()), "interrupted": False}
+                    **counts, "interrupted": False}
         eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
                                             epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,

@@ -613,7 +613,7 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "re-recorded 2 finished runs" in again.stdout
     # (a study whose record, once rebuilt, has every run finished starts no trial: it says so)
-    assert "every trial is already finished in the record" in again.stdout \
+    assert "every trial is already finished in the record (2 of 2 runs finished, 0 failed)" in again.stdout \
         or "2 of 2 runs finished, 0 failed, 0 not finished" in again.stdout, again.stdout[-3000:]
     runs = trial_runs(db)
     assert {k: r["final"]["test.iid.seq_acc"] for k, r in runs.items()} == before
@@ -909,7 +909,8 @@ def test_a_store_failing_mid_run_is_one_line_and_resumable(tmp_path: Path, tmpfs
     # (under load both trials may finish in their run directories before the driver stops: the
     # resume then re-records the one the full store missed and has no trial left to run)
     assert "2 of 2 runs finished, 0 failed, 0 not finished" in done.stdout \
-        or "every trial is already finished in the record" in done.stdout, done.stdout[-3000:]
+        or "every trial is already finished in the record (2 of 2 runs finished, 0 failed)" in done.stdout, \
+        done.stdout[-3000:]
     runs = trial_runs(db)
     assert len(runs) == 2 and all(len(r["final"].get("test.iid.seq_acc", [])) == 1 for r in runs.values()), runs
 
