@@ -1,6 +1,7 @@
-"""Two cells, split by split: is the difference between them (an ablation against its
-control, one attender against another, a study against its one-change arm) larger than seed
-variance?
+"""Two cells, split by split: is the difference between them larger than seed variance?
+
+The cells: an ablation against its control, one attender against another, or a study's cell
+against the same cell of its one-change arm.
 
     python results/analysis/compare_cells.py results/record/<study> \
         --a task=lookup,variant=dubois_location --b task=lookup,variant=dubois_transformer \
@@ -24,11 +25,10 @@ With ``--out``, the file's first line names the command that made it, and
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
-from made_by import emit  # results/analysis/made_by.py, beside this script
+from made_by import analysis_parser, emit, split_list  # results/analysis/made_by.py, beside this script
 from per_seed import seed_values  # beside this script too
 from reports.aggregate import holm_adjust
 from reports.agreement import compare_arms
@@ -71,17 +71,12 @@ def rows(record: Path, a: str, b: str | None, splits: list[str], metric: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
+    ap = analysis_parser(__doc__, "a seed at >= this %% solved the split", splits=True)
     ap.add_argument("--a", required=True, help="one cell, as the record names it (task=...,variant=...)")
     ap.add_argument("--b", help="the other cell (default: --a's cell, read from --b-record)")
     ap.add_argument("--b-record", type=Path, help="read cell B from this record (an arm's study)")
-    ap.add_argument("--splits", required=True, help="comma-separated test splits, e.g. len15,len30,len100")
-    ap.add_argument("--metric", default="seq_acc", help="metric per split (default seq_acc)")
-    ap.add_argument("--threshold", type=float, default=90.0, help="a seed at >= this %% solved the split")
-    ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
     args = ap.parse_args(argv)
-    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    splits = split_list(args.splits)
     if args.b is None and args.b_record is None:
         ap.error("give --b (another cell of the record), --b-record (the same cell of another "
                  "record), or both")

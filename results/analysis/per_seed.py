@@ -13,13 +13,12 @@ With ``--out``, the file's first line names the command that made it, and
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
 import polars as pl
 
-from made_by import emit  # results/analysis/made_by.py, beside this script
+from made_by import analysis_parser, emit, split_list  # results/analysis/made_by.py, beside this script
 from record import schema
 from reports.store import read_runs, resolve_source
 
@@ -64,15 +63,10 @@ def rows(record: Path, splits: list[str], metric: str, cells: list[str] | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
-    ap.add_argument("--splits", required=True, help="comma-separated test splits, e.g. len15,len30,len100")
-    ap.add_argument("--metric", default="seq_acc", help="metric per split (default seq_acc)")
+    ap = analysis_parser(__doc__, "count the seeds at >= this %%", splits=True)
     ap.add_argument("--cells", nargs="+", help="cells to show, in this order (default: every cell)")
-    ap.add_argument("--threshold", type=float, default=90.0, help="count the seeds at >= this %%")
-    ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
     args = ap.parse_args(argv)
-    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    splits = split_list(args.splits)
     text = "\n".join(rows(args.record, splits, args.metric, args.cells, args.threshold)) + "\n"
     emit(text, args.out, "per_seed.py",
          [str(args.record), "--splits", ",".join(splits), "--metric", args.metric,

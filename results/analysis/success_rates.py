@@ -16,10 +16,9 @@ disagreement is "not reproduced at this budget".
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from made_by import emit  # results/analysis/made_by.py, beside this script
+from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
 from reports.agreement import is_accuracy, success_test, verdict
 from reports.build import collect
 from reports.labels import paper_label
@@ -57,14 +56,11 @@ def rows(record: Path, table: str, *, budget: str, threshold: float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    ap.add_argument("record", type=Path, help="results/record/<study> (holds mlflow.db)")
+    ap = analysis_parser(__doc__, "a seed succeeds at >= this %%")
     ap.add_argument("--table", required=True, help="an accuracy table id, e.g. rc_table4")
     ap.add_argument("--budget", choices=("quick", "paper"), default="quick",
                     help="the budget the study ran at; only 'paper' can yield 'contradicted'")
-    ap.add_argument("--threshold", type=float, default=90.0, help="a seed succeeds at >= this %%")
     ap.add_argument("--only-disagreeing", action="store_true")
-    ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
     args = ap.parse_args(argv)
     text = "\n".join(rows(args.record, args.table, budget=args.budget,
                           threshold=args.threshold, only_disagreeing=args.only_disagreeing)) + "\n"
