@@ -24,7 +24,9 @@ SelectOn = Literal["dev_acc", "dev_loss"]
 RegressionProtocol = Literal["paper", "dev"]
 TrainStep = Literal["eager", "graphed"]
 Precision = Literal["fp32", "tf32", "bf16"]
-TrainPath = Literal["eager", "compiled"]
+TrainPath = Literal["eager", "compiled", "fused"]
+#: The train paths each model kind takes (``RunConfig.train_path``).
+TRAIN_PATHS = {"seq2seq": ("eager", "compiled"), "regressor": ("eager", "fused")}
 
 #: Fields that never change what a run computes; excluded from its identity.
 OPERATIONAL_FIELDS = frozenset({
@@ -197,7 +199,10 @@ class RunConfig:
     ``compiled``: torch.compile (inductor) of each batch's forward and backward, one graph per
     batch shape, kept in inductor's on-disk cache. The same function: logits and one step's
     losses agree with eager within 1e-5; over epochs the rounding differences grow as they do
-    between devices. Recorded in config.json (docs/performance.md)."""
+    between devices. Recorded in config.json (docs/performance.md).
+    Regressors (Raffel & Ellis) take ``eager`` or ``fused``: :class:`locattn.models.regressor.PoolKernel`,
+    the attention pooling in cache-sized chunks, one pass each way (2-3x faster on a CPU; gradients
+    within 1e-6 of float64 where eager's are within 3e-4)."""
     gpu_share: float = 1.0
     """The fraction of its CUDA device the run was given (operational, like ``device``): a
     study trial with ``resources: {gpus: 0.25}`` gets 0.25. A packed run on CUDA sizes its pack
@@ -209,6 +214,11 @@ class RunConfig:
     """What the run saves for the exhibits: examples and the traced example (operational)."""
 
     def __post_init__(self) -> None:
+        paths = TRAIN_PATHS[self.model.kind]
+        if self.train_path not in paths:
+            raise ValueError(f"RunConfig.train_path={self.train_path!r} does not apply to a "
+                             f"{self.model.kind} model (variant {self.variant!r}): valid are "
+                             f"{', '.join(paths)}")
         if isinstance(self.gpu_share, bool) or not 0.0 < self.gpu_share <= 1.0:
             raise ValueError(f"RunConfig.gpu_share must be in (0, 1], got {self.gpu_share!r}")
 

@@ -22,6 +22,7 @@ from study.driver import (Interrupt, RayStart, StudyLock, deadline as make_deadl
                           quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
+from study.preflight import check_train_path_fits
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, widens)
@@ -67,6 +68,7 @@ def launch(
         name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
     paths = study_paths(Path(root).resolve() / name)
     tracking_uri = take_credentials(tracking_uri, out)
+    check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
     big = size_warnings(spec)
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
@@ -249,6 +251,7 @@ def resume(
             f"current spec with `{command}`, which resumes the study (finished runs are kept)"
         ) from None
     require_task_data(spec)
+    check_train_path_fits(spec, train_path or meta.get("train_path"))
     lock = StudyLock(paths, out).acquire()
     try:
         relocate(paths, meta, out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 from record.store import redact, sqlite_path, uri_parts
@@ -39,6 +40,21 @@ def check_train_path(train_path: str | None) -> None:
     if train_path == "compiled" and shutil.which("g++") is None:
         raise SpecError("--train-path compiled: needs a C++ compiler for inductor's CPU kernels (g++ "
                         "not found: apt-get install g++), or --train-path eager")
+
+
+def check_train_path_fits(spec: Any, train_path: str | None) -> None:
+    """Refuse a ``--train-path`` that some cell's model does not take (``compiled`` is for the
+    seq2seq models, ``fused`` for Raffel & Ellis's regressors), before anything starts."""
+    if train_path in (None, "eager"):
+        return
+    from locattn.config import TRAIN_PATHS, make_run_config  # torch: kept off `study --help`
+
+    for cell in spec.cells:
+        kind = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides).model.kind
+        if train_path not in TRAIN_PATHS[kind]:
+            raise SpecError(
+                f"--train-path {train_path}: {spec.path} cell {cell.cell} ({cell.variant}) is a "
+                f"{kind} model, which takes --train-path {' or '.join(TRAIN_PATHS[kind])}")
 
 
 def reachable(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> str | None:

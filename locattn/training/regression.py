@@ -73,7 +73,7 @@ def train_regression(
     device = torch.device(cfg.device)
     updates = o.updates_per_epoch or DEFAULT_UPDATES
     ckpt.seed_everything(cfg.seed)
-    model = build_regressor(cfg.model).to(device)
+    model = build_regressor(cfg.model, fused=cfg.train_path == "fused").to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
     s: dict[str, Any] = {
         "epoch": 0, "best_state": None, "best_score": None, "best_epoch": 0,
