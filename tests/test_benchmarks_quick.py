@@ -56,6 +56,11 @@ CASES = [
         rf"^\[(CPU|GPU)\] K=8\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
         rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
     ]),
+    ("bench_regressor.py", None, (), [
+        rf"^ffattn T=200\s+B=20: eager wall {F} s \(cpu {F}\) \| fused wall {F} s \(cpu {F}\) \| x{F} cpu, "
+        rf"x{F} wall \| max rel grad diff [0-9.e+-]+$",
+        rf"^mean\s+scoring 16 sequences padded to \d+: eager wall {F} s \(cpu {F}\) \| fused wall {F} s",
+    ]),
     ("bench_packed.py", None, (), [
         rf"^copy/onestep: 2 solo epochs cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| packed "
         rf"cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| speed-up x{F} \| "
