@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from benchmarks._common import machine_line, parse_args, timed  # noqa: E402
-from locattn.config import make_run_config  # noqa: E402
+from locattn.config import TRAIN_PATHS, make_run_config  # noqa: E402
 from locattn.tasks import load_task  # noqa: E402
 from locattn.train import NullRecorder, Seq2SeqRun  # noqa: E402
 from locattn.training.regression import score, train_regression  # noqa: E402
@@ -126,7 +126,7 @@ def time_regression(cfg, updates: int, n: int, repeats: int, tmp: Path) -> dict[
                   optim=replace(cfg.optim, updates_per_epoch=updates, epochs=repeats, stop_at_100=False))
     with timed() as t_load:
         data = load_task(cfg.task, use_cache=False)
-        model = build_regressor(cfg.model)
+        model = build_regressor(cfg.model, fused=cfg.train_path == "fused")
     with timed() as t_score:
         score(model, data.splits["test"], cfg.optim.dev_batch_size, torch.device(cfg.device))
     with timed() as t_run:
@@ -206,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                              "naming an existing table, only their rows are replaced")
     parser.add_argument("--repeats", type=int, default=2, help="epochs timed per pair (min reported)")
     parser.add_argument("--train", type=int, default=400, help="training examples timed per epoch")
+    parser.add_argument("--train-path", choices=("eager", "compiled", "fused"), default="eager",
+                        help="time the runs on this RunConfig.train_path; rows are tagged with it and "
+                             "price studies launched with that --train-path (cells whose model does "
+                             "not take it are skipped). Not eager: needs --tasks and --out naming the "
+                             "existing table, whose other rows are kept")
     parser.add_argument("--check-records", metavar="DIR",
                         help="only compare the committed table with the records under DIR (results/record)")
     parser.add_argument("--readme-table", action="store_true",
@@ -237,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                 overrides["task.data_dir"] = fake_cfq(folder, {"train": sizes["train"],
                                                                "dev": sizes["dev"], "test": sizes["test"]})
             cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
+            if args.train_path not in TRAIN_PATHS[cfg.model.kind]:
+                print(f"{task:<20} {family:<26} skipped: a {cfg.model.kind} model does not take "
+                      f"--train-path {args.train_path}", flush=True)
+                continue
+            cfg = replace(cfg, train_path=args.train_path)
             tmp = Path(tmp_root) / f"run{i}"
             tmp.mkdir()
             if cfg.model.kind == "regressor":
@@ -244,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 r = time_seq2seq(cfg, sizes, args.repeats, tmp)
             rate = Rate(device="cpu", task=task, family=family, train=r["train"],
-                        dev=r["dev"], test=r["test"], startup=boot + r["load"])
+                        dev=r["dev"], test=r["test"], startup=boot + r["load"], path=args.train_path)
             rates.append(rate)
             print(f"{task:<20} {family:<26} {spec_name:<20} {r['examples']:>13} {rate.train:>7.3g} "
                   f"{rate.dev:>7.3g} {rate.test:>7.3g} {rate.startup:>8.2f}", flush=True)
@@ -258,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     load_end = machine_line().rsplit("loadavg(1,5,15)=", 1)[1]
     cal.meta["loadavg_end"] = load_end
     print(f"{len(rates)} rows; loadavg now {load_end}")
+    if args.out and args.train_path != "eager" and not (Path(args.out).is_file() and args.tasks):
+        print(f"{args.out}: not written: --train-path {args.train_path} rows join an existing table "
+              "(--out naming it, with --tasks)", file=sys.stderr)
+        return 2
     if args.out:
         if Path(args.out).is_file() and args.tasks:
             # a re-measure of some tasks: every other row is kept; its meta goes under "cpu"

@@ -43,6 +43,10 @@ class Rate:
     --calibrate``) times K runs of one cell as one graphed pack: its rates are one run's share,
     the pack's wall seconds / K, so a run's price is per seed-epoch of a pack of K. CPU rows: 1
     (one thread, one run)."""
+    path: str = "eager"
+    """The ``RunConfig.train_path`` the row was timed on (``bench_cost.py --train-path``):
+    ``eager``, ``compiled`` (seq2seq) or ``fused`` (regressors). A run on another path is priced
+    by that path's rows where the table has them, else by the eager rows."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,14 +64,19 @@ class Calibration:
         """Devices with at least one row."""
         return sorted({r.device for r in self.rates})
 
-    def rate(self, device: str, task: str, family: str, pack: int | None = None) -> tuple[Rate | None, str]:
+    def rate(self, device: str, task: str, family: str, pack: int | None = None,
+             path: str = "eager") -> tuple[Rate | None, str]:
         """The row for (device, task, family) and how it was found: ``measured``, ``task``
         (the task's median over its measured families), ``family`` (the family's median over
         tasks), or (None, ``unmeasured``) when the device has no row at all.
 
         Of a device measured at several pack sizes, the rows of the largest pack that is at
-        most ``pack`` (any pack when None) are used; none that small: unmeasured."""
-        rows = [r for r in self.rates if r.device == device and (pack is None or r.pack <= pack)]
+        most ``pack`` (any pack when None) are used; none that small: unmeasured. A ``path``
+        other than eager is priced by that path's rows where :meth:`priced_path` finds them, else
+        by the eager rows."""
+        priced = self.priced_path(device, task, family, path)
+        rows = [r for r in self.rates if r.device == device and r.path == priced
+                and (pack is None or r.pack <= pack)]
         if rows:
             largest = max(r.pack for r in rows)
             rows = [r for r in rows if r.pack == largest]
@@ -81,8 +90,18 @@ class Calibration:
         return None, "unmeasured"
 
 
+    def priced_path(self, device: str, task: str, family: str, path: str) -> str:
+        """The train path whose rows price a run on ``path``: ``path`` itself when a row of that
+        path on ``device`` shares the run's task or its family (a compiled Copy row says
+        nothing of a fused regressor), else ``eager``."""
+        if path != "eager" and any(r.device == device and r.path == path and (r.task == task or r.family == family)
+                                   for r in self.rates):
+            return path
+        return "eager"
+
+
 def _median_rate(rows: Sequence[Rate], device: str, task: str, family: str) -> Rate:
-    return Rate(device=device, task=task, family=family, pack=rows[0].pack,
+    return Rate(device=device, task=task, family=family, pack=rows[0].pack, path=rows[0].path,
                 **{k: statistics.median(getattr(r, k) for r in rows)
                    for k in ("train", "dev", "test", "startup")})
 
@@ -96,11 +115,12 @@ def calibration_from_dict(body: dict[str, Any]) -> Calibration:
 
 def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
     """Inverse of :func:`calibration_from_dict` (rows sorted, rates rounded to 4 digits)."""
-    rows = sorted(cal.rates, key=lambda r: (r.device, r.task, r.family, r.pack))
+    rows = sorted(cal.rates, key=lambda r: (r.device, r.task, r.family, r.pack, r.path != "eager", r.path))
     return {"meta": cal.meta, "study_startup": round(cal.study_startup, 2),
             "rates": [{"device": r.device, "task": r.task, "family": r.family,
                        **{k: float(f"{getattr(r, k):.4g}") for k in ("train", "dev", "test", "startup")},
-                       **({"pack": r.pack} if r.pack != 1 else {})}
+                       **({"pack": r.pack} if r.pack != 1 else {}),
+                       **({"path": r.path} if r.path != "eager" else {})}
                       for r in rows]}
 
 
@@ -113,16 +133,18 @@ def device_key(name: str) -> str:
 
 def merge_rates(cal: Calibration, rates: Sequence[Rate], meta: dict[str, Any] | None = None) -> Calibration:
     """``cal`` with ``rates`` added, each replacing the row of the same (device, task, family,
-    pack); the other rows (other devices, other cells) are kept. ``meta`` goes under the key
-    of the rates' device in the table's meta (one device per call)."""
-    devices = {r.device for r in rates}
+    pack, path); the other rows (other devices, other cells, other paths) are kept. ``meta``
+    goes under the key of the rates' device in the table's meta, ``device/path`` for a path
+    other than eager (one device and path per call)."""
+    devices = {(r.device, r.path) for r in rates}
     if len(devices) > 1:
-        raise ValueError(f"merge_rates takes the rows of one device, got {sorted(devices)}")
-    keys = {(r.device, r.task, r.family, r.pack) for r in rates}
-    kept = tuple(r for r in cal.rates if (r.device, r.task, r.family, r.pack) not in keys)
+        raise ValueError(f"merge_rates takes the rows of one device and path, got {sorted(devices)}")
+    keys = {(r.device, r.task, r.family, r.pack, r.path) for r in rates}
+    kept = tuple(r for r in cal.rates if (r.device, r.task, r.family, r.pack, r.path) not in keys)
     new_meta = dict(cal.meta)
     if meta is not None and devices:
-        new_meta[devices.pop()] = dict(meta)
+        device, path = devices.pop()
+        new_meta[device if path == "eager" else f"{device}/{path}"] = dict(meta)
     return Calibration(rates=kept + tuple(rates), study_startup=cal.study_startup, meta=new_meta)
 
 

@@ -44,15 +44,18 @@ __all__ = [
 ]
 
 
-def plan_lines(spec: Any, slots: int, cal: Calibration | None = None) -> list[str]:
+def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path: str | None = None
+               ) -> list[str]:
     """The dry-run's cost lines: thread-hours and wall time per device, how each cell was
-    priced, and any assumption."""
+    priced, and any assumption; runs priced on ``train_path`` (None: eager)."""
     cal = cal if cal is not None else load_calibration()
     threads = max(1.0, spec.cpus)
     lines = []
     devices = {**DEVICES, **{d: f"one {d.upper()}" for d in cal.devices() if d not in DEVICES}}
+    on_path = f", --train-path {train_path}" if train_path not in (None, "eager") else ""
     for device, label in devices.items():
-        cells = cell_costs(spec, cal, device)
+        label += on_path
+        cells = cell_costs(spec, cal, device, train_path)
         if cells is None:
             why = _gpu_why(spec, cal, device)
             lines.append(f"cost     {device.upper()}: unmeasured ({label}: "

@@ -72,7 +72,7 @@ def launch(
     big = size_warnings(spec)
     if dry_run:
         print(f"study    {name} -> {paths.dir}", file=out)
-        print(spec.plan(max_concurrent), file=out)
+        print(spec.plan(max_concurrent, train_path), file=out)
         for warning in big:
             print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
         problems = check_task_data(spec)

@@ -135,7 +135,11 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     table has no row for that device and no flat fallback is given. ``pack``: at most this
     many runs share the device (a GPU's rows are per run of a pack, :class:`Rate.pack`)."""
     shape = run_shape(cfg)
-    rate, how = cal.rate(device, cost_task(cfg.task), variant_family(cfg.model), pack)
+    task, family, path = cost_task(cfg.task), variant_family(cfg.model), cfg.train_path
+    rate, how = cal.rate(device, task, family, pack, path)
+    if rate is not None and rate.path != path:
+        shape = replace(shape, assumed="; ".join(filter(None, [
+            shape.assumed, f"--train-path {path} priced at eager rates (no {path} row for this task or family)"])))
     if rate is None:
         if flat_seconds_per_1k_examples is None:
             return None
@@ -186,9 +190,11 @@ def gpu_unpriced(spec: Any, cfg: Any) -> str:
     return ""
 
 
-def cell_costs(spec: Any, cal: Calibration, device: str = "cpu") -> list[CellCost] | None:
+def cell_costs(spec: Any, cal: Calibration, device: str = "cpu", train_path: str | None = None
+               ) -> list[CellCost] | None:
     """Per-cell run costs of a :class:`study.spec.StudySpec` on ``device``, or None when the
-    device is unmeasured. Cells that no row covers fall back to the spec's flat rate.
+    device is unmeasured. Cells that no row covers fall back to the spec's flat rate. Runs are
+    priced on ``train_path`` (None: eager; :meth:`Calibration.rate`).
 
     A GPU (any device but ``cpu``) prices its runs per seed-epoch of a graphed pack, from the
     rows of the largest pack size it was measured at that the study's packs reach
@@ -199,6 +205,8 @@ def cell_costs(spec: Any, cal: Calibration, device: str = "cpu") -> list[CellCos
     out = []
     for cell in spec.cells:
         cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        if train_path not in (None, "eager"):
+            cfg = replace(cfg, train_path=train_path)
         if device != "cpu":
             if gpu_unpriced(spec, cfg):
                 return None

@@ -166,9 +166,10 @@ class StudySpec:
             return self.n_trials() * len(self.seeds)
         return len(self.cells) * len(self.hparam_points()) * len(self.seeds)
 
-    def plan(self, max_concurrent: int | None = None) -> str:
+    def plan(self, max_concurrent: int | None = None, train_path: str | None = None) -> str:
         """Human-readable plan: cells, trials and an estimated cost; ``max_concurrent`` (the
-        launch's ``--max-concurrent``) in place of the spec's, when given."""
+        launch's ``--max-concurrent``) in place of the spec's, when given; runs priced on
+        ``train_path`` (the launch's ``--train-path``; None: eager)."""
         from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
 
         lines = [
@@ -201,7 +202,7 @@ class StudySpec:
             f"budget   up to {max_epochs} epochs per run; {self.cpus:g} CPU, {self.gpus:g} GPU per trial;"
             f" max concurrent {limit or 'auto'}; retries {self.max_failures}"
         )
-        lines.extend(cost.plan_lines(self, slots))
+        lines.extend(cost.plan_lines(self, slots, train_path=train_path))
         return "\n".join(lines)
 
 

@@ -86,6 +86,43 @@ def test_variable_length_raffel_is_priced_by_its_own_rows() -> None:
     assert run_cost(fixed, cal).epoch == pytest.approx(run_cost(fixed, CAL).epoch)
 
 
+def test_a_train_path_is_priced_by_its_own_rows_else_by_eager_ones_and_says_so(tmp_path: Path) -> None:
+    fused = replace(rate("raffel_add", "feedforward", train=0.004), path="fused")
+    cal = Calibration(rates=CAL.rates + (fused,))
+    eager_run = cfg("raffel_add", "ffattn", **{"optim.epochs": 1})
+    fused_run = replace(eager_run, train_path="fused")
+    assert run_cost(eager_run, cal).epoch == pytest.approx(run_cost(eager_run, CAL).epoch)  # eager: eager rows
+    rc = run_cost(fused_run, cal)
+    assert rc.how == "measured" and not rc.assumed
+    assert rc.epoch == pytest.approx(run_shape(fused_run).train * 0.004 + run_shape(fused_run).dev * 0.5)
+    mean_run = replace(cfg("raffel_add", "mean", **{"optim.epochs": 1}), train_path="fused")
+    r, how = cal.rate("cpu", "raffel_add", "mean", path="fused")  # the task has a fused row: its median
+    assert how == "task" and r.path == "fused" and r.train == pytest.approx(0.004)
+    assert run_cost(mean_run, cal).epoch == pytest.approx(run_cost(fused_run, cal).epoch)
+    # a path the table has no row of for this task or family: the eager rows, and an ASSUMED line
+    compiled = replace(cfg("copy", "onestep", **{"optim.epochs": 1}), train_path="compiled")
+    rc = run_cost(compiled, cal)
+    assert rc.how == "measured" and rc.epoch == pytest.approx(run_cost(cfg("copy", "onestep", **{"optim.epochs": 1}), cal).epoch)
+    assert rc.assumed == "--train-path compiled priced at eager rates (no compiled row for this task or family)"
+    # rows of two paths merge side by side, and the path survives the JSON
+    again = cost.merge_rates(cal, [replace(fused, train=0.005)], {"command": "x"})
+    assert sorted(r.train for r in again.rates if r.task == "raffel_add") == [0.005, 0.01]
+    assert again.meta["cpu/fused"] == {"command": "x"}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cost.calibration_to_dict(again)))
+    assert sorted(cost.load_calibration(path).rates, key=repr) == sorted(again.rates, key=repr)
+    assert [row.get("path") for row in cost.calibration_to_dict(again)["rates"] if row["task"] == "raffel_add"] == [None, "fused"]
+
+
+def test_dry_run_prices_the_launch_train_path() -> None:
+    spec = load_spec(ROOT / "ablations" / "raffel_variable.yaml", profile="quick")
+    eager = spec.plan(2)
+    fused = spec.plan(2, "fused")
+    hours = [float(text.split("CPU time = ")[1].split(" CPU-hours")[0]) for text in (eager, fused)]
+    assert "--train-path fused" in fused and "--train-path" not in eager
+    assert hours[1] < hours[0] / 1.5, hours  # the committed table's fused rows (bench_cost --train-path fused)
+
+
 def test_shape_cfq_without_files_uses_official_sizes_and_says_so() -> None:
     s = run_shape(cfg("cfq", "content", **{"task.data_dir": "/nonexistent/cfq"}))
     assert s.train == pytest.approx(100_654 * cost.CFQ_ASSUMED_TOKENS / 1000)
