@@ -139,7 +139,7 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     rate, how = cal.rate(device, task, family, pack, path)
     if rate is not None and rate.path != path:
         shape = replace(shape, assumed="; ".join(filter(None, [
-            shape.assumed, f"--train-path {path} priced at eager rates (no {path} row for this task or family)"])))
+            shape.assumed, f"--train-path {path} priced at eager rates (no {path} row for task {task})"])))
     if rate is None:
         if flat_seconds_per_1k_examples is None:
             return None

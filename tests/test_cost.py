@@ -103,7 +103,11 @@ def test_a_train_path_is_priced_by_its_own_rows_else_by_eager_ones_and_says_so(t
     compiled = replace(cfg("copy", "onestep", **{"optim.epochs": 1}), train_path="compiled")
     rc = run_cost(compiled, cal)
     assert rc.how == "measured" and rc.epoch == pytest.approx(run_cost(cfg("copy", "onestep", **{"optim.epochs": 1}), cal).epoch)
-    assert rc.assumed == "--train-path compiled priced at eager rates (no compiled row for this task or family)"
+    assert rc.assumed == "--train-path compiled priced at eager rates (no compiled row for task copy)"
+    # another task of a family with fused rows: eager rows too (a path's gain depends on the lengths)
+    var = replace(cfg("raffel_add", "ffattn", **{"task.variable_length": True, "optim.epochs": 1}), train_path="fused")
+    assert cal.priced_path("cpu", "raffel_add@variable", "feedforward", "fused") == "eager"
+    assert "no fused row for task raffel_add@variable" in run_cost(var, cal).assumed
     # rows of two paths merge side by side, and the path survives the JSON
     again = cost.merge_rates(cal, [replace(fused, train=0.005)], {"command": "x"})
     assert sorted(r.train for r in again.rates if r.task == "raffel_add") == [0.005, 0.01]

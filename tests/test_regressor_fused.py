@@ -57,13 +57,13 @@ def test_fused_equals_eager_on_padded_batches(variant: str, weight_term: bool) -
     ye, ae, ge = _grads(model, x, lengths, y, fused=False, weight_term=weight_term)
     from locattn.models import regressor
 
-    old = regressor.CHUNK_ELEMENTS["cpu"]
-    regressor.CHUNK_ELEMENTS["cpu"] = 23 * 6 * 40
+    old = regressor.CHUNK_ELEMENTS["cpu"], regressor.FUSED_MIN_POSITIONS
+    regressor.CHUNK_ELEMENTS["cpu"], regressor.FUSED_MIN_POSITIONS = 23 * 6 * 40, 1
     try:
         assert chunk_steps(6, 40, torch.device("cpu")) == 23
         yf, af, gf = _grads(model, x, lengths, y, fused=True, weight_term=weight_term)
     finally:
-        regressor.CHUNK_ELEMENTS["cpu"] = old
+        regressor.CHUNK_ELEMENTS["cpu"], regressor.FUSED_MIN_POSITIONS = old
     torch.testing.assert_close(yf, ye, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(af, ae, rtol=1e-5, atol=1e-7)
     assert float(af[lengths.unsqueeze(1) <= torch.arange(90)].abs().max()) == 0.0  # padding: 0
@@ -77,8 +77,8 @@ def test_fused_equals_eager_on_padded_batches(variant: str, weight_term: bool) -
 
 
 def test_fused_gradients_are_closer_to_float64_on_long_sequences() -> None:
-    # 8 x 3000 steps: eager sums W_xh's gradient over 24,000 rows at once and drifts
-    x, lengths, y = _batch([3000] * 8)
+    # 40 x 3000 steps: eager sums W_xh's gradient over 120,000 rows at once and drifts
+    x, lengths, y = _batch([3000] * 40)
     model = _model("ffattn")
     ref = copy.deepcopy(model).double()
     _, _, g64 = _grads(ref, x.double(), lengths, y.double(), fused=False, weight_term=False)
@@ -89,6 +89,21 @@ def test_fused_gradients_are_closer_to_float64_on_long_sequences() -> None:
     err_eager = float((ge[w].double() - g64[w]).abs().max()) / scale
     err_fused = float((gf[w].double() - g64[w]).abs().max()) / scale
     assert err_fused < 1e-5 and err_fused < err_eager, (err_fused, err_eager)
+
+
+def test_short_batches_pool_op_by_op_on_the_fused_path(monkeypatch) -> None:
+    from locattn.models import regressor
+
+    calls = []
+    monkeypatch.setattr(regressor.PoolKernel, "apply", lambda *a: calls.append(a[0].shape) or
+                        regressor.PoolKernel.forward(type("Ctx", (), {"save_for_backward": lambda *t: None})(), *a))
+    model = _model("ffattn")
+    model.fused = True
+    with torch.no_grad():
+        model(*_batch([90] * 8)[:2])  # 720 positions: op by op
+        assert calls == []
+        model(*_batch([regressor.FUSED_MIN_POSITIONS // 4] * 4)[:2])
+    assert calls == [(4, regressor.FUSED_MIN_POSITIONS // 4, 2)]
 
 
 def test_gradcheck_float64() -> None:
@@ -112,10 +127,19 @@ def _run_cfg(train_path: str, **over):
     return make_run_config(task="raffel_mul", variant="ffattn", seed=0, overrides={**base, **over})
 
 
-def test_a_fused_run_trains_like_an_eager_one(tmp_path) -> None:
+def test_a_fused_run_trains_like_an_eager_one(tmp_path, monkeypatch) -> None:
+    from locattn.models import regressor
     from locattn.train import train
 
-    runs = {p: train(_run_cfg(p), tmp_path / p) for p in ("eager", "fused")}
+    monkeypatch.setattr(regressor, "FUSED_MIN_POSITIONS", 1)  # these batches are short: fuse them anyway
+    calls, apply = [], regressor.PoolKernel.apply
+    monkeypatch.setattr(regressor.PoolKernel, "apply", lambda *a: calls.append(1) or apply(*a))
+
+    runs = {}
+    for p in ("eager", "fused"):
+        before = len(calls)
+        runs[p] = train(_run_cfg(p), tmp_path / p)
+        assert (len(calls) > before) == (p == "fused"), p  # 90 updates + scoring, on the kernel
     e, f = runs["eager"], runs["fused"]
     assert e.run_identity == f.run_identity  # operational: the same run
     assert json.loads((tmp_path / "fused" / "config.json").read_text())["train_path"] == "fused"
@@ -153,7 +177,10 @@ def test_study_launch_refuses_the_wrong_path_before_starting(tmp_path, capsys) -
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_fused_on_cuda_matches_cpu() -> None:
+def test_fused_on_cuda_matches_cpu(monkeypatch) -> None:
+    from locattn.models import regressor
+
+    monkeypatch.setattr(regressor, "FUSED_MIN_POSITIONS", 1)
     x, lengths, y = _batch([500, 733, 120, 900])
     model = _model("ffattn")
     _, _, g_cpu = _grads(model, x, lengths, y, fused=True, weight_term=True)

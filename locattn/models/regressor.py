@@ -10,7 +10,8 @@ LReLU(x) = max(x, 0.01x). With D = 100: 10,602 parameters (attention) and 10,501
 Two implementations of the same function (``RunConfig.train_path``): ``eager`` runs the layers op
 by op and holds the (B, T, D) hidden states in memory; ``fused`` (:class:`PoolKernel`) computes
 c = sum_t a_t h_t in cache-sized chunks of time steps, one pass forward and one backward,
-recomputing h_t (two multiply-adds and a leak) instead of storing it. Lengths of 50-10000 make h
+recomputing h_t (two multiply-adds and a leak) instead of storing it, for batches of at least
+:data:`FUSED_MIN_POSITIONS` positions (shorter ones gain nothing and run op by op). Lengths of 50-10000 make h
 hundreds of megabytes per batch, so eager is memory-bound; fused is 2-3x faster on a CPU
 (benchmarks/bench_regressor.py) and its gradients are closer to a float64 computation than
 eager's (tests/test_regressor_fused.py).
@@ -34,6 +35,10 @@ from locattn.models.config import ModelConfig
 
 LEAK = 0.01
 """LReLU's slope below zero (torch's leaky_relu default, as Raffel & Ellis's max(x, 0.01x))."""
+FUSED_MIN_POSITIONS = 100_000
+"""Batches of fewer (sequence, step) positions than this pool op by op even on the fused path:
+below about 1,000 steps at batch 100 the chunk loop's overhead outweighs the memory it saves
+(benchmarks/bench_regressor.py: at T = 50 the fused pass costs 1-1.7x eager's)."""
 CHUNK_ELEMENTS = {"cpu": 320_000, "cuda": 1 << 26}
 """Elements of one chunk of hidden states (B x steps x D) in :class:`PoolKernel`: about 1.3 MB,
 a core's cache, on a CPU; 256 MB on a GPU, where bandwidth is plentiful and launches are not."""
@@ -157,7 +162,7 @@ class _Regressor(nn.Module):
         if int(lengths.min()) < 1 or int(lengths.max()) > T:
             raise ValueError(f"lengths must be in [1, T={T}], got {lengths.tolist()[:8]}")
         mask = torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
-        if self.fused:
+        if self.fused and B * T >= FUSED_MIN_POSITIONS:
             c, weights = self._pool_fused(x, mask)
         else:
             h = F.leaky_relu(self.inp(x))  # (B, T, D)
