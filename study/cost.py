@@ -87,7 +87,29 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path
                 f"{n} cells {_HOW[h]}" for h, n in sorted(hows.items())))
         for assumed in sorted({c.cost.assumed for c in cells if c.cost.assumed}):
             lines.append(f"         ASSUMED {assumed}")
+        if device == "cpu" and train_path in (None, "eager"):
+            lines.extend(_faster_paths(spec, cal, threads, total))
     return lines
+
+
+def _faster_paths(spec: Any, cal: Calibration, threads: float, eager_total: float) -> list[str]:
+    """A line per train path that every cell's model takes and the table prices for every
+    cell's task, when it is cheaper than eager: what ``--train-path`` would save."""
+    from locattn.config import TRAIN_PATHS, make_run_config  # here: torch, kept off `study --help`
+
+    out = []
+    kinds = {make_run_config(task=c.task, variant=c.variant, overrides=c.overrides).model.kind for c in spec.cells}
+    for path in sorted({r.path for r in cal.rates if r.device == "cpu"} - {"eager"}):
+        if not all(path in TRAIN_PATHS[k] for k in kinds):
+            continue
+        cells = cell_costs(spec, cal, "cpu", path)
+        if cells is None or any(c.cost.assumed for c in cells):
+            continue  # a cell priced at eager rates: no measured saving to show
+        total = study_seconds(cells) * threads
+        if total < eager_total:
+            out.append(f"faster   --train-path {path}: ~{_duration(total)} CPU time, x{eager_total / total:.1f} "
+                       "(the same runs, measured rows of that path; not part of any run's identity)")
+    return out
 
 
 def _gpu_why(spec: Any, cal: Calibration, device: str) -> str:

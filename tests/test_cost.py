@@ -123,8 +123,17 @@ def test_dry_run_prices_the_launch_train_path() -> None:
     eager = spec.plan(2)
     fused = spec.plan(2, "fused")
     hours = [float(text.split("CPU time = ")[1].split(" CPU-hours")[0]) for text in (eager, fused)]
-    assert "--train-path fused" in fused and "--train-path" not in eager
+    cost_lines = [[ln for ln in text.splitlines() if ln.startswith("cost")] for text in (eager, fused)]
+    assert all("--train-path fused" in ln for ln in cost_lines[1])
+    assert not any("--train-path" in ln for ln in cost_lines[0])
     assert hours[1] < hours[0] / 1.5, hours  # the committed table's fused rows (bench_cost --train-path fused)
+    # an eager plan names the measured saving; a plan already on it, or one no fused row prices, does not
+    faster = [ln for ln in eager.splitlines() if ln.startswith("faster")]
+    assert len(faster) == 1 and faster[0].startswith("faster   --train-path fused: ~"), faster
+    assert not any(ln.startswith("faster") for ln in fused.splitlines())
+    fixed = load_spec(ROOT / "ablations" / "raffel_table1.yaml", profile="quick").plan(2)
+    copy = load_spec(ROOT / "ablations" / "rc_table2.yaml", profile="smoke").plan(2)
+    assert "faster" not in fixed and "faster" not in copy
 
 
 def test_shape_cfq_without_files_uses_official_sizes_and_says_so() -> None:
