@@ -11,10 +11,10 @@ Two implementations of the same function (``RunConfig.train_path``): ``eager`` r
 by op and holds the (B, T, D) hidden states in memory; ``fused`` (:class:`PoolKernel`) computes
 c = sum_t a_t h_t in cache-sized chunks of time steps, one pass forward and one backward,
 recomputing h_t (two multiply-adds and a leak) instead of storing it, for batches of at least
-:data:`FUSED_MIN_POSITIONS` positions (shorter ones gain nothing and run op by op). Lengths of 50-10000 make h
-hundreds of megabytes per batch, so eager is memory-bound; fused is 2-3x faster on a CPU
-(benchmarks/bench_regressor.py) and its gradients are closer to a float64 computation than
-eager's (tests/test_regressor_fused.py).
+:data:`FUSED_MIN_POSITIONS` positions (shorter ones gain nothing and run op by op). Lengths of
+50-10000 make h hundreds of megabytes per batch, so eager is memory-bound; fused is 2-3x faster
+on a CPU (benchmarks/bench_regressor.py) and its gradients are closer to a float64 computation
+than eager's (tests/test_regressor_fused.py).
 
 Initialisation (``ModelConfig.regressor_init``): ``paper`` follows their §2.1: a weight matrix
 W of shape M x N gets entries from a zero-mean Gaussian whose standard deviation (not variance)
