@@ -6,7 +6,7 @@ what is left. The progress line (:mod:`study.progress`) prints it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from study.calibration import Calibration, load_calibration
@@ -84,7 +84,8 @@ def eta_key(trial: Any) -> str:
 
 def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None) -> "StudyEta":
     """A :class:`StudyEta` for the trial descriptors a driver session runs (each priced on this
-    CPU; a trial of a search point or packed seeds trains ``len(seeds)`` runs)."""
+    CPU, on the study's train path; a trial of a search point or packed seeds trains
+    ``len(seeds)`` runs)."""
     from locattn.config import make_run_config  # here: torch, kept off `study --help`
 
     cal = cal if cal is not None else load_calibration()
@@ -95,6 +96,8 @@ def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None)
         key = eta_key(t)
         if key not in costs:
             cfg = make_run_config(task=t.task, variant=t.variant, overrides=t.overrides)
+            if getattr(t, "train_path", "eager") != "eager":
+                cfg = replace(cfg, train_path=t.train_path)
             costs[key] = run_cost(cfg, cal, "cpu", 1.3)
         expected[key] = expected.get(key, 0) + 1
         runs = max(runs, len(t.seeds))

@@ -283,6 +283,25 @@ def test_study_eta_counts_unseen_trials_and_blends_measured_epochs() -> None:
     assert eta.eta([("cheap", 4, True, True), ("cheap", 4, True, True), ("dear", 4, True, True)]) == 0.0
 
 
+def test_study_eta_prices_the_study_train_path() -> None:
+    from study.descriptor import TrialDescriptor
+
+    fused = replace(rate("raffel_add@variable", "feedforward", train=0.001), path="fused")
+    cal = Calibration(rates=(rate("raffel_add@variable", "feedforward", train=0.002), fused))
+    overrides = {"task.variable_length": True, "optim.epochs": 2}
+
+    def trial(path: str) -> TrialDescriptor:
+        return TrialDescriptor(study="s", cell="task=raffel_add,variant=ffattn", task="raffel_add",
+                               variant="ffattn", overrides=overrides, hparams={}, seeds=(0,),
+                               study_dir="/nonexistent", cpus=1, gpus=0, metric="m", train_fn="x:y",
+                               train_path=path)
+
+    (e,), (f,) = (list(cost.study_eta([trial(p)], 1, cal).costs.values()) for p in ("eager", "fused"))
+    shape = run_shape(cfg("raffel_add", "ffattn", **overrides))
+    assert e.epoch == pytest.approx(shape.train * 0.002 + shape.dev * 0.5)
+    assert f.epoch == pytest.approx(shape.train * 0.001 + shape.dev * 0.5)
+
+
 def test_study_eta_blends_start_ups_too() -> None:
     eta = cost.StudyEta(costs={"cheap": CHEAP}, expected={"cheap": 1}, slots=1)
     eta.observe("cheap", 6.0, startup=True)  # the model says 2 s of start-up
