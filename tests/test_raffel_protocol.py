@@ -262,6 +262,34 @@ def test_report_selects_lr_by_the_recorded_protocol(store, tmp_path, study, cell
     assert how in text
 
 
+@pytest.mark.parametrize("protocol, lr, acc, how", [
+    # paper: lr 0.001 reached 100 % on test; dev would pick 0.003 for its higher selection score
+    ("paper", 0.001, 100.0, "chosen per cell by the test result, as the paper"),
+    ("dev", 0.003, 99.0, "chosen per cell by the best median best_selection_score over seeds, never by test"),
+])
+def test_variable_length_report_names_how_it_chose_the_learning_rate(tmp_path, protocol, lr, acc, how) -> None:
+    # the table said "never by test" under the paper's protocol, whose selection score is test
+    import json
+
+    from reports.build import build_reports, collect
+    from reports.synth import SynthRun, write_with_client
+
+    params = {"task.variable_length": "True", "eval.regression_protocol": protocol}
+    runs = [SynthRun(task="raffel_add", variant="ffattn", seed=0, n_seeds=1, hparams={"optim.lr": 0.001},
+                     params=params, metrics={"best_selection_score": 0.95, "epochs_to_100": 3,
+                                             "test.test.accuracy": 1.0}),
+            SynthRun(task="raffel_add", variant="ffattn", seed=0, n_seeds=1, hparams={"optim.lr": 0.003},
+                     params=params, metrics={"best_selection_score": 0.99, "test.test.accuracy": 0.99})]
+    write_with_client(f"sqlite:///{tmp_path / 'mlflow.db'}", "v", runs, tables=["raffel_variable"])
+    (res,) = collect(tmp_path, "v", ["raffel_variable"]).results
+    c = res.cell("ffattn", "raffel_add:variable")
+    assert json.loads(c.hparams[0]) == {"optim.lr": lr} and c.median == pytest.approx(acc)
+    (md,) = build_reports(tmp_path, "v", ["raffel_variable"], formats=("md",), out_dir=tmp_path / "out")
+    text = md.read_text()
+    assert f"Hyperparameters ({how}" in text
+    assert ("selected on test" in text) == (protocol == "paper")
+
+
 def test_report_refuses_mixed_protocols(store) -> None:
     from reports.build import collect
     from reports.store import ReportsError
