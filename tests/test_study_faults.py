@@ -20,7 +20,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -507,12 +509,39 @@ def settled_checkpoints(study_dir: Path, session: str, quiet: float = 3.0, still
 
     def check() -> list | None:
         now = checkpoints(study_dir)
+        workers = trial_workers(session)
+        check.last = f"checkpoint epochs {[e for e, _ in now]}, trial workers {workers}"
         if not now or now != seen["list"]:
             seen.update(list=now, since=time.monotonic())
             return None
         steady = time.monotonic() - seen["since"]
-        if steady >= still or (steady >= quiet and not trial_workers(session)):
+        if steady >= still or (steady >= quiet and not workers):
             return now
+        return None
+
+    return check
+
+
+def frozen_once(pred: Callable[[], Any], session: str):
+    """A :func:`wait_for` predicate that checks ``pred`` with the trial workers of ``session``
+    stopped (SIGSTOP): (value, their PIDs), still stopped, once ``pred`` is true; else it lets
+    them go on. A check made while the trial runs can be stale by the time the test acts on it
+    (under load the trial trained from the checked epoch to its last before the driver was
+    killed); a frozen trial cannot move past what was checked."""
+    def check() -> tuple[Any, list[int]] | None:
+        pids = trial_workers(session)
+        stopped = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        value = pred()
+        check.last = f"trial workers {pids}, check {'true' if value else 'false'}"
+        if value:
+            return value, stopped
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         return None
 
     return check
@@ -559,14 +588,15 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
 
     # 3. kill -9 the driver alone (Ray helpers outlive it), corrupt the newest checkpoint.
     # (Tune replaces checkpoints while we look: an empty scan is "not yet", not an error)
-    wait_for(lambda: any(e >= newest + 2 for e, _ in checkpoints(study)), 300, "two more epochs", c, log_c)
-    session = json.loads((study / "study.lock").read_text())["ray_session"]
+    session = wait_for(lambda: lock_session(study) not in (None, session_a) and lock_session(study), 120,
+                       "the resumed driver's Ray session", c, log_c)
     # The trial's actor outlives its owner for a while: under load (a study beside CI) it trained
     # on to the last epoch and finished the run, so nothing was left to resume. Its worker is
-    # frozen before the driver is killed and killed with it; Ray's own daemons outlive both.
-    frozen = trial_workers(session)
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
+    # frozen when its two more epochs are seen, before the driver is killed, and killed with it;
+    # Ray's own daemons outlive both.
+    _, frozen = wait_for(frozen_once(lambda: any(newest + 2 <= e < epochs for e, _ in checkpoints(study)), session),
+                         300, "two more epochs", c, log_c)
+    assert not (study / "runs" / key / "result.json").exists(), "the trial finished before it was frozen"
     os.kill(c.pid, signal.SIGKILL)
     c.wait()
     for pid in frozen:
