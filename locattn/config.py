@@ -219,6 +219,14 @@ class RunConfig:
             raise ValueError(f"RunConfig.train_path={self.train_path!r} does not apply to a "
                              f"{self.model.kind} model (variant {self.variant!r}): valid are "
                              f"{', '.join(paths)}")
+        if self.model.attention.family == "dubois_code" and (
+            self.train_path != "eager" or self.optim.train_step != "eager"
+        ):
+            raise ValueError(
+                f"variant {self.variant!r} (attention.family='dubois_code') trains only with "
+                f"--train-path eager and optim.train_step='eager' (got train_path={self.train_path!r}, "
+                f"train_step={self.optim.train_step!r}): its schedule counts training batches in Python"
+            )
         if isinstance(self.gpu_share, bool) or not 0.0 < self.gpu_share <= 1.0:
             raise ValueError(f"RunConfig.gpu_share must be in (0, 1], got {self.gpu_share!r}")
 

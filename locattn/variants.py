@@ -72,6 +72,8 @@ _TABLE += [
     ("dubois_location", "Location", "locattn",
      {**_DUBOIS, _A + "controller": "gru", _A + "controller_init": "dubois", _A + "location_norm": "l1"}),
     ("dubois_mix", "Mix", "dubois_location", {_A + "mode": "mix", _A + "mix_temperature": 1.0}),
+    # --- Dubois's location attender as his code computes it (locattn.models.attention.dubois_code)
+    ("dubois_location_code", "Location (his code)", "dubois_scaled_dot", {_A + "family": "dubois_code"}),
     # --- Raffel & Ellis regressors
     ("ffattn", "Feed-forward attention", None,
      {"kind": "regressor", "hidden_size": 100, _A + "family": "feedforward"}),

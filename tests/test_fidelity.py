@@ -503,3 +503,24 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
         mine, base = flatten(config_to_dict(cfg)), flatten(config_to_dict(paper[key]))
         assert {k for k in mine if mine[k] != base[k]} == {field} and mine[field] == value
         assert run_identity(cfg) != run_identity(paper[key])
+
+
+def test_the_code_attender_arm_is_the_tf02_location_run_with_that_attender():
+    """``dubois_fig6 --profile paper_code`` runs, per seed, ``paper_tf02``'s Location run with the
+    attender of Dubois's code in its place: only the variant and the attention fields differ."""
+    path = Path(__file__).parent.parent / "ablations" / "dubois_fig6.yaml"
+
+    def configs(name: str) -> dict:
+        return {(t.task, t.variant, seed): make_run_config(task=t.task, variant=t.variant, seed=seed,
+                                                           overrides=t.overrides)
+                for t in load_spec(path, name).grid_trials() for seed in t.seeds}
+
+    arm, control = configs("paper_code"), configs("paper_tf02")
+    assert sorted(arm) == [("lookup", "dubois_location_code", s) for s in range(10)]
+    for (task, _, seed), cfg in arm.items():
+        mine = flatten(config_to_dict(cfg))
+        base = flatten(config_to_dict(control[(task, "dubois_location", seed)]))
+        changed = {k for k in mine if mine[k] != base[k]}
+        assert "variant" in changed and "model.attention.family" in changed
+        assert all(k == "variant" or k.startswith("model.attention.") for k in changed), changed
+

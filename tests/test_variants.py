@@ -35,6 +35,7 @@ EXPECTED_LABELS = {
     "dubois_additive": "Additive", "dubois_multiplicative": "Multiplicative",
     "dubois_scaled_dot": "Scaled Dot", "dubois_transformer": "Transformer",
     "dubois_transformer_xl": "TransformerXL", "dubois_location": "Location", "dubois_mix": "Mix",
+    "dubois_location_code": "Location (his code)",
     "ffattn": "Feed-forward attention", "mean": "Unweighted mean",
 }
 
@@ -68,7 +69,7 @@ def test_list_variants_patterns():
         "onestep": "OneStepAttn", "onestep_no_step2": "-Step 2",
         "onestep_no_step3": "-Step 3", "onestep_no_sigmoid": "-Sigmoid",
     }
-    assert len(list_variants()) == 32
+    assert len(list_variants()) == 33
     assert list_variants("nothing*") == {}
 
 

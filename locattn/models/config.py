@@ -30,7 +30,7 @@ from typing import Any, Literal, Mapping
 Kind = Literal["seq2seq", "regressor"]
 EncoderKind = Literal["bigru", "gru_residual"]
 Boundaries = Literal["start_end", "none"]
-Family = Literal["content", "positional", "location", "feedforward", "mean"]
+Family = Literal["content", "positional", "location", "dubois_code", "feedforward", "mean"]
 ContentScore = Literal["scaled_dot", "additive", "multiplicative"]
 Positions = Literal["relative", "relative_shared_bias", "rotary", "absolute"]
 Direction = Literal["forward", "mixed"]
@@ -45,7 +45,7 @@ MonoGateOn = Literal["relu", "sigmoid"]
 LocationNorm = Literal["sum", "softmax", "l1"]
 RhoInit = Literal["grouped", "per_row"]
 
-SEQ2SEQ_FAMILIES = ("content", "positional", "location")
+SEQ2SEQ_FAMILIES = ("content", "positional", "location", "dubois_code")
 REGRESSOR_FAMILIES = ("feedforward", "mean")
 
 
@@ -69,8 +69,10 @@ class AttentionConfig:
     family: Family = "content"
     """Mechanism family: ``content`` (content-only scorers), ``positional`` (sinusoidal/rotary
     position terms added to a scaled-dot content score), ``location`` (Gaussian location attention:
-    LocAttn, OneStep, Mono ... and Dubois's location attender), or for the Raffel & Ellis
-    regressors ``feedforward`` / ``mean`` pooling."""
+    LocAttn, OneStep, Mono ... and Dubois's location attender as his paper describes it),
+    ``dubois_code`` (that attender as Dubois's code computes it, mixed by its location confidence:
+    :mod:`locattn.models.attention.dubois_code`), or for the Raffel & Ellis regressors
+    ``feedforward`` / ``mean`` pooling."""
     content_score: ContentScore = "scaled_dot"
     """Content scorer (family ``content``, and the content half of ``mode="mix"``):
     ``scaled_dot`` (W_q h)·(W_k e)/sqrt(d); ``multiplicative`` e·(W h) (Luong);
@@ -148,7 +150,7 @@ class AttentionConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"attention.{name} must be > 0, got {getattr(self, name)!r}")
         applies = {
-            "content_score": ("content", "location"),
+            "content_score": ("content", "location", "dubois_code"),
             "positions": ("positional",),
             "direction": ("positional", "location"),
             "direction_temperature": ("positional", "location"),
@@ -163,7 +165,7 @@ class AttentionConfig:
             "location_norm": ("location",),
             "rho_init": ("location",),
             "controller": ("location",),
-            "controller_size": ("location",),
+            "controller_size": ("location", "dubois_code"),
             "controller_init": ("location",),
             "sigma_min": ("location",),
         }
@@ -204,7 +206,9 @@ class AttentionConfig:
                 f"attention.controller_init applies only to attention.controller='gru' "
                 f"(got controller={self.controller!r})"
             )
-        if self.controller != "gru" and self.controller_size != defaults["controller_size"].default:
+        if self.family == "location" and self.controller != "gru" and (
+            self.controller_size != defaults["controller_size"].default
+        ):
             raise ValueError(
                 f"attention.controller_size applies only to attention.controller='gru' "
                 f"(got controller={self.controller!r})"

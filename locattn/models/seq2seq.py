@@ -127,7 +127,8 @@ def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None, cfg: ModelConfi
 class Seq2Seq(nn.Module):
     """GRU encoder-decoder with a pluggable attender. Build it with :func:`build_model`."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int,
+                 total_batches: int = 1):
         super().__init__()
         if cfg.kind != "seq2seq":
             raise ValueError(f"Seq2Seq needs kind='seq2seq', got kind={cfg.kind!r}")
@@ -151,7 +152,8 @@ class Seq2Seq(nn.Module):
         )
         self.value_in = nn.Linear(H, cfg.value_size)
         self.value_out = nn.Linear(cfg.value_size, H, bias=False)
-        self.attender = build_attender(cfg.attention, query_size=H, key_size=H, dim=H)
+        self.attender = build_attender(cfg.attention, query_size=H, key_size=H, dim=H,
+                                       total_batches=total_batches)
         self.cells = nn.ModuleList(
             [nn.GRUCell(E + H, H)] + [nn.GRUCell(H, H) for _ in range(cfg.num_layers - 1)]
         )
@@ -374,9 +376,13 @@ class Seq2Seq(nn.Module):
         )
 
 
-def build_model(model_cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int) -> Seq2Seq:
-    """The seq2seq model for ``model_cfg`` (``kind="seq2seq"``)."""
-    return Seq2Seq(model_cfg, vocab_size, pad_id=pad_id, sos_id=sos_id, eos_id=eos_id)
+def build_model(model_cfg: ModelConfig, vocab_size: int, *, pad_id: int, sos_id: int, eos_id: int,
+                total_batches: int = 1) -> Seq2Seq:
+    """The seq2seq model for ``model_cfg`` (``kind="seq2seq"``). ``total_batches``: the training
+    batches the run will take at most, read by attenders with a training schedule
+    (``dubois_code``); a loaded checkpoint brings its own."""
+    return Seq2Seq(model_cfg, vocab_size, pad_id=pad_id, sos_id=sos_id, eos_id=eos_id,
+                   total_batches=total_batches)
 
 
 __all__ = ["AttentionTrace", "DecoderState", "GreedyOutput", "Seq2Seq", "Seq2SeqOutput", "build_model"]

@@ -86,11 +86,16 @@ class ParamPack:
                 p[name].data = s.data[k]  # the solo parameter is now a view of its slice
 
     def release(self) -> None:
-        """Give every solo parameter its own storage again (checkpoints save only its slice)."""
+        """Give every solo parameter its own storage again (checkpoints save only its slice), and
+        a solo run the buffers its pass changed (the ``dubois_code`` attender's batch count)."""
         for p in self.replica_params:
             for name in self.names:
                 p[name].data = p[name].data.clone()
                 p[name].grad = None
+        if len(self.runs) == 1:
+            solo = dict(self.runs[0].model.named_buffers())
+            for name, b in self.model.named_buffers():
+                solo[name].copy_(b)
 
     def distribute_grads(self) -> None:
         for i, name in enumerate(self.names):

@@ -51,8 +51,9 @@ class Seq2SeqRun:
         self.train_split = EncodedSplit(data.splits["train"], vocab, **self.ids, device=self.device)
         self.dev_split = EncodedSplit(data.splits["dev"], vocab, **self.ids, device=self.device)
         ckpt.seed_everything(cfg.seed)
-        self.model = build_model(cfg.model, len(vocab), **self.ids).to(self.device)
         o = cfg.optim
+        total_batches = math.ceil(o.epochs * len(self.train_split) / o.batch_size)  # as Dubois's code counts
+        self.model = build_model(cfg.model, len(vocab), **self.ids, total_batches=total_batches).to(self.device)
         self.optimizer = torch.optim.AdamW(  # fused: one kernel per step, not ~12 ops per tensor
             self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay, fused=True
         )

@@ -1,7 +1,7 @@
 """Attenders: one class per mechanism family, built from an :class:`AttentionConfig`.
 
 ``content`` -> :class:`ContentAttender`, ``positional`` -> :class:`PositionalAttender`,
-``location`` -> :class:`LocationAttender`. Direction mixing (e_dir) is applied to the source
+``location`` -> :class:`LocationAttender`, ``dubois_code`` -> :class:`DuboisCodeAttender`. Direction mixing (e_dir) is applied to the source
 before the attender sees it (:mod:`locattn.models.encoder`), so it works with any family.
 """
 
@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.attention.content import ContentAttender, ContentScorer
+from locattn.models.attention.dubois_code import DuboisCodeAttender
 from locattn.models.attention.location import LocationAttender, LocationState
 from locattn.models.attention.positional import PositionalAttender
 from locattn.models.config import AttentionConfig
 
 
-def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim: int) -> Attender:
-    """The attender for ``cfg`` (a seq2seq family); ``dim`` is the head size d."""
+def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim: int,
+                   total_batches: int = 1) -> Attender:
+    """The attender for ``cfg`` (a seq2seq family); ``dim`` is the head size d; ``total_batches``
+    the run's training batches (``dubois_code`` anneals over shares of them)."""
     if cfg.family == "content":
         return ContentAttender(cfg.content_score, key_size=key_size, query_size=query_size, dim=dim)
     if cfg.family == "positional":
@@ -41,8 +44,14 @@ def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim:
             controller_init=cfg.controller_init,
             sigma_min=cfg.sigma_min,
         )
+    if cfg.family == "dubois_code":
+        return DuboisCodeAttender(
+            query_size=query_size, key_size=key_size, dim=dim, content_score=cfg.content_score,
+            controller_size=cfg.controller_size, total_batches=total_batches,
+        )
     raise ValueError(
-        f"attention.family={cfg.family!r} is not a seq2seq attender; valid: content, positional, location"
+        f"attention.family={cfg.family!r} is not a seq2seq attender; valid: content, positional, "
+        "location, dubois_code"
     )
 
 
@@ -51,6 +60,7 @@ __all__ = [
     "AttnStep",
     "ContentAttender",
     "ContentScorer",
+    "DuboisCodeAttender",
     "LocationAttender",
     "LocationState",
     "PositionalAttender",
