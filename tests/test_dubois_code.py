@@ -135,3 +135,24 @@ def test_its_python_schedule_refuses_the_compiled_and_graphed_steps(tmp_path: Pa
     with pytest.raises(ValueError, match="dubois_code.*--train-path eager") as err:
         cfg(tmp_path, **extra)
     assert named in str(err.value)
+
+
+def test_its_content_score_is_the_codes_parameter_free_scaled_dot() -> None:
+    from locattn.models.attention.base import SourceMemory
+    from locattn.models.attention.dubois_code import DuboisCodeAttender
+
+    torch.manual_seed(0)
+    att = DuboisCodeAttender(query_size=8, key_size=8, controller_size=4, total_batches=10).eval()
+    assert {n.split(".")[0] for n, _ in att.named_parameters()} == {"resize", "weighter", "hidden0", "blocks", "sigma"}
+    keys, query = torch.randn(2, 5, 8), torch.randn(2, 8)
+    n = torch.tensor([5.0, 3.0])
+    mask = torch.arange(5).unsqueeze(0) < n.unsqueeze(1)
+    memory = SourceMemory(keys=keys, values=keys, mask=mask, lengths=n, stepsize=1 / (n - 1),
+                          positions=torch.arange(5.0).unsqueeze(0) / (n - 1).unsqueeze(1) * mask,
+                          score_bias=torch.zeros(2, 5).masked_fill(~mask, float("-inf")))
+    out, _ = att(query, memory, att.prepare(memory), att.initial_state(memory), 0)
+    scores = (keys @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(8)
+    expect = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
+    assert torch.allclose(out.content_weights, expect, atol=1e-6)
+    with pytest.raises(ValueError, match="key_size == query_size"):
+        DuboisCodeAttender(query_size=8, key_size=6, controller_size=4, total_batches=10)

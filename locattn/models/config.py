@@ -150,7 +150,7 @@ class AttentionConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"attention.{name} must be > 0, got {getattr(self, name)!r}")
         applies = {
-            "content_score": ("content", "location", "dubois_code"),
+            "content_score": ("content", "location"),
             "positions": ("positional",),
             "direction": ("positional", "location"),
             "direction_temperature": ("positional", "location"),

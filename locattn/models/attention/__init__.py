@@ -46,8 +46,8 @@ def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim:
         )
     if cfg.family == "dubois_code":
         return DuboisCodeAttender(
-            query_size=query_size, key_size=key_size, dim=dim, content_score=cfg.content_score,
-            controller_size=cfg.controller_size, total_batches=total_batches,
+            query_size=query_size, key_size=key_size, controller_size=cfg.controller_size,
+            total_batches=total_batches,
         )
     raise ValueError(
         f"attention.family={cfg.family!r} is not a seq2seq attender; valid: content, positional, "

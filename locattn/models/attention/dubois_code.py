@@ -25,7 +25,8 @@ length (every position j at p_j = j / (n - 1)):
   (no gradient); after that max(Linear(o_t), 0.41 / 1.5). The Gaussian uses sigma / n.
 * lambda = g / max(Σ_j g_j, 1e-12), g_j = exp(-(p_j - mu)² / (2 (sigma/n)²)) over valid j.
 * mixing by the location confidence: m = 0.999·exp(-sigma² + (0.41/1.5)²) (sigma before / n); for
-  the first ``prepare`` training batches m = 0.7. alpha = m·lambda + (1 - m)·softmax(content).
+  the first ``prepare`` training batches m = 0.7. alpha = m·lambda + (1 - m)·softmax(k_j·h / sqrt(H))
+  (the code's ``scaledot``: no parameters).
 
 ``prepare`` is 5 % of the run's training batches, ceil(0.05 · ceil(epochs · N / batch)), as the
 code's ``rate_prepare_pos``, ``rate_start_round`` and ``rate_attmix_wait`` (all 0.05, temperature
@@ -34,8 +35,9 @@ buffer (``calls``), so a resumed run continues the schedule.
 
 Not carried over (docs/dubois_protocol.md): the L1 penalty the code adds to the loss when mu
 leaves [-0.01, 1.01] (capped at 1 % of the batch loss); the content attention here masks padded
-source positions (the code's softmax also covers padding in mixed-length batches); positions use
-max(1, n - 1) where the code divides by n - 1.
+source positions (the code's softmax also covers padding in mixed-length batches, which its
+length-bucketed batches make rare); positions use max(1, n - 1) where the code divides by n - 1.
+``results/analysis/dubois_code_parity.py`` runs it beside the code's attender (3e-7 apart).
 """
 
 from __future__ import annotations
@@ -49,9 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
-from locattn.models.attention.content import ContentScorer
 from locattn.models.attention.location import L1_EPS, dubois_init_weighter
-from locattn.models.config import ContentScore
 from locattn.models.functional import gru_update, linear
 
 PREPARE_RATE = 0.05
@@ -126,10 +126,13 @@ class DuboisCodeAttender(Attender):
     """Dubois's code's location attender and its confidence mixing (module docstring)."""
 
     def __init__(
-        self, *, query_size: int, key_size: int, dim: int, content_score: ContentScore,
-        controller_size: int, total_batches: int,
+        self, *, query_size: int, key_size: int, controller_size: int, total_batches: int,
     ) -> None:
         super().__init__()
+        if key_size != query_size:
+            raise ValueError(f"the code's parameter-free scaled dot needs key_size == query_size, got "
+                             f"{key_size} and {query_size}")
+        self.content_scale = 1.0 / math.sqrt(query_size)
         self.resize = nn.Linear(query_size, controller_size)
         self.weighter = nn.GRUCell(controller_size, controller_size)
         dubois_init_weighter(self.resize, self.weighter)
@@ -138,7 +141,6 @@ class DuboisCodeAttender(Attender):
         self.sigma = nn.Linear(controller_size, 1)
         nn.init.xavier_uniform_(self.blocks.weight)
         nn.init.xavier_uniform_(self.sigma.weight)
-        self.content = ContentScorer(content_score, key_size=key_size, query_size=query_size, dim=dim)
         self.register_buffer("block_scale", torch.tensor(BLOCK_SCALE))
         self.register_buffer("block_offset", torch.tensor(BLOCK_OFFSET))
         # the schedule: training batches seen (this one included) and the run's total
@@ -161,7 +163,7 @@ class DuboisCodeAttender(Attender):
         }
 
     def prepare(self, memory: SourceMemory) -> Tensor:
-        return self.content.prepare(memory.keys)
+        return memory.keys * self.content_scale  # (B, L, H)
 
     def initial_state(self, memory: SourceMemory) -> DuboisCodeState:
         if self.training:
@@ -209,7 +211,8 @@ class DuboisCodeAttender(Attender):
             m = torch.full_like(mu, PREPARE_MIX)
         else:
             m = (1 - 1e-3) * torch.exp(-sigma ** 2 + HARD_MIN_SIGMA ** 2)  # (B,)
-        content = torch.softmax(self.content(query, cache) + memory.score_bias, dim=-1)  # (B, L)
+        scores = torch.bmm(cache, query.unsqueeze(-1)).squeeze(-1)  # (B, L): k·h / sqrt(H)
+        content = torch.softmax(scores + memory.score_bias, dim=-1)  # (B, L)
         weights = m.unsqueeze(1) * lam + (1 - m.unsqueeze(1)) * content
         out = AttnStep(
             weights=weights, mu=mu, sigma=scaled, step=step, mix_gate=m,
