@@ -27,11 +27,15 @@ RECORDS = sorted(p.parent for p in (RESULTS / "record").glob(f"*/{META_FILE}"))
 
 
 def copy_record(record: Path, into: Path) -> Path:
-    """What a clone holds of a committed record: study.json and the compressed store."""
+    """What a clone holds of a committed record: study.json, the compressed store and, where the
+    record keeps them, its artifacts (read beside the store once the recorded artifact root is
+    gone: on a fresh machine it always is)."""
     out = into / record.name
     out.mkdir(parents=True)
     shutil.copy(record / META_FILE, out / META_FILE)
     shutil.copy(record / (STORE_FILE + ARCHIVE_SUFFIX), out / (STORE_FILE + ARCHIVE_SUFFIX))
+    if (record / "artifacts").is_dir():
+        shutil.copytree(record / "artifacts", out / "artifacts")
     return out
 
 
