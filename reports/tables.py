@@ -339,7 +339,7 @@ _register(TableDef(
     title="Attention loss (lower is better) averaged over Lookup, Reverse Lookup and Noisy Lookup",
     sections=((None, (
         "dubois_scaled_dot", "dubois_multiplicative", "dubois_additive",
-        "dubois_transformer", "dubois_transformer_xl", "dubois_mix",
+        "dubois_transformer", "dubois_transformer_xl", "dubois_mix", "dubois_location_code",
     )),),
     panels=(Panel(header="", groups=(ColumnGroup(label="", columns=(
         Column(label="Interp.", tasks=_DUBOIS_TASKS, splits=_DUBOIS_INTERP, key="interp"),
@@ -415,7 +415,7 @@ _register(TableDef(
     sections=(
         (None, ("dubois_scaled_dot", "dubois_multiplicative", "dubois_additive",
                 "dubois_transformer", "dubois_transformer_xl")),
-        ("Ours", ("dubois_location", "dubois_mix")),
+        ("Ours", ("dubois_location", "dubois_mix", "dubois_location_code")),
     ),
     panels=(Panel(header="", groups=(ColumnGroup(label="Interp.", columns=tuple(
         Column(label=label, tasks=(task,), splits=_DUBOIS_INTERP, key=f"{task}:interp")

@@ -505,10 +505,13 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
         assert run_identity(cfg) != run_identity(paper[key])
 
 
-def test_the_code_attender_arm_is_the_tf02_location_run_with_that_attender():
-    """``dubois_fig6 --profile paper_code`` runs, per seed, ``paper_tf02``'s Location run with the
-    attender of Dubois's code in its place: only the variant and the attention fields differ."""
-    path = Path(__file__).parent.parent / "ablations" / "dubois_fig6.yaml"
+@pytest.mark.parametrize("spec, control_variant, n", [("dubois_fig6", "dubois_location", 10),
+                                                      ("dubois_table3", "dubois_mix", 15)])
+def test_the_code_attender_arm_is_the_tf02_run_with_that_attender(spec, control_variant, n):
+    """``--profile paper_code`` runs, per task and seed, ``paper_tf02``'s Location (Figure 6) or
+    Mix (Table 3) run with the attender of Dubois's code in its place: only the variant and the
+    attention fields differ."""
+    path = Path(__file__).parent.parent / "ablations" / f"{spec}.yaml"
 
     def configs(name: str) -> dict:
         return {(t.task, t.variant, seed): make_run_config(task=t.task, variant=t.variant, seed=seed,
@@ -516,10 +519,10 @@ def test_the_code_attender_arm_is_the_tf02_location_run_with_that_attender():
                 for t in load_spec(path, name).grid_trials() for seed in t.seeds}
 
     arm, control = configs("paper_code"), configs("paper_tf02")
-    assert sorted(arm) == [("lookup", "dubois_location_code", s) for s in range(10)]
+    assert len(arm) == n and {v for _, v, _ in arm} == {"dubois_location_code"}
     for (task, _, seed), cfg in arm.items():
         mine = flatten(config_to_dict(cfg))
-        base = flatten(config_to_dict(control[(task, "dubois_location", seed)]))
+        base = flatten(config_to_dict(control[(task, control_variant, seed)]))
         changed = {k for k in mine if mine[k] != base[k]}
         assert "variant" in changed and "model.attention.family" in changed
         assert all(k == "variant" or k.startswith("model.attention.") for k in changed), changed
