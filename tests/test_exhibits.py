@@ -223,7 +223,7 @@ def test_dubois_interp_from_the_store(studies) -> None:
         ln for ln in text.splitlines(keepends=True) if not ln.startswith("#")))))  # provenance
     assert {r["row"] for r in rows} == {
         "dubois_scaled_dot", "dubois_multiplicative", "dubois_additive", "dubois_transformer",
-        "dubois_transformer_xl", "dubois_location", "dubois_mix"}
+        "dubois_transformer_xl", "dubois_location", "dubois_mix", "dubois_location_code"}
     assert {r["column"] for r in rows} == {"lookup:interp", "reverse_lookup:interp",
                                            "noisy_lookup:interp"}
     (filled,) = [r for r in rows if r["n"] not in ("", "0")]
