@@ -172,8 +172,10 @@ def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> tuple
 
 
 def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.device, ks: list[int],
-               tmp: Path, key: str) -> tuple[bool, list[Rate]]:
-    """The solo trial and every pack size of one task/variant cell: (failed, calibration rows)."""
+               tmp: Path, key: str, on_row: Any = None) -> tuple[bool, list[Rate]]:
+    """The solo trial and every pack size of one task/variant cell: (failed, calibration rows).
+    ``on_row(row)`` gets each pack size's row as soon as it is measured (a time-boxed session
+    keeps the rows of the pack sizes it reached)."""
     on = "GPU" if device.type == "cuda" else "CPU"
     over = {"task.train_size": args.train_size, "task.dev_size": args.dev_size, "task.test_size": 10,
             "num_threads": args.threads, "device": str(device)}
@@ -229,6 +231,8 @@ def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.
             key, task, variant_family(cfg0.model), K, train_ktok=train_ktok, dev_ktok=dev_ktok,
             train_s=sum(t.wall for t in trains) / args.epochs, dev_s=sum(d.wall for d in devs) / args.epochs,
             decode_s=decode_s, first_extra_s=first.wall - seconds / args.epochs))
+        if on_row is not None:
+            on_row(rows[-1])
         del step, runs
     if args.reference is not None and (task, variant) == ("copy", "onestep"):
         ref = run_reference(args.reference, data, device, cfg0.optim.batch_size)
@@ -273,26 +277,28 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(k) for k in args.ks.split(",")]
     cases = [tuple(c.split("/", 1)) for c in args.cases.split(",") if c]
     failed = False
-    rows: list[Rate] = []
+    meta = {"command": "python benchmarks/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "device": name, "machine": machine_line(), "precision": args.precision,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "units": "wall seconds per 1,000 tokens of one run in a graphed pack of `pack` runs (the "
+                     "pack's seconds / K); test: greedy decoding of the dev split; startup: graph "
+                     "capture only (process start-up and data not timed)"}
+
+    def on_row(row: Rate) -> None:  # written as measured: the timings stand whether or not packs agree
+        write_calibration(args.calibrate, [row], meta)
+        print(f"wrote the {row.device} row of {row.task}/{row.family}, pack {row.pack}, to {args.calibrate}",
+              flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         for task, variant in cases:
-            bad, case_rows = bench_case(task, variant, args, device, ks, Path(tmp), device_key(name))
+            bad, _ = bench_case(task, variant, args, device, ks, Path(tmp), device_key(name),
+                                on_row if args.calibrate is not None else None)
             failed |= bad
-            rows += case_rows
     print(machine_line(), flush=True)  # the load average after, beside the one before
     if failed:
         print("FAILED: replica 0's losses differ between pack sizes, or its decoded tokens from "
               "its eager decode", file=sys.stderr)
         return 1
-    if args.calibrate is not None:
-        write_calibration(args.calibrate, rows, {
-            "command": "python benchmarks/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "device": name, "machine": machine_line(), "precision": args.precision,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "units": "wall seconds per 1,000 tokens of one run in a graphed pack of `pack` runs (the "
-                     "pack's seconds / K); test: greedy decoding of the dev split; startup: graph "
-                     "capture only (process start-up and data not timed)"})
-        print(f"wrote {len(rows)} {device_key(name)} rows to {args.calibrate}", flush=True)
     return 0
 
 

@@ -30,7 +30,7 @@ from locattn.tasks import load_task
 from locattn.train import train
 from locattn.training import checkpoint as ckpt
 from run_helpers import kill_after_epoch
-from locattn.training.epoch import ParamPack, batch_nll, compiled_batch_nll
+from locattn.training.epoch import RECOMPILE_LIMIT, ParamPack, batch_nll, compiled_batch_nll
 from locattn.training.seq2seq import Seq2SeqRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +48,28 @@ def cfg(tmp: Path, path: str, seed: int = 0, **extra):
 
 def history(result) -> list[dict]:
     return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in result.history]
+
+
+def test_every_thread_that_trains_compiled_gets_the_raised_recompile_limit() -> None:
+    """torch keeps dynamo's config per thread, and Ray Tune trains each trial of a reused actor in
+    a new thread: the second trial saw the default limit of 8 shapes and failed with
+    FailOnRecompileLimitHit (rc_table4-paper, 2026-11-28). Each thread that asks for the compiled
+    step gets the limit raised; the compiled function stays one per process."""
+    import threading
+
+    seen: list[tuple[int, int, object]] = []
+
+    def trial() -> None:
+        fn = compiled_batch_nll()
+        seen.append((torch._dynamo.config.recompile_limit,
+                     torch._dynamo.config.accumulated_recompile_limit, fn.func))
+
+    for _ in range(2):
+        t = threading.Thread(target=trial)
+        t.start()
+        t.join()
+    assert [s[:2] for s in seen] == [(RECOMPILE_LIMIT, RECOMPILE_LIMIT)] * 2
+    assert seen[0][2] is seen[1][2]
 
 
 @pytest.mark.timeout(1200)  # a cold compile under load

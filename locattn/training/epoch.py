@@ -132,14 +132,17 @@ RECOMPILE_LIMIT = 256
 """Compiled graphs kept per process: one per batch shape (rows, source and target length)."""
 
 
-@functools.cache
 def compiled_batch_nll() -> Callable[..., torch.Tensor]:
     """:func:`batch_nll` under torch.compile (``train_path="compiled"``): the whole forward in one
     graph and its backward in another, C++ kernels from inductor. ``dynamic=False``: the graph,
     hence every rounding, depends on the batch shape only, never on which shapes came first, so
     a resumed run computes what the uninterrupted one did. Graphs are cached on disk by inductor
     (``TORCHINDUCTOR_CACHE_DIR``, default /tmp/torchinductor_$USER): a later process with the
-    same shapes loads them instead of compiling."""
+    same shapes loads them instead of compiling.
+
+    Dynamo's recompile limits are raised on every call, in the calling thread: torch keeps its
+    config per thread, and a Ray actor reused for a second trial trains it in a new thread, where
+    the default limit (8 shapes) would stop the run with FailOnRecompileLimitHit."""
     if shutil.which(torch._inductor.config.cpp.cxx[1] or "g++") is None:
         raise RuntimeError("train_path='compiled' needs a C++ compiler for inductor's CPU kernels "
                            "(g++ not found; apt-get install g++), or train_path='eager'")
@@ -147,8 +150,13 @@ def compiled_batch_nll() -> Callable[..., torch.Tensor]:
     torch._dynamo.config.accumulated_recompile_limit = max(
         torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT
     )
-    compiled = torch.compile(batch_nll, dynamic=False, fullgraph=True)
-    return functools.partial(compiled, check=False)
+    return functools.partial(_compiled_nll(), check=False)
+
+
+@functools.cache
+def _compiled_nll() -> Callable[..., torch.Tensor]:
+    """The one compiled :func:`batch_nll` of the process (its graphs serve every thread)."""
+    return torch.compile(batch_nll, dynamic=False, fullgraph=True)
 
 
 def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> list[float]:

@@ -1,0 +1,82 @@
+#!/bin/bash
+# One lent GPU machine's session, time-boxed to BUDGET_S seconds (default 540), all output under
+# $OUT (the device tool brings back at most 8 files of 16 MiB):
+#
+#   bash benchmarks/device_session.sh [EXPORT_DIR ...]
+#
+# 1. the device and its torch;
+# 2. benchmarks/bench_gpu.py on Copy/OneStepAttn, K = 1, 8, 64, 256, --calibrate (alone on the GPU);
+# 3. benchmarks/bench_regressor.py --device cuda (Raffel & Ellis's feed-forward models);
+# 4. each EXPORT_DIR (a `study export` folder) trained by its own `python -m locattn.offline`
+#    worker, all at once, with a deadline that leaves time to pack the runs; meanwhile the `gpu`
+#    tests that need torch alone (test_loop_ux's needs Ray, which these machines lack);
+# 5. if time is left: bench_gpu's other cases at K = 8, 64, --calibrate.
+#
+# Back: session.log (everything printed), logs.tar.gz (each step's log and the calibration
+# table), runs.tar.xz.part?? (the workers' run folders; `cat` the parts, then `tar -xJf`, then
+# `study import <study> runs` and `study resume <study>`). The machine's python3 holds torch but
+# not rapidfuzz: carry its wheel in .whl/ (docs/gpu_offline.md).
+set -u
+OUT=${OUT:-/tmp/device_out}
+mkdir -p "$OUT" /tmp/logs
+BUDGET_S=${BUDGET_S:-540}
+export PYTHONUNBUFFERED=1
+exec > >(tee -a "$OUT/session.log") 2>&1
+left() { echo $((BUDGET_S - SECONDS)); }
+step() { echo "=== $(date -u +%H:%M:%S) (+${SECONDS}s, $(left)s left) $*"; }
+
+step "1. device"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+python3 -c "import torch, rapidfuzz; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+nproc; uptime
+
+step "2. bench_gpu copy/onestep"
+timeout 210 python3 benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate /tmp/logs/cost_calibration.json \
+    --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
+echo "bench_gpu exit ${PIPESTATUS[0]}"
+
+step "3. bench_regressor cuda"
+timeout 45 python3 benchmarks/bench_regressor.py --device cuda 2>&1 | tee /tmp/logs/bench_regressor.txt
+echo "bench_regressor exit ${PIPESTATUS[0]}"
+
+if [ $# -gt 0 ]; then
+    deadline=$(( $(left) - 75 ))
+    step "4. offline workers on $*, deadline ${deadline}s; gpu tests beside them"
+    pids=()
+    for d in "$@"; do
+        name=$(basename "$d")
+        python3 -m locattn.offline "$d" --out /tmp/runs --deadline "$deadline" --device cuda \
+            > "/tmp/logs/offline_$name.txt" 2>&1 &
+        pids+=($!)
+    done
+else
+    step "4. gpu tests"
+    pids=()
+fi
+timeout 150 python3 -m pytest -m gpu tests/test_graphed.py tests/test_packed_decode.py \
+    tests/test_regressor_fused.py -p no:cacheprovider -q -rA 2>&1 | tail -60 > /tmp/logs/gpu_tests.txt
+echo "gpu tests exit ${PIPESTATUS[0]}"; tail -5 /tmp/logs/gpu_tests.txt
+for p in "${pids[@]}"; do wait "$p"; echo "worker $p exit $?"; done
+for f in /tmp/logs/offline_*.txt; do [ -e "$f" ] && { echo "--- $f"; tail -3 "$f"; }; done
+
+if [ "$(left)" -gt 130 ]; then
+    step "5. bench_gpu other cases"
+    timeout $(( $(left) - 40 )) python3 benchmarks/bench_gpu.py --ks 8,64 \
+        --calibrate /tmp/logs/cost_calibration.json --epochs 1 \
+        --cases copy/content,copy/birope,copy/mix_onestep 2>&1 | tee /tmp/logs/bench_gpu_cases.txt
+    echo "bench_gpu cases exit ${PIPESTATUS[0]}"
+fi
+
+step "6. pack"
+if [ -d /tmp/runs ]; then
+    tar -C /tmp -cf - runs | xz -T0 -6 | split -b 15M -d - "$OUT/runs.tar.xz.part"
+fi
+nvidia-smi --query-gpu=memory.used --format=csv
+tar -C /tmp -czf "$OUT/logs.tar.gz" logs
+ls -la "$OUT"
+step "done"
