@@ -171,6 +171,11 @@ def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> tuple
     return same, again.wall
 
 
+def rel_diff(a: list[float], b: list[float]) -> float:
+    """The largest relative difference between two runs' epoch losses."""
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
 def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.device, ks: list[int],
                tmp: Path, key: str, on_row: Any = None) -> tuple[bool, list[Rate]]:
     """The solo trial and every pack size of one task/variant cell: (failed, calibration rows).
@@ -217,6 +222,7 @@ def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.
         cpu = sum(t.cpu for t in trains + devs)
         rate = K * args.epochs / seconds
         same = base is None or losses == base
+        drift = "" if same else f" (largest relative difference {rel_diff(losses, base):.1e})"
         base = losses if base is None else base
         failed |= not same
         mem = (f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB peak"
@@ -224,7 +230,7 @@ def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.
         print(f"[{on}] K={K:<4d} graphed: first epoch {first.wall:.2f} s, then wall {seconds / args.epochs:.2f} s "
               f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
               f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
-              f"seed 0 losses equal to K={ks[0]}: {same}", flush=True)
+              f"seed 0 losses equal to K={ks[0]}: {same}{drift}", flush=True)
         same_tokens, decode_s = decode_line(on, K, runs, device)
         failed |= not same_tokens
         rows.append(calibration_row(

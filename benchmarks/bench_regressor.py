@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             model = build_regressor(cfg, fused=fused).to(device).eval()
             with torch.no_grad(), timed() as t:
                 model(x, lengths)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
             line.append(f"{'fused' if fused else 'eager'} wall {t.wall:.3f} s (cpu {t.cpu:.3f})")
         print(f"{variant:6s} scoring {args.eval_size} sequences padded to {int(lengths.max())}: "
               + " | ".join(line), flush=True)

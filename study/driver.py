@@ -229,6 +229,29 @@ def init_ray(address: str | None = None) -> RayStart:
             signal.signal(signal.SIGTERM, ours)
 
 
+def check_gpus(need: float, address: str | None, where: str, out: TextIO) -> None:
+    """Trials that ask for ``need`` GPUs each, on the Ray just started or joined. A private local
+    Ray never gains a GPU, so a study whose trials need one stops before any trial starts (Tune
+    would wait for it forever), with the ways out; a cluster may (its autoscaler adds GPU nodes
+    on demand), so there it is only said."""
+    if need <= 0:
+        return
+    import ray  # the driver's heavy import (see init_ray)
+
+    have = float(ray.cluster_resources().get("GPU", 0.0))
+    if have >= need:
+        return
+    if address:
+        print(f"[study] {where}: resources.gpus is {need:g} per trial and the Ray cluster at {address} has "
+              f"{have:g} GPU now: the trials wait until its autoscaler adds GPU nodes", file=out)
+        return
+    raise StudyError(
+        f"{where}: resources.gpus is {need:g} per trial, but this machine has {have:g} GPU for Ray; nothing "
+        "ran and the study is kept. Resume it on a GPU machine or cluster (--address), train its runs "
+        "with torch alone (`study export`, then `python -m locattn.offline DIR --out RUNS --device "
+        "cuda|cpu`, `study import`: docs/gpu_offline.md), or launch a CPU profile of the spec")
+
+
 def stop_ray(start: RayStart) -> None:
     """Shut down the Ray that :func:`init_ray` started or joined, then SIGKILL, by PID, what is
     left of a private one (after a second Ctrl-C its agents outlived ``ray.shutdown``)."""

@@ -18,8 +18,8 @@ from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
 from study import slices
 from study.cost import study_eta
-from study.driver import (Interrupt, RayStart, StudyLock, deadline as make_deadline, init_ray, limit_text,
-                          quiet_tune, stop_ray)
+from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
+                          limit_text, quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
@@ -359,6 +359,7 @@ def _run_locked(
             return {"name": name, "dir": str(paths.dir), "skipped": skipped,
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                     **counts, "interrupted": False}
+        check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
         eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
                                             epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,

@@ -731,19 +731,10 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
-def test_a_tiny_study_of_the_gpu_profile_packs_its_seeds_on_the_gpu(tmp_path: Path) -> None:
+def tiny_gpu_spec(tmp_path: Path) -> Path:
     """rc_table2's gpu profile (resources, graphed step), cut to one cell, two seeds, two epochs
-    of tiny data: one trial on the GPU trains both seeds packed; each seed has its MLflow run,
-    recorded with the graphed step on cuda."""
-    import os
-    import sqlite3
-
+    of tiny data."""
     import yaml
-
-    from record import schema
-    from tests.study_helpers import trial_run_rows
 
     raw = yaml.safe_load((ROOT / "ablations/rc_table2.yaml").read_text())
     gpu = raw["profiles"]["gpu"]
@@ -752,6 +743,47 @@ def test_a_tiny_study_of_the_gpu_profile_packs_its_seeds_on_the_gpu(tmp_path: Pa
                           "task.test_size": 32, "task.test_lengths": [15], "optim.epochs": 2}}
     spec = tmp_path / "rc_table2_gpu_tiny.yaml"
     spec.write_text(yaml.safe_dump({**raw, "profiles": {"tiny": tiny}, "default_profile": "tiny"}))
+    return spec
+
+
+@pytest.mark.skipif(_cuda(), reason="a machine with CUDA runs the study instead")
+def test_a_gpu_profile_on_a_machine_without_a_gpu_stops_before_any_trial(tmp_path: Path) -> None:
+    """Tune would wait forever for a GPU that a private local Ray never gains: the launch stops at
+    once with exit status 2, names the spec's resources.gpus and the ways out, and keeps the
+    study, which `study status` then reads."""
+    import os
+
+    spec = tiny_gpu_spec(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root",
+                           str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = proc.stderr.strip().splitlines()[-1]
+    assert f"{spec} (profile tiny): resources.gpus is 1 per trial, but this machine has 0 GPU" in err, err
+    assert "nothing ran and the study is kept" in err and "locattn.offline" in err, err
+    study = tmp_path / "s" / "rc_table2-tiny"
+    assert not any((study / "runs").glob("*/result.json"))
+    status = subprocess.run([sys.executable, "-m", "study.cli", "status", str(study)], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1].split() == ["task=copy,variant=onestep", "0", "0", "0", "0", "2"]
+    assert "no finished run yet" in status.stdout, status.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
+def test_a_tiny_study_of_the_gpu_profile_packs_its_seeds_on_the_gpu(tmp_path: Path) -> None:
+    """:func:`tiny_gpu_spec`: one trial on the GPU trains both seeds packed; each seed has its MLflow run,
+    recorded with the graphed step on cuda."""
+    import os
+    import sqlite3
+
+    from record import schema
+    from tests.study_helpers import trial_run_rows
+
+    spec = tiny_gpu_spec(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root",
