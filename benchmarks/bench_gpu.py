@@ -2,7 +2,7 @@
 through the graphed step, against a solo trial and the reference code on the same device.
 
     python benchmarks/bench_gpu.py [--device cuda] [--ks 1,8,64,256] [--train-size 10000]
-        [--dev-size 2000] [--epochs 2] [--precision fp32] [--reference PATH] [--quick]
+        [--dev-size 2000] [--epochs 2] [--precision fp32] [--reference PATH] [--profile] [--quick]
 
 Per K: K runs (seeds 0..K-1) in one :class:`locattn.training.graphed.GraphedStep`. The first
 epoch records the CUDA graphs (reported apart, as "first"); the next ``--epochs`` are timed:
@@ -171,6 +171,25 @@ def decode_line(on: str, K: int, runs: list[Any], device: torch.device) -> tuple
     return same, again.wall
 
 
+def profile_kernels(device: torch.device, fn: Any, K: int, rows: int = 25) -> None:
+    """Print where one more training epoch of the pack of ``K`` spends its time: torch.profiler's
+    operators and kernels, by device time on a GPU (kernels replayed inside the CUDA graph
+    included), by CPU time otherwise. Untimed: the epoch's numbers above stand without it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        fn()
+        sync(device)
+    key = "device_time_total" if device.type == "cuda" else "cpu_time_total"
+    try:
+        table = prof.key_averages().table(sort_by=key, row_limit=rows)
+    except (AttributeError, KeyError, ValueError):  # an older torch names it cuda_time_total
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
+    print(f"profile of one training epoch, K={K}, by {key}:\n{table}", flush=True)
+
+
 def rel_diff(a: list[float], b: list[float]) -> float:
     """The largest relative difference between two runs' epoch losses."""
     return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
@@ -231,6 +250,8 @@ def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.
               f"(cpu {cpu / args.epochs:.2f} s) per epoch -> {rate:.3f} seed-epochs/s, "
               f"x{rate / solo_rate:.2f} a solo trial | {mem} | "
               f"seed 0 losses equal to K={ks[0]}: {same}{drift}", flush=True)
+        if args.profile and K == max(ks):
+            profile_kernels(device, lambda: step.train_epoch(2 + args.epochs), K)
         same_tokens, decode_s = decode_line(on, K, runs, device)
         failed |= not same_tokens
         rows.append(calibration_row(
@@ -261,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=None,
                         help="a checkout of JRC1995/MonotonicLocationAttention to time on the same device")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed epochs of the largest K, profile one more epoch and print "
+                             "its top operators and kernels (where a pack's step time goes)")
     parser.add_argument("--calibrate", type=Path, nargs="?", const=CALIBRATION_FILE, default=None,
                         metavar="PATH", help="write this device's cost-model rows to PATH "
                         f"(default {CALIBRATION_FILE.relative_to(CALIBRATION_FILE.parents[1])}; CUDA only)")

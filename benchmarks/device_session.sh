@@ -5,7 +5,8 @@
 #   bash benchmarks/device_session.sh [EXPORT_DIR ...]
 #
 # 1. the device and its torch;
-# 2. benchmarks/bench_gpu.py on Copy/OneStepAttn, K = 1, 8, 64, 256, --calibrate (alone on the GPU);
+# 2. benchmarks/bench_gpu.py on Copy/OneStepAttn, K = $BENCH_KS (default 1,8,64), --calibrate, and
+#    --profile (the largest pack's kernels by GPU time), alone on the GPU;
 # 3. benchmarks/bench_regressor.py --device cuda (Raffel & Ellis's feed-forward models);
 # 4. each EXPORT_DIR (a `study export` folder) trained by its own `python -m locattn.offline`
 #    worker, all at once, with a deadline that leaves time to pack the runs; meanwhile the `gpu`
@@ -35,9 +36,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import torch, rapidfuzz; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 nproc; uptime
 
-step "2. bench_gpu copy/onestep"
-timeout 210 python3 benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate /tmp/logs/cost_calibration.json \
-    --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
+step "2. bench_gpu copy/onestep, K = ${BENCH_KS:=1,8,64}"
+# (on the H200, K = 1, 8, 64 took about 200 s with the solo trial; K = 256 did not fit in 210)
+timeout "${BENCH_TIMEOUT_S:-240}" python3 benchmarks/bench_gpu.py --ks "$BENCH_KS" --profile \
+    --calibrate /tmp/logs/cost_calibration.json --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
 echo "bench_gpu exit ${PIPESTATUS[0]}"
 
 step "3. bench_regressor cuda"
@@ -75,6 +77,12 @@ fi
 step "6. pack"
 if [ -d /tmp/runs ]; then
     tar -C /tmp -cf - runs | xz -T0 -6 | split -b 15M -d - "$OUT/runs.tar.xz.part"
+    total=$(cat "$OUT"/runs.tar.xz.part* | wc -c)
+    if [ "$total" -gt 62000000 ]; then  # 64 MiB come back a call, the logs included
+        echo "WARNING: the runs are $total bytes of xz: the last parts will not come back. While the machine" \
+             "is warm (30 s), fetch them in a second call that re-makes the archive the same way" \
+             "(xz gives the same bytes) and copies only those parts to \$OUT"
+    fi
 fi
 nvidia-smi --query-gpu=memory.used --format=csv
 tar -C /tmp -czf "$OUT/logs.tar.gz" logs
