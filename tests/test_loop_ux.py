@@ -696,7 +696,7 @@ def test_a_signal_in_the_first_second_of_a_launch_exits_130_in_one_line(tmp_path
 
 # --------------------------------------------------------------------------- the GPU profile
 
-GPU_SPECS = ("rc_table2", "rc_table4")
+GPU_SPECS = ("rc_table2", "rc_table4", "rc_table7")
 
 
 @pytest.mark.parametrize("stem", GPU_SPECS)
