@@ -505,6 +505,24 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
         assert run_identity(cfg) != run_identity(paper[key])
 
 
+def test_figure_8s_code_attender_arm_is_the_paper_mix_run_trained_as_his_code_trains():
+    """dubois_fig8 ``--profile paper_code``: per task and seed, the ``paper`` profile's Mix run
+    with the attender of Dubois's code in its place and teacher forcing 0.2; nothing else."""
+    path = Path(__file__).parent.parent / "ablations" / "dubois_fig8.yaml"
+    arm = {(t.task, seed): make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
+           for t in load_spec(path, "paper_code").grid_trials() for seed in t.seeds}
+    paper = {(t.task, seed): make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
+             for t in load_spec(path, "paper").grid_trials() if t.variant == "dubois_mix" for seed in t.seeds}
+    assert sorted(arm) == sorted(paper) and len(arm) == 10
+    for key, cfg in arm.items():
+        mine, base = flatten(config_to_dict(cfg)), flatten(config_to_dict(paper[key]))
+        changed = {k for k in mine if mine[k] != base[k]}
+        assert {"variant", "model.attention.family", "optim.teacher_forcing_ratio"} <= changed
+        assert all(k in ("variant", "optim.teacher_forcing_ratio") or k.startswith("model.attention.")
+                   for k in changed), changed
+        assert cfg.optim.teacher_forcing_ratio == 0.2
+
+
 @pytest.mark.parametrize("spec, control_variant, n", [("dubois_fig6", "dubois_location", 10),
                                                       ("dubois_table3", "dubois_mix", 15)])
 def test_the_code_attender_arm_is_the_tf02_run_with_that_attender(spec, control_variant, n):
