@@ -13,6 +13,11 @@
 #    tests that need torch alone (test_loop_ux's needs Ray, which these machines lack);
 # 5. if time is left: bench_gpu's other cases at K = 8, 64, --calibrate.
 #
+# Knobs (environment): BENCH_KS="" skips step 2, BENCH_LATE=1 runs it after the workers instead
+# (then the workers have the GPU to themselves and step 5 is skipped); REGRESSOR=0 skips step 3;
+# GPU_TESTS=0 skips the tests; RUNS_FROM=DIR seeds the workers' /tmp/runs with a carried folder
+# of run folders (their checkpoints), so runs stopped in an earlier session continue.
+#
 # Back: session.log (everything printed), logs.tar.gz (each step's log and the calibration
 # table), runs.tar.xz.part?? (the workers' run folders; `cat` the parts, then `tar -xJf`, then
 # `study import <study> runs` and `study resume <study>`). The machine's python3 holds torch but
@@ -36,19 +41,26 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import torch, rapidfuzz; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 nproc; uptime
 
-step "2. bench_gpu copy/onestep, K = ${BENCH_KS:=1,8,64}"
-# (on the H200, K = 1, 8, 64 took about 200 s with the solo trial; K = 256 did not fit in 210)
-timeout "${BENCH_TIMEOUT_S:-240}" python3 benchmarks/bench_gpu.py --ks "$BENCH_KS" --profile \
-    --calibrate /tmp/logs/cost_calibration.json --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
-echo "bench_gpu exit ${PIPESTATUS[0]}"
+BENCH_KS=${BENCH_KS-1,8,64}
+bench() {  # $1: the longest it may take
+    step "2. bench_gpu copy/onestep, K = $BENCH_KS"
+    # (on the H200, K = 1, 8, 64 took about 200 s with the solo trial; K = 256 did not fit in 210)
+    timeout "$1" python3 benchmarks/bench_gpu.py --ks "$BENCH_KS" --profile --epochs "${BENCH_EPOCHS:-2}" \
+        --calibrate /tmp/logs/cost_calibration.json --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
+    echo "bench_gpu exit ${PIPESTATUS[0]}"
+}
+[ -n "$BENCH_KS" ] && [ "${BENCH_LATE:-0}" != 1 ] && bench "${BENCH_TIMEOUT_S:-240}"
 
-step "3. bench_regressor cuda"
-timeout 45 python3 benchmarks/bench_regressor.py --device cuda 2>&1 | tee /tmp/logs/bench_regressor.txt
-echo "bench_regressor exit ${PIPESTATUS[0]}"
+if [ "${REGRESSOR:-1}" = 1 ]; then
+    step "3. bench_regressor cuda"
+    timeout 45 python3 benchmarks/bench_regressor.py --device cuda 2>&1 | tee /tmp/logs/bench_regressor.txt
+    echo "bench_regressor exit ${PIPESTATUS[0]}"
+fi
 
 if [ $# -gt 0 ]; then
     deadline=$(( $(left) - 75 ))
     step "4. offline workers on $*, deadline ${deadline}s; gpu tests beside them"
+    if [ -n "${RUNS_FROM:-}" ]; then mkdir -p /tmp/runs && cp -r "$RUNS_FROM"/. /tmp/runs/; ls /tmp/runs | wc -l; fi
     pids=()
     for d in "$@"; do
         name=$(basename "$d")
@@ -60,13 +72,17 @@ else
     step "4. gpu tests"
     pids=()
 fi
-timeout 150 python3 -m pytest -m gpu tests/test_graphed.py tests/test_packed_decode.py \
-    tests/test_regressor_fused.py -p no:cacheprovider -q -rA 2>&1 | tail -60 > /tmp/logs/gpu_tests.txt
-echo "gpu tests exit ${PIPESTATUS[0]}"; tail -5 /tmp/logs/gpu_tests.txt
+if [ "${GPU_TESTS:-1}" = 1 ]; then
+    timeout 150 python3 -m pytest -m gpu tests/test_graphed.py tests/test_packed_decode.py \
+        tests/test_regressor_fused.py -p no:cacheprovider -q -rA 2>&1 | tail -60 > /tmp/logs/gpu_tests.txt
+    echo "gpu tests exit ${PIPESTATUS[0]}"; tail -5 /tmp/logs/gpu_tests.txt
+fi
 for p in "${pids[@]}"; do wait "$p"; echo "worker $p exit $?"; done
 for f in /tmp/logs/offline_*.txt; do [ -e "$f" ] && { echo "--- $f"; tail -3 "$f"; }; done
 
-if [ "$(left)" -gt 130 ]; then
+if [ -n "$BENCH_KS" ] && [ "${BENCH_LATE:-0}" = 1 ]; then
+    [ "$(left)" -gt 100 ] && bench $(( $(left) - 40 ))
+elif [ "$(left)" -gt 130 ]; then
     step "5. bench_gpu other cases"
     timeout $(( $(left) - 40 )) python3 benchmarks/bench_gpu.py --ks 8,64 \
         --calibrate /tmp/logs/cost_calibration.json --epochs 1 \
