@@ -481,6 +481,7 @@ def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant
 @pytest.mark.parametrize("spec, profile, field, value", [
     ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
     ("dubois_fig6", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
+    ("dubois_fig8", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
     ("rc_table7", "paper_mix_t1", "model.attention.mix_temperature", 1.0),
     ("rc_table7", "paper_mix_softmax", "model.attention.location_norm", "softmax"),
 ])
@@ -524,7 +525,8 @@ def test_figure_8s_code_attender_arm_is_the_paper_mix_run_trained_as_his_code_tr
 
 
 @pytest.mark.parametrize("spec, control_variant, n", [("dubois_fig6", "dubois_location", 10),
-                                                      ("dubois_table3", "dubois_mix", 15)])
+                                                      ("dubois_table3", "dubois_mix", 15),
+                                                      ("dubois_fig8", "dubois_mix", 10)])
 def test_the_code_attender_arm_is_the_tf02_run_with_that_attender(spec, control_variant, n):
     """``--profile paper_code`` runs, per task and seed, ``paper_tf02``'s Location (Figure 6) or
     Mix (Table 3) run with the attender of Dubois's code in its place: only the variant and the
