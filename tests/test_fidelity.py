@@ -478,16 +478,19 @@ def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant
 # ----------------------------------------------------------------- 11. the decisive runs' arms (issue 24 §2)
 
 
-@pytest.mark.parametrize("spec, profile, field, value", [
-    ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
-    ("dubois_fig6", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
-    ("dubois_fig8", "paper_tf02", "optim.teacher_forcing_ratio", 0.2),
-    ("rc_table7", "paper_mix_t1", "model.attention.mix_temperature", 1.0),
-    ("rc_table7", "paper_mix_softmax", "model.attention.location_norm", "softmax"),
+@pytest.mark.parametrize("spec, profile, field, value, base", [
+    ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2, "paper"),
+    ("dubois_fig6", "paper_tf02", "optim.teacher_forcing_ratio", 0.2, "paper"),
+    ("dubois_fig8", "paper_tf02", "optim.teacher_forcing_ratio", 0.2, "paper"),
+    ("rc_table7", "paper_mix_t1", "model.attention.mix_temperature", 1.0, "paper"),
+    ("rc_table7", "paper_mix_softmax", "model.attention.location_norm", "softmax", "paper"),
+    ("rc_table7", "gpu_mix_t1", "model.attention.mix_temperature", 1.0, "gpu"),
+    ("rc_table7", "gpu_mix_softmax", "model.attention.location_norm", "softmax", "gpu"),
 ])
-def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, value):
-    """Every run of an arm profile is the ``paper`` profile's run of the same task, variant and
-    seed with exactly one field changed (so it is another run), and ``paper`` keeps its runs."""
+def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, value, base):
+    """Every run of an arm profile is the ``base`` profile's run (``paper``, or ``gpu`` for the
+    GPU arms) of the same task, variant and seed with exactly one field changed (so it is
+    another run), and ``base`` keeps its runs."""
     path = Path(__file__).parent.parent / "ablations" / f"{spec}.yaml"
 
     def configs(name: str) -> dict:
@@ -498,7 +501,7 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
                 out[(t.task, t.variant, seed)] = cfg
         return out
 
-    arm, paper = configs(profile), configs("paper")
+    arm, paper = configs(profile), configs(base)
     assert len(arm) >= 20 and set(arm) <= set(paper)
     for key, cfg in arm.items():
         mine, base = flatten(config_to_dict(cfg)), flatten(config_to_dict(paper[key]))
