@@ -179,12 +179,16 @@ class RayStart:
         return self.started
 
 
-def init_ray(address: str | None = None) -> RayStart:
+def init_ray(address: str | None = None, resume: str = "") -> RayStart:
     """Start a private local Ray on loopback, or join ``address``.
 
     Without an address this never joins a Ray that is already running on the host (a
     neighbour's ``ray start``, another study's driver): ``ray.init()`` alone would connect to
     the newest one and hand it our trials.
+
+    A private Ray that cannot start (its temp directory unusable, a full disk, a raylet that
+    did not register within Ray's 30 s on an overloaded machine) raises :class:`StudyError` in
+    one line with the cause; ``resume`` (the command that takes the study up again) ends it.
     """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray  # the driver's heavy import: `study status` and `study --help` stay light
@@ -216,17 +220,32 @@ def init_ray(address: str | None = None) -> RayStart:
         if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
             return RayStart(started=True)
-        context = ray.init(
-            address="local",
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+        try:
+            context = ray.init(
+                address="local",
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+        except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
+            if ray.is_initialized():
+                ray.shutdown()
+            cause = (str(exc).strip().splitlines() or [""])[0]
+            raise StudyError(
+                f"a private local Ray did not start ({type(exc).__name__}: {cause}); nothing ran. Check "
+                f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
+                f"moves it){f', then {resume}' if resume else ''}"
+            ) from None
         return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
     finally:
         if setter is not None:
             ray_utils.set_sigterm_handler = setter
             signal.signal(signal.SIGTERM, ours)
+
+
+def _ray_temp_dir() -> str:
+    """Where a local Ray writes its sessions: ``$RAY_TMPDIR/ray``, else ``/tmp/ray``."""
+    return os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", "ray")
 
 
 def check_gpus(need: float, address: str | None, where: str, out: TextIO) -> None:

@@ -341,7 +341,7 @@ def _run_locked(
         if fixed:
             print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
                   "(from their run directories)", file=out)
-        ray_start = init_ray(address)
+        ray_start = init_ray(address, resume=f"`study resume {paths.dir}`: the study is kept")
         if lock is not None and ray_start.session_dir:  # our private Ray: its helpers are ours
             lock.write(ray_session=ray_start.session_dir)
         # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/

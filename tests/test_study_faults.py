@@ -219,6 +219,26 @@ def test_spec_names_stay_under_the_root_and_bombs_are_refused(tmp_path: Path) ->
     assert "task 'raffel_add' is a regression task" in msg
 
 
+def test_a_local_ray_that_cannot_start_is_one_line_and_the_study_resumes(tmp_path: Path) -> None:
+    """A private Ray that cannot start (here its temp directory is a file, as a full or read-only
+    /tmp would be) stops the launch with exit status 2 and one line naming the cause and the
+    resume command, not Ray's traceback; the study is kept and resumes once Ray can start."""
+    spec = write_spec(tmp_path, "noray")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    bad = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), env={**ENV, "RAY_TMPDIR": str(blocker)})
+    assert bad.returncode == 2, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
+    err = bad.stderr.strip().splitlines()[-1]
+    study = tmp_path / "s" / "noray-smoke"
+    assert "a private local Ray did not start (NotADirectoryError:" in err, err
+    assert f"RAY_TMPDIR moves it), then `study resume {study}`: the study is kept" in err, err
+    assert not any((study / "runs").glob("*/result.json"))
+    good = study_cli("resume", str(study))
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    assert len(list((study / "runs").glob("*/result.json"))) == 1
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--tracking-uri", "bogus://x"], "--tracking-uri bogus://x: unknown scheme 'bogus://'"),
     (["--tracking-uri", "file://"], "--tracking-uri file://: MLflow's file store is not supported"),
