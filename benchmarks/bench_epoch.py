@@ -6,7 +6,8 @@
 
 Contenders per case: this project's training on each ``--paths`` (``RunConfig.train_path``
 ``eager``/``compiled``, or ``graphed``: ``optim.train_step: graphed``, the device path's
-static-shape step, uncaptured on CPU) at each pack size ``--k`` (K = 1: a solo run; K > 1:
+static-shape step, uncaptured on CPU, and ``graphed_compiled``: that step with
+``train_path: compiled``) at each pack size ``--k`` (K = 1: a solo run; K > 1:
 seeds 0..K-1 trained as one pack, dev scored per seed), and for ``copy/onestep`` with ``--reference DIR`` the reference code
 (JRC1995/MonotonicLocationAttention, a checkout at DIR, not part of this project) on the same
 data: its BiGRU OneStep config, model, agent and collater, and its Trainer's loop (forward,
@@ -188,6 +189,12 @@ def matmul_floor(epoch: Callable[[int], tuple[Timing, Timing]], n: int, calls: i
             f"{total_cpu:.2f} CPU-s ({flops / 1e9 / max(total_cpu, 1e-9):.0f} GFLOP/s)")
 
 
+PATHS = {  # the --paths that are not a train_path alone
+    "graphed": {"optim.train_step": "graphed"},
+    "graphed_compiled": {"optim.train_step": "graphed", "train_path": "compiled"},
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 contenders.append(Contender("reference", 1, reference(args.reference, data)))
             for path in args.paths.split(","):
                 for k in ks:
-                    how = {"optim.train_step": "graphed"} if path == "graphed" else {"train_path": path}
+                    how = PATHS.get(path, {"train_path": path})
                     cfgs = [make_run_config(task=task, variant=variant, seed=s,
                                             overrides={**sizes, **how}) for s in range(k)]
                     data = data or load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                     contenders.append(Contender(f"{path} K={k}", k, epoch))
                     if task == "copy" and path == "eager" and k == 1:
                         copy_run = runs[0]
-                    if task == "copy" and path == "graphed":
+                    if task == "copy" and path.startswith("graphed"):
                         graphed_runs[k] = runs
             n_train, n_dev = len(data.splits["train"]), len(data.splits["dev"])
             for c in contenders:  # the untimed first epoch: compiles (or loads) compiled graphs

@@ -194,10 +194,11 @@ class RunConfig:
     num_threads: int = 1
     """torch intra-op threads (operational)."""
     train_path: TrainPath = "eager"
-    """How the eager seq2seq training step (``optim.train_step="eager"``) runs (operational, like
-    ``device``): ``eager`` op by op, or
+    """How the seq2seq training step runs (operational, like ``device``): ``eager`` op by op, or
     ``compiled``: torch.compile (inductor) of each batch's forward and backward, one graph per
-    batch shape, kept in inductor's on-disk cache. The same function: logits and one step's
+    batch shape, kept in inductor's on-disk cache; with ``optim.train_step="graphed"`` also the
+    stacked AdamW update, all inside the captured CUDA graph on a GPU
+    (:mod:`locattn.training.graphed`). The same function: logits and one step's
     losses agree with eager within 1e-5; over epochs the rounding differences grow as they do
     between devices. Recorded in config.json (docs/performance.md).
     Regressors (Raffel & Ellis) take ``eager`` or ``fused``: :class:`locattn.models.regressor.PoolKernel`,

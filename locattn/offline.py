@@ -165,10 +165,20 @@ def pick_device(device: str) -> str:
     return device
 
 
+def with_device(cfg: Any, device: str, train_path: str | None) -> Any:
+    """``cfg`` on ``device``, with ``train_path`` when given; a path its model cannot take is a
+    one-line exit naming the flag and the valid paths."""
+    try:
+        return replace(cfg, device=device, **({"train_path": train_path} if train_path else {}))
+    except ValueError as exc:
+        raise SystemExit(f"locattn.offline: --train-path {train_path}: {exc}") from None
+
+
 def run(folder: Path, runs_dir: Path, *, deadline_s: float | None = None, device: str = "auto",
-        out: Any = None) -> dict[str, Any]:
+        train_path: str | None = None, out: Any = None) -> dict[str, Any]:
     """Train every unfinished run of the export ``folder`` into ``runs_dir``; counts of runs
-    ``finished`` (now or before), ``unfinished``, ``failed`` and whether the ``deadline`` stopped it."""
+    ``finished`` (now or before), ``unfinished``, ``failed`` and whether the ``deadline`` stopped it.
+    ``train_path`` (operational, as ``device``) replaces the exported runs' ``RunConfig.train_path``."""
     out = out or sys.stdout
     manifest = read_manifest(folder)
     device = pick_device(device)
@@ -181,7 +191,7 @@ def run(folder: Path, runs_dir: Path, *, deadline_s: float | None = None, device
             out_dir = runs_dir / r["key"]
             if not out_dir.exists():  # the seed folder: trial file, partial checkpoint
                 shutil.copytree(folder / r["folder"], out_dir)
-            cfg = replace(run_config_from_dict(r["config"]), device=device)
+            cfg = with_device(run_config_from_dict(r["config"]), device, train_path)
             if finished(out_dir, cfg):
                 counts["finished"] += 1
                 drop(out_dir, manifest.get(DROP_KEY) or ())
@@ -240,11 +250,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop at an epoch boundary before this many seconds from now")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="torch device (default: cuda when there is one)")
+    p.add_argument("--train-path", choices=("eager", "compiled", "fused"), default=None,
+                   help="how each step runs (operational; default: as exported). compiled: "
+                        "torch.compile of the step, eager and graphed alike (needs g++ on a CPU)")
     args = p.parse_args(argv)
     if args.deadline is not None and args.deadline <= 0:
         p.error(f"--deadline {args.deadline:g}: must be > 0")
     t0 = time.monotonic()
-    counts = run(args.folder, args.out, deadline_s=args.deadline, device=args.device)
+    counts = run(args.folder, args.out, deadline_s=args.deadline, device=args.device,
+                 train_path=args.train_path)
     line = (f"[offline] {counts['finished']} runs finished, {counts['unfinished']} not finished, "
             f"{counts['failed']} failed in {time.monotonic() - t0:.0f} s; run folders in {args.out}")
     if counts["deadline"]:

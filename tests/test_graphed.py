@@ -177,11 +177,14 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @pytest.mark.gpu
 @cuda
-def test_captured_steps_equal_the_uncaptured_step_on_the_gpu(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_captured_steps_equal_the_uncaptured_step_on_the_gpu(tmp_path: Path, path: str) -> None:
+    """Capture + replay equals the uncaptured step, bit for bit; with ``train_path: compiled``
+    the captured graph replays inductor's Triton kernels (compiled in the warm-up step)."""
     from locattn.tasks import load_task
     from locattn.training.seq2seq import Seq2SeqRun
 
-    c = cfg(tmp_path, device="cuda", **{"optim.lr": 3e-3})
+    c = cfg(tmp_path, device="cuda", train_path=path, **{"optim.lr": 3e-3})
     data = load_task(c.task, cache_dir=c.cache_dir)
     losses = []
     for capture in (False, True):

@@ -145,3 +145,25 @@ def test_refusals_are_one_line(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"study import: {stray}: run key 0123456789abcdef") and "\n" not in err
     assert not (root / "ref-smoke" / "runs").exists()
+
+
+def test_the_worker_takes_a_train_path_and_refuses_one_its_model_cannot_take() -> None:
+    """``--train-path`` replaces the exported runs' operational ``train_path`` (a CPU worker can
+    compile what a GPU study exported eager); a path the model cannot take is one line naming the
+    flag and the valid paths."""
+    from locattn.config import make_run_config
+    from locattn.offline import main as offline_main, with_device
+
+    exported = make_run_config(task="copy", variant="onestep", overrides={"optim.train_step": "graphed"})
+    assert exported.train_path == "eager"
+    cfg = with_device(exported, "cpu", "compiled")
+    assert (cfg.train_path, cfg.device, cfg.optim.train_step) == ("compiled", "cpu", "graphed")
+    assert with_device(exported, "cpu", None).train_path == "eager"
+    with pytest.raises(SystemExit) as refused:
+        with_device(exported, "cpu", "fused")
+    msg = str(refused.value)
+    assert msg.startswith("locattn.offline: --train-path fused: ") and "eager, compiled" in msg
+    assert "\n" not in msg
+    with pytest.raises(SystemExit) as bad_flag:
+        offline_main(["folder", "--out", "runs", "--train-path", "graph"])
+    assert bad_flag.value.code == 2  # argparse's usage error, with the choices

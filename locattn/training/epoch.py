@@ -143,6 +143,14 @@ def compiled_batch_nll() -> Callable[..., torch.Tensor]:
     Dynamo's recompile limits are raised on every call, in the calling thread: torch keeps its
     config per thread, and a Ray actor reused for a second trial trains it in a new thread, where
     the default limit (8 shapes) would stop the run with FailOnRecompileLimitHit."""
+    prepare_compile()
+    return functools.partial(_compiled_nll(), check=False)
+
+
+def prepare_compile() -> None:
+    """What every compiled training step needs first, in the calling thread: a C++ compiler for
+    inductor's CPU kernels (a clear error where there is none) and dynamo's recompile limits
+    raised to :data:`RECOMPILE_LIMIT` (torch keeps them per thread)."""
     if shutil.which(torch._inductor.config.cpp.cxx[1] or "g++") is None:
         raise RuntimeError("train_path='compiled' needs a C++ compiler for inductor's CPU kernels "
                            "(g++ not found; apt-get install g++), or train_path='eager'")
@@ -150,7 +158,6 @@ def compiled_batch_nll() -> Callable[..., torch.Tensor]:
     torch._dynamo.config.accumulated_recompile_limit = max(
         torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT
     )
-    return functools.partial(_compiled_nll(), check=False)
 
 
 @functools.cache
@@ -279,5 +286,5 @@ class ReplicaFailed(Exception):
 
 __all__ = [
     "ParamPack", "ReplicaFailed", "batch_nll", "compiled_batch_nll", "epoch_dropout_noise",
-    "packed_train_epoch", "solo_train_epoch", "teacher_forcing_draws",
+    "packed_train_epoch", "prepare_compile", "solo_train_epoch", "teacher_forcing_draws",
 ]
