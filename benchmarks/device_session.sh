@@ -17,6 +17,9 @@
 # (then the workers have the GPU to themselves and step 5 is skipped); REGRESSOR=0 skips step 3;
 # GPU_TESTS=0 skips the tests; RUNS_FROM=DIR seeds the workers' /tmp/runs with a carried folder
 # of run folders (their checkpoints), so runs stopped in an earlier session continue.
+# BENCH_PATH=compiled times step 2 with the graphed step compiled (`bench_gpu.py --train-path
+# compiled`: inductor's kernels inside the captured graph; no calibration rows then);
+# TRAIN_PATH=compiled trains the workers' runs that way (`locattn.offline --train-path`).
 #
 # Back: session.log (everything printed), logs.tar.gz (each step's log and the calibration
 # table), runs.tar.xz.part?? (the workers' run folders; `cat` the parts, then `tar -xJf`, then
@@ -43,10 +46,12 @@ nproc; uptime
 
 BENCH_KS=${BENCH_KS-1,8,64}
 bench() {  # $1: the longest it may take
-    step "2. bench_gpu copy/onestep, K = $BENCH_KS"
+    step "2. bench_gpu copy/onestep, K = $BENCH_KS, train path ${BENCH_PATH:-eager}"
     # (on the H200, K = 1, 8, 64 took about 200 s with the solo trial; K = 256 did not fit in 210)
+    local cal=(--calibrate /tmp/logs/cost_calibration.json)
+    [ "${BENCH_PATH:-eager}" != eager ] && cal=()
     timeout "$1" python3 benchmarks/bench_gpu.py --ks "$BENCH_KS" --profile --epochs "${BENCH_EPOCHS:-2}" \
-        --calibrate /tmp/logs/cost_calibration.json --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
+        --train-path "${BENCH_PATH:-eager}" "${cal[@]}" --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
     echo "bench_gpu exit ${PIPESTATUS[0]}"
 }
 [ -n "$BENCH_KS" ] && [ "${BENCH_LATE:-0}" != 1 ] && bench "${BENCH_TIMEOUT_S:-240}"
@@ -65,6 +70,7 @@ if [ $# -gt 0 ]; then
     for d in "$@"; do
         name=$(basename "$d")
         python3 -m locattn.offline "$d" --out /tmp/runs --deadline "$deadline" --device cuda \
+            ${TRAIN_PATH:+--train-path "$TRAIN_PATH"} \
             > "/tmp/logs/offline_$name.txt" 2>&1 &
         pids+=($!)
     done

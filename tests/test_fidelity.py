@@ -509,6 +509,27 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
         assert run_identity(cfg) != run_identity(paper[key])
 
 
+@pytest.mark.parametrize("spec, cells", [
+    ("rc_table4", {("reverse_copy", "onestep_no_step2"), ("reverse_copy", "onestep_no_step3")}),
+    ("rc_table7", {("copy", "mix_onestep"), ("reverse_copy", "mix_onestep")}),
+])
+def test_the_seeds20_profiles_are_more_seeds_of_the_gpu_runs(spec, cells):
+    """``gpu_seeds20``: per cell, seeds 5-19 of the ``gpu`` profile's runs (the same config
+    but the seed), so that with ``gpu``'s seeds 0-4 a cell has 20 distinct seeds."""
+    path = Path(__file__).parent.parent / "ablations" / f"{spec}.yaml"
+    gpu = {(t.task, t.variant): t for t in load_spec(path, "gpu").grid_trials()}
+    more = load_spec(path, "gpu_seeds20").grid_trials()
+    assert {(t.task, t.variant) for t in more} == cells
+    for t in more:
+        base = gpu[(t.task, t.variant)]
+        assert set(t.seeds).isdisjoint(base.seeds) and set(t.seeds) | set(base.seeds) == set(range(20))
+        for seed in t.seeds:
+            mine = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
+            theirs = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=base.overrides)
+            assert config_to_dict(mine) == config_to_dict(theirs)
+            assert mine.optim.epochs == 100 and mine.optim.train_step == "graphed"
+
+
 def test_figure_8s_code_attender_arm_is_the_paper_mix_run_trained_as_his_code_trains():
     """dubois_fig8 ``--profile paper_code``: per task and seed, the ``paper`` profile's Mix run
     with the attender of Dubois's code in its place and teacher forcing 0.2; nothing else."""
