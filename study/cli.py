@@ -171,7 +171,9 @@ PROGRESS_HELP = "seconds between progress lines (default 10)"
 TRAIN_PATHS = ("eager", "compiled", "fused")
 TRAIN_PATH_HELP = ("how each run's training step runs: eager; for the seq2seq models compiled "
                    "(torch.compile with C++ kernels: about 1.9x faster per CPU epoch, equal to eager "
-                   "within rounding, a one-time compile per batch shape; needs g++); for Raffel & "
+                   "within rounding, a one-time compile per batch shape; needs g++; with "
+                   "optim.train_step graphed it compiles the graphed step, 1.45-1.6x on a CPU, "
+                   "inside the CUDA graph on a GPU, unmeasured there); for Raffel & "
                    "Ellis's regressors fused (the attention pooling in cache-sized chunks: 2-3x "
                    "faster on a CPU, closer to float64 than eager). Not part of any run's identity, "
                    "saved for the study's resumes (default: the study's choice, else eager)")

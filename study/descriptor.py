@@ -69,8 +69,8 @@ class TrialDescriptor(TrialSpec):
     gpus: float = 0.0
     pack: bool = False
     train_path: str = "eager"
-    """How the runs' eager training steps run (``RunConfig.train_path``; operational: not part
-    of a run's identity). A study sets it at launch or resume (``--train-path``)."""
+    """How the runs' training steps run, eager or graphed (``RunConfig.train_path``; operational:
+    not part of a run's identity). A study sets it at launch or resume (``--train-path``)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Optuna-sampled values (a search study), applied on top of every point."""
 
