@@ -34,6 +34,7 @@ import torch
 from locattn.config import run_config_from_dict, run_identity
 from locattn.packed import check_packable, train_packed
 from locattn.train import load_result
+from locattn.training.epoch import prepare_compile
 
 MANIFEST_FILE = "manifest.json"
 """What ``study export`` writes into its folder: the trials and runs to train."""
@@ -256,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.deadline is not None and args.deadline <= 0:
         p.error(f"--deadline {args.deadline:g}: must be > 0")
+    if args.train_path == "compiled":  # before any run starts: no compiler is one line, not a traceback
+        try:
+            prepare_compile()
+        except RuntimeError as exc:
+            raise SystemExit(f"locattn.offline: --train-path compiled: {exc}") from None
     t0 = time.monotonic()
     counts = run(args.folder, args.out, deadline_s=args.deadline, device=args.device,
                  train_path=args.train_path)

@@ -167,3 +167,18 @@ def test_the_worker_takes_a_train_path_and_refuses_one_its_model_cannot_take() -
     with pytest.raises(SystemExit) as bad_flag:
         offline_main(["folder", "--out", "runs", "--train-path", "graph"])
     assert bad_flag.value.code == 2  # argparse's usage error, with the choices
+
+
+def test_a_worker_without_a_compiler_refuses_the_compiled_path_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """``--train-path compiled`` needs g++ for inductor's kernels: checked before any run starts,
+    one line, and nothing is written."""
+    import shutil as shutil_mod
+
+    from locattn.offline import main as offline_main
+
+    monkeypatch.setattr(shutil_mod, "which", lambda name, *a, **k: None)
+    with pytest.raises(SystemExit) as refused:
+        offline_main([str(tmp_path / "export"), "--out", str(tmp_path / "runs"), "--train-path", "compiled"])
+    msg = str(refused.value)
+    assert msg.startswith("locattn.offline: --train-path compiled: ") and "g++ not found" in msg
+    assert "\n" not in msg and not (tmp_path / "runs").exists()
