@@ -8,7 +8,7 @@
     study runs <study> [--root studies/]
     study ui <study> [--root studies/] [--port 5000]
     study report <study> [--root studies/] [reports build options: --table, --compare, ...]
-    study export <study | spec.yaml> --out DIR [--only AXIS=V,...] [--limit N]
+    study export <study | spec.yaml> --out DIR [--only AXIS=V,...] [--seeds S1,S2] [--limit N]
     study import <study> RUNS_DIR
 
 A study is named by its directory under ``--root`` (or given as a path); a mistyped name gets
@@ -138,6 +138,9 @@ def parser() -> Parser:
     xp.add_argument("--name", help="with a spec: the study name")
     xp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
                     help="export only the trials with these values of a grid axis (repeatable)")
+    xp.add_argument("--seeds", metavar="S1,S2",
+                    help="export only the runs of these seeds (of the study's), e.g. 5,6,7,8,9 (a packed trial's "
+                         "pack is then these seeds: train a large pack in parts)")
     xp.add_argument("--limit", type=int, help="export at most this many trials")
     ip = sub.add_parser("import", help="copy the run folders `python -m locattn.offline` trained "
                                        "into the study (then `study resume` records them)")
@@ -363,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                                        root=args.root, out=sys.stdout)
             else:
                 paths = find_study(args.study, args.root)
-            offline.export(paths, Path(args.out), only=parse_only(args.only), limit=args.limit,
+            # one number names that seed here (export selects seeds, it never counts them)
+            seeds = [int(args.seeds)] if (args.seeds or "").strip().isdigit() else parse_seeds(args.seeds)
+            offline.export(paths, Path(args.out), only=parse_only(args.only), seeds=seeds, limit=args.limit,
                            out=sys.stdout)
             return 0
         if args.cmd == "report":

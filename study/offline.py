@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 import torch
 from mlflow.tracking import MlflowClient
@@ -103,11 +103,17 @@ def _matches(desc: TrialDescriptor, only: Mapping[str, list]) -> bool:
 
 
 def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None = None,
-           limit: int | None = None, out: TextIO) -> dict[str, Any]:
+           seeds: Sequence[int] | None = None, limit: int | None = None, out: TextIO) -> dict[str, Any]:
     """Write the export folder ``out_dir`` for the study's unfinished runs; counts of trials
-    and runs exported."""
+    and runs exported. ``seeds``: only these seeds' runs of each trial (a packed trial's pack
+    is then those seeds: several workers can train one large pack in parts)."""
     meta = load_meta(paths)
     spec = _grid_spec(paths, meta, "exported")
+    if seeds is not None:
+        stray = sorted(set(seeds) - set(spec.seeds))
+        if stray:
+            raise SpecError(f"--seeds: {', '.join(map(str, stray))} not a seed of study {meta['name']!r} "
+                            f"(its seeds: {', '.join(map(str, spec.seeds))})")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise SpecError(f"{out_dir}: not empty; export into a new folder")
     lock = StudyLock(paths, out).acquire()  # never while a driver trains these runs
@@ -118,15 +124,17 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
         for desc in trials:
             runs = []
             for seed, key in desc.run_keys:
+                if seeds is not None and int(seed) not in seeds:
+                    continue
                 cfg = desc.run_config(key)
                 if finished_result(desc.run_dir(key), cfg) is not None:
                     on_disk += 1  # finished, not yet recorded: the next resume records it
                     continue
-                seeds = out_dir / SEEDS_DIR / key
-                write_trial_file(seeds, desc, seed)
+                folder = out_dir / SEEDS_DIR / key
+                write_trial_file(folder, desc, seed)
                 found = find_checkpoint(desc.run_dir(key))
                 if found is not None:  # training continues from it
-                    shutil.copytree(found, seeds / layout.CHECKPOINT_DIR)
+                    shutil.copytree(found, folder / layout.CHECKPOINT_DIR)
                 runs.append({"key": key, "seed": int(seed), "config": config_to_dict(cfg),
                              "folder": f"{SEEDS_DIR}/{key}", "checkpoint": found is not None})
             if runs:

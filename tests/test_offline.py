@@ -182,3 +182,44 @@ def test_a_worker_without_a_compiler_refuses_the_compiled_path_in_one_line(tmp_p
     msg = str(refused.value)
     assert msg.startswith("locattn.offline: --train-path compiled: ") and "g++ not found" in msg
     assert "\n" not in msg and not (tmp_path / "runs").exists()
+
+
+def test_export_takes_some_seeds_of_a_pack_and_refuses_seeds_the_study_lacks(tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path, "part", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=4,
+                      pack_seeds=True, overrides=SMOKE)
+    root = tmp_path / "s"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(tmp_path / "a"), "--seeds", "1,3"]) == 0
+    assert "exported 1 trials (2 runs)" in capsys.readouterr().out
+    (trial,) = json.loads((tmp_path / "a" / "manifest.json").read_text())["trials"]
+    assert trial["packed"] and [r["seed"] for r in trial["runs"]] == [1, 3]
+    assert sorted(p.name for p in (tmp_path / "a" / "runs").iterdir()) == sorted(r["key"] for r in trial["runs"])
+    assert study(["export", "part-smoke", "--root", str(root), "--out", str(tmp_path / "b"), "--seeds", "0"]) == 0
+    (trial,) = json.loads((tmp_path / "b" / "manifest.json").read_text())["trials"]
+    assert [r["seed"] for r in trial["runs"]] == [0]  # one number is that seed, not a count
+    capsys.readouterr()
+    assert study(["export", "part-smoke", "--root", str(root), "--out", str(tmp_path / "c"), "--seeds", "2,7,9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "study export: --seeds: 7, 9 not a seed of study 'part-smoke' (its seeds: 0, 1, 2, 3)"
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_pack_trained_in_parts_offline_is_recorded_whole_and_the_rest_trained_by_resume(
+        ray_address, tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path, "halves", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=3,
+                      pack_seeds=True, overrides=SMOKE)
+    root, export, runs = tmp_path / "s", tmp_path / "export", tmp_path / "runs"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export), "--seeds", "0,2"]) == 0
+    done = worker(export, runs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 runs finished, 0 not finished, 0 failed" in done.stdout
+    offline = {p.name: p.joinpath("result.json").stat().st_mtime_ns for p in runs.iterdir()}
+    assert study(["import", "halves-smoke", str(runs), "--root", str(root)]) == 0
+    study_dir = root / "halves-smoke"
+    summary = resume(study_dir, root=root, progress_seconds=60)
+    assert summary["errors"] == 0 and summary["runs_finished"] == 3
+    rows = trial_run_rows(study_dir / "mlflow.db")
+    recorded = {r["tags"][schema.RUN_KEY] for r in rows if r["tags"][schema.STATUS] == schema.STATUS_FINISHED}
+    seeds = {json.loads((study_dir / "runs" / k / "trial.json").read_text())["seed"] for k in recorded}
+    assert len(rows) == 3 and seeds == {0, 1, 2} and set(offline) < recorded
+    for key, mtime in offline.items():  # the offline halves were recorded, not retrained
+        assert (study_dir / "runs" / key / "result.json").stat().st_mtime_ns == mtime
