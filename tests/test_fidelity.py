@@ -475,6 +475,55 @@ def test_mix_runs_record_their_mean_gate_per_epoch_into_mlflow(tmp_path, variant
     assert sorted((m.step, m.value) for m in logged) == [(h["epoch"], h["mix_gate"]) for h in result.history]
 
 
+@pytest.mark.parametrize("step", ["eager", "graphed"])
+def test_the_mix_gate_comes_from_the_dev_forward_and_equals_a_pass_of_its_own(tmp_path, monkeypatch, step):
+    """The dev scores' forward also reads the Mix gate: one forward per dev batch where there were
+    two (a traced pass for the gate after the scoring pass). Tracing changes no logit, so the dev
+    loss and accuracy are those of a pass without it; the gate is that of a traced pass of its own
+    (to the bit with the eager model; the graphed path scores a pack of one, whose kernels round
+    otherwise than the solo model's)."""
+    from locattn.models.seq2seq import Seq2Seq
+    from locattn.training.evaluate import teacher_forced
+    from locattn.training.graphed import graphed_dev_scores
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    over = {"optim.train_step": "graphed"} if step == "graphed" else {}
+    cfgs = [_tf_cfg(tmp_path, seed=s, variant="mix_onestep_pr", **over) for s in (0, 1)]
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    runs = [Seq2SeqRun(c, data, tmp_path / f"run{c.seed}") for c in cfgs]
+    for r in runs:
+        r.epoch = 1
+        r.train_epoch()  # the gate moves off its initial value
+    calls = []
+    forward = Seq2Seq.forward
+    monkeypatch.setattr(Seq2Seq, "forward", lambda self, *a, **k: calls.append(k.get("trace")) or forward(self, *a, **k))
+    scores = graphed_dev_scores(runs) if step == "graphed" else [r.dev_scores() for r in runs]
+    batch_size = cfgs[0].optim.dev_batch_size
+    n_batches = len(list(runs[0].dev_split.sorted_batches(batch_size)))
+    assert calls == [True] * n_batches * len(runs)  # one traced forward per batch, none after
+    monkeypatch.setattr(Seq2Seq, "forward", forward)
+    for r, got in zip(runs, scores):
+        plain = teacher_forced(r.model, r.dev_split, batch_size)
+        assert plain.mix_gate is None
+        total, n = torch.zeros((), dtype=torch.float64), 0
+        with torch.no_grad():  # the gate's own traced pass, as it was computed before
+            for index in r.dev_split.sorted_batches(batch_size):
+                b = r.dev_split.batch(index)
+                traced = r.model(b.src, b.src_len, b.tgt_in, trace=True)
+                assert torch.equal(traced.logits, r.model(b.src, b.src_len, b.tgt_in).logits)
+                total += traced.trace.mix_gate[b.tgt_out != r.dev_split.pad_id].double().sum()
+                n += b.n_tokens
+        assert 0 < got.mix_gate < 1
+        if step == "eager":
+            assert (got.loss, got.acc) == (plain.loss, plain.acc) and got.mix_gate == float(total) / n
+        else:
+            assert got.acc == plain.acc and got.loss == pytest.approx(plain.loss, rel=1e-6)
+            assert got.mix_gate == pytest.approx(float(total) / n, rel=1e-6)
+    assert scores[0].mix_gate != scores[1].mix_gate
+    onestep = Seq2SeqRun(_tf_cfg(tmp_path, seed=0, variant="onestep", **over), data, tmp_path / "plain")
+    assert onestep.dev_scores().mix_gate is None
+
+
 # ----------------------------------------------------------------- 11. the decisive runs' arms (issue 24 §2)
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from locattn.training.data import EncodedSplit
 from locattn.training.results import ATTENTION_JSON, ATTENTION_PNG
 
 
@@ -75,21 +74,6 @@ def attention_record(
     return record
 
 
-@torch.no_grad()
-def mean_mix_gate(model: torch.nn.Module, split: EncodedSplit, batch_size: int) -> float:
-    """Mean of a Mix attender's gate m (the weight of the location attention; 1 = location
-    only) over every teacher-forced decoding step of ``split`` whose gold token is not padding."""
-    model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=split.device)
-    n_steps = 0
-    for index in split.sorted_batches(batch_size):
-        b = split.batch(index)
-        gate = model(b.src, b.src_len, b.tgt_in, trace=True).trace.mix_gate  # (B, T)
-        total += gate[b.tgt_out != split.pad_id].double().sum()
-        n_steps += b.n_tokens
-    return float(total) / n_steps
-
-
 def write_attention(record: dict[str, Any], out_dir: Path, png_name: str = ATTENTION_PNG) -> Path:
     """Write ``attention.json`` and draw ``attention.png`` in ``out_dir``."""
     from locattn.plot import draw_attention  # matplotlib only when a figure is drawn
@@ -99,4 +83,4 @@ def write_attention(record: dict[str, Any], out_dir: Path, png_name: str = ATTEN
     return draw_attention(record, out_dir / png_name, title=title)
 
 
-__all__ = ["attention_record", "longest_split", "mean_mix_gate", "write_attention"]
+__all__ = ["attention_record", "longest_split", "write_attention"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -13,20 +13,37 @@ from locattn.metrics import attn_loss_terms
 from locattn.training.data import EncodedSplit
 
 
+class DevScores(NamedTuple):
+    """A run's teacher-forced dev scores after an epoch."""
+
+    loss: float
+    """Token-level mean NLL, ``<eos>`` included."""
+    acc: float
+    """Sequence accuracy (greedy when ``optim.dev_scoring`` says so; see ``Seq2SeqRun.dev_scores``)."""
+    mix_gate: float | None = None
+    """A Mix attender's mean gate over the same scored steps, from the same forward (None: not
+    asked, or not a Mix model)."""
+
+
 @torch.no_grad()
-def teacher_forced(model: torch.nn.Module, split: EncodedSplit, batch_size: int) -> tuple[float, float]:
-    """(token-level mean NLL incl. <eos>, teacher-forced sequence accuracy) over ``split``.
+def teacher_forced(model: torch.nn.Module, split: EncodedSplit, batch_size: int, *,
+                   mix_gate: bool = False) -> DevScores:
+    """Token-level mean NLL incl. ``<eos>`` and teacher-forced sequence accuracy over ``split``;
+    with ``mix_gate``, also the Mix gate's mean over the same steps (1 = location only), read
+    from the same forward.
 
     A sequence counts as correct when the argmax at every target position (incl. <eos>)
     is the gold token: the reference code's dev accuracy.
     """
     model.eval()
     nll = torch.zeros((), dtype=torch.float64, device=split.device)
+    gate = torch.zeros((), dtype=torch.float64, device=split.device)
     correct = torch.zeros((), dtype=torch.long, device=split.device)
     n_tokens = 0
     for index in split.sorted_batches(batch_size):
         b = split.batch(index)
-        logits = model(b.src, b.src_len, b.tgt_in).logits  # (B, T, V)
+        out = model(b.src, b.src_len, b.tgt_in, trace=mix_gate)
+        logits = out.logits  # (B, T, V)
         mask = b.tgt_out != split.pad_id  # (B, T)
         nll += F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1),
@@ -34,8 +51,11 @@ def teacher_forced(model: torch.nn.Module, split: EncodedSplit, batch_size: int)
         ).double()
         hit = (logits.argmax(-1) == b.tgt_out) | ~mask  # (B, T)
         correct += hit.all(dim=1).sum()
+        if mix_gate:
+            gate += out.trace.mix_gate[mask].double().sum()  # (B, T) -> the scored steps
         n_tokens += b.n_tokens
-    return float(nll) / n_tokens, int(correct) / len(split)
+    return DevScores(float(nll) / n_tokens, int(correct) / len(split),
+                     float(gate) / n_tokens if mix_gate else None)
 
 
 @torch.no_grad()

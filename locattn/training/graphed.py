@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 from locattn.training.data import epoch_order
 from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise, prepare_compile
+from locattn.training.evaluate import DevScores
 from locattn.training.results import NonFiniteLossError
 
 def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int = 0,
@@ -433,38 +434,44 @@ def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedSte
     return step.train_epoch(epoch)
 
 
-def graphed_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
-    """Teacher-forced (dev loss, dev sequence accuracy) of every run of a graphed pack: what
-    :func:`~locattn.training.evaluate.teacher_forced` computes, each replica scored as a pack of
-    one, as its solo run scores itself. (One packed forward over all replicas at the dev batch
-    size, 256 rows each, rounded differently from a pack of one: 2e-9 of a dev loss at K = 4.
-    Packed dev scoring would save K - 1 passes on a GPU, at the price of packed != solo.)"""
+def graphed_dev_scores(runs: list[Any]) -> list[DevScores]:
+    """Teacher-forced dev scores of every run of a graphed pack (a Mix run's with its mean mix
+    gate): what :func:`~locattn.training.evaluate.teacher_forced` computes, each replica scored
+    as a pack of one, as its solo run scores itself. (One packed forward over all replicas at the
+    dev batch size, 256 rows each, rounded differently from a pack of one: 2e-9 of a dev loss at
+    K = 4. Packed dev scoring would save K - 1 passes on a GPU, at the price of packed != solo.)"""
     return [_pack_dev_scores([run])[0] for run in runs]
 
 
 @torch.no_grad()
-def _pack_dev_scores(runs: list[Any]) -> list[tuple[float, float]]:
+def _pack_dev_scores(runs: list[Any]) -> list[DevScores]:
     """Teacher-forced dev scores of ``runs`` in one packed forward per dev batch."""
     pack = ParamPack(runs)
     pack.release()
     model = pack.model.eval()
     model._check = _no_check
     split, K = runs[0].dev_split, len(runs)
+    mix = runs[0].cfg.model.attention.mode == "mix"  # the gate comes from the same forward
     nll = torch.zeros(K, dtype=torch.float64, device=split.device)
+    gate = torch.zeros(K, dtype=torch.float64, device=split.device)
     correct = torch.zeros(K, dtype=torch.long, device=split.device)
     n_tokens = 0
     for index in split.sorted_batches(runs[0].cfg.optim.dev_batch_size):
         b = split.batch(index)
         tgt_out = b.tgt_out.repeat(K, 1)  # (K*B, T)
-        logits = model(b.src.repeat(K, 1), b.src_len.repeat(K), b.tgt_in.repeat(K, 1)).logits  # (K*B, T, V)
+        out = model(b.src.repeat(K, 1), b.src_len.repeat(K), b.tgt_in.repeat(K, 1), trace=mix)
+        logits = out.logits  # (K*B, T, V)
         nll += per_replica_sum(F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=split.pad_id,
             reduction="none",
         ).view(K, -1))
         hit = (logits.argmax(-1) == tgt_out) | (tgt_out == split.pad_id)  # (K*B, T)
         correct += hit.all(dim=1).view(K, -1).sum(1)
+        if mix:  # the scored steps' gate per replica (0 at padding, exactly)
+            gate += per_replica_sum((out.trace.mix_gate * (tgt_out != split.pad_id)).view(K, -1))
         n_tokens += b.n_tokens
-    return [(float(a) / n_tokens, int(c) / len(split)) for a, c in zip(nll.tolist(), correct.tolist())]
+    return [DevScores(float(a) / n_tokens, int(c) / len(split), float(g) / n_tokens if mix else None)
+            for a, c, g in zip(nll.tolist(), correct.tolist(), gate.tolist())]
 
 
 def solo_graphed_epoch(run: Any) -> float:

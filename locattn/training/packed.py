@@ -196,7 +196,7 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
                 free = [k for k in group if runs[k].cfg.optim.dev_scoring == "greedy"]
                 if free:  # the greedy dev accuracy of the pack, decoded together
                     accs = graphed_greedy_dev_accuracy([runs[k] for k in free], greedy)
-                    devs.update({k: (devs[k][0], a) for k, a in zip(free, accs)})
+                    devs.update({k: devs[k]._replace(acc=a) for k, a in zip(free, accs)})
             else:
                 losses, devs = packed_train_epoch([runs[k] for k in group], low + 1), {}
         except ReplicaFailed as failed:

@@ -14,10 +14,10 @@ import torch
 from locattn.config import RunConfig, config_to_dict, run_identity
 from locattn.models import build_model
 from locattn.training import checkpoint as ckpt
-from locattn.training.attention import attention_record, longest_split, mean_mix_gate, write_attention
+from locattn.training.attention import attention_record, longest_split, write_attention
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
-from locattn.training.evaluate import greedy_decode, split_caps, teacher_forced
+from locattn.training.evaluate import DevScores, greedy_decode, split_caps, teacher_forced
 from locattn.training.decode import graphed_greedy_dev_accuracy, graphed_test_decodes
 from locattn.training.graphed import graphed_dev_scores, solo_graphed_epoch
 from locattn.training.examples import EXAMPLES_JSON, check_trace_choice
@@ -115,25 +115,27 @@ class Seq2SeqRun:
             return solo_graphed_epoch(self)
         return solo_train_epoch(self)
 
-    def dev_scores(self) -> tuple[float, float]:
-        """(dev loss, dev sequence accuracy under ``optim.dev_scoring``)."""
+    def dev_scores(self) -> DevScores:
+        """Dev loss, dev sequence accuracy under ``optim.dev_scoring`` and, for a Mix model, the
+        mean mix gate of the teacher-forced pass."""
         o = self.cfg.optim
         if o.train_step == "graphed":  # scored as a pack of one (locattn.training.decode)
-            dev_loss, tf_acc = graphed_dev_scores([self])[0]
+            scores = graphed_dev_scores([self])[0]
             if o.dev_scoring == "teacher_forced":
-                return dev_loss, tf_acc
+                return scores
             cache = self.__dict__.setdefault("greedy_cache", {})
-            return dev_loss, graphed_greedy_dev_accuracy([self], cache)[0]
-        dev_loss, tf_acc = teacher_forced(self.model, self.dev_split, o.dev_batch_size)
+            return scores._replace(acc=graphed_greedy_dev_accuracy([self], cache)[0])
+        scores = teacher_forced(self.model, self.dev_split, o.dev_batch_size,
+                                mix_gate=self.cfg.model.attention.mode == "mix")
         if o.dev_scoring == "teacher_forced":
-            return dev_loss, tf_acc
+            return scores
         if self._dev_caps is None:
             self._dev_caps = split_caps(self.dev_split, self.data.decode_cap)
         decoded = greedy_decode(self.model, self.dev_split, self._dev_caps, o.dev_batch_size)
         hits = sum(
             e and p == g for p, e, g in zip(decoded.pred, decoded.ended, self.dev_split.tgt_ids)
         )
-        return dev_loss, hits / len(self.dev_split)
+        return scores._replace(acc=hits / len(self.dev_split))
 
     # ---------------------------------------------------------------- the run
 
@@ -149,13 +151,14 @@ class Seq2SeqRun:
         return self.finish(on_test_split=getattr(recorder, "on_test_split", None))
 
     def end_epoch(self, train_loss: float, train_seconds: float, recorder: Recorder,
-                  dev: tuple[float, float] | None = None) -> None:
+                  dev: DevScores | None = None) -> None:
         """After an epoch's training pass (solo or packed): dev scores (``dev`` when the pack
         scored them already), scheduler, best model, early stopping, history, then the
         checkpoint, and only then the recorder."""
         o = self.cfg.optim
         start = time.perf_counter()
-        dev_loss, dev_acc = dev if dev is not None else self.dev_scores()
+        scores = dev if dev is not None else self.dev_scores()
+        dev_loss, dev_acc = scores.loss, scores.acc
         lr = float(self.optimizer.param_groups[0]["lr"])
         counts = self.epoch >= o.schedule_from_epoch  # the reference skips its first epoch
         # optim.select_on: higher is better for both (the scheduler runs in mode "max")
@@ -178,8 +181,8 @@ class Seq2SeqRun:
             "dev_seq_acc": dev_acc,
             "lr": lr,
         }
-        if self.cfg.model.attention.mode == "mix":  # how much a Mix run relies on location: a gate stuck at 0 or 1 does not mix
-            metrics["mix_gate"] = mean_mix_gate(self.model, self.dev_split, o.dev_batch_size)
+        if scores.mix_gate is not None:  # how much a Mix run relies on location: a gate stuck at 0 or 1 does not mix
+            metrics["mix_gate"] = scores.mix_gate
         metrics["epoch_seconds"] = train_seconds + time.perf_counter() - start
         self.history.append({"epoch": self.epoch, **metrics})
         path = ckpt.save_checkpoint(self.out_dir, ckpt.checkpoint_meta(self.cfg, self.epoch), self.state())
