@@ -46,6 +46,11 @@ CASES = [
         r"^raffel_add\s+feedforward\s+raffel_table1\.yaml\s+24x100/24/24(\s+[0-9.e+-]+){4}$",
         r"^9 rows; loadavg now",
     ]),
+    ("bench_dev.py", None, (), [
+        rf"^copy/mix_onestep_pr: dev 200 examples, batch 256, graphed \| now cpu {F} s \(wall {F}\) \| "
+        rf"two passes cpu {F} s \(wall {F}\) \| x{F} \| gate now {F}, own pass {F}$",
+        rf"^copy/onestep: dev 200 examples, batch 256, graphed \| now cpu {F} s \(wall {F}\)$",
+    ]),
     ("bench_eval.py", None, (), [
         rf"^  len100\s+n=50\s+cpu\s+{F} s\s+wall\s+{F} s",
         rf"^total: cpu {F} s, wall {F} s, maxrss \d+ MB",
