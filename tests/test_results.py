@@ -115,3 +115,15 @@ def test_a_dev_loss_selection_shows_the_loss_not_a_negative_percent() -> None:
     assert "loss 0.0003" in shown.splitlines()[1]
     summary = (RESULTS / "dubois_fig6-quick" / "summary.md").read_text()
     assert "| loss 5.6e-05 |" in summary and "| -0.0 |" not in summary
+
+
+def test_success_rates_pool_only_records_of_other_seeds() -> None:
+    """``success_rates.py --with`` adds another record's seeds to each cell; a seed in both
+    records would count one run twice, and is refused naming the cell and the seeds."""
+    record = RESULTS / "record" / "rc_table7-gpu"
+    done = subprocess.run([sys.executable, str(RESULTS / "analysis" / "success_rates.py"), str(record),
+                           "--with", str(record), "--table", "rc_table7", "--budget", "paper"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1 and not done.stdout
+    assert done.stderr.strip().endswith("seeds [0, 1, 2, 3, 4] of cell ('mix_onestep', 'copy:len15') are in "
+                                        f"{record} too: pool records of other seeds only")

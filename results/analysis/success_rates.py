@@ -2,7 +2,8 @@
 earns under the project's rule (reports/agreement.py).
 
     python results/analysis/success_rates.py results/record/<study> --table rc_table4 \
-        [--budget quick|paper] [--threshold 90] [--only-disagreeing] [--out FILE.md]
+        [--with results/record/<other>] [--budget quick|paper] [--threshold 90] \
+        [--only-disagreeing] [--out FILE.md]
 
 With ``--out``, the file's first line is an HTML comment naming the command that made it;
 ``tests/test_results.py`` remakes every ``results/analysis/success_rates-*.md`` from it.
@@ -12,10 +13,17 @@ threshold with its Clopper-Pearson 95 % interval, the paper's success count as i
 5 seeds bounds it, the one-sided Fisher exact p-value, and the verdict. "contradicted" needs
 ``--budget paper`` (the paper's data and epochs) and at least 5 seeds; every other
 disagreement is "not reproduced at this budget".
+
+``--with`` (repeatable) pools the seeds of another record's same cells into each cell: for a
+record of more seeds of the same runs (the ``gpu_seeds20`` profiles: the ``gpu`` runs with
+seeds 5-19, tests/test_fidelity.py). A seed found in two records is refused; a cell is shown
+with the seeds it has in any of them.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
@@ -27,11 +35,27 @@ from reports.render import paper_diff
 
 
 def rows(record: Path, table: str, *, budget: str, threshold: float,
-         only_disagreeing: bool) -> list[str]:
-    """Markdown table rows (header first) for one table of one study record."""
+         only_disagreeing: bool, pooled: tuple[Path, ...] = ()) -> list[str]:
+    """Markdown table rows (header first) for one table of one study record (and the records
+    ``pooled`` with it, seeds added per cell)."""
     result = collect(record, tables=[table]).results[0]
     if not is_accuracy(result):
         raise SystemExit(f"{table}: success rates apply to accuracy tables only")
+    for other in pooled:
+        more = collect(other, tables=[table]).results[0]
+        for key, extra in more.cells.items():
+            if not extra.seeds:
+                continue
+            cell = result.cells.get(key)
+            seeds = dict(cell.seeds) if cell is not None else {}
+            twice = sorted(set(seeds) & {s for s, _ in extra.seeds})
+            if twice:
+                raise SystemExit(f"{other}: seeds {twice} of cell {key} are in {record} too: pool "
+                                 "records of other seeds only")
+            seeds.update(extra.seeds)
+            merged = tuple(sorted(seeds.items()))
+            base = cell if cell is not None else extra
+            result.cells[key] = replace(base, seeds=merged, median=statistics.median(v for _, v in merged))
     paper = load_paper_numbers(result.table)
     col_label = {c.key: f"{g.label} {c.label}".strip() for p in result.table.panels
                  for g in p.groups for c in g.columns}
@@ -61,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", choices=("quick", "paper"), default="quick",
                     help="the budget the study ran at; only 'paper' can yield 'contradicted'")
     ap.add_argument("--only-disagreeing", action="store_true")
+    ap.add_argument("--with", dest="pooled", action="append", type=Path, default=[], metavar="RECORD",
+                    help="pool this record's seeds into each cell (more seeds of the same runs; repeatable)")
     args = ap.parse_args(argv)
-    text = "\n".join(rows(args.record, args.table, budget=args.budget,
-                          threshold=args.threshold, only_disagreeing=args.only_disagreeing)) + "\n"
+    text = "\n".join(rows(args.record, args.table, budget=args.budget, threshold=args.threshold,
+                          only_disagreeing=args.only_disagreeing, pooled=tuple(args.pooled))) + "\n"
     emit(text, args.out, "success_rates.py",
-         [str(args.record), "--table", args.table, "--budget", args.budget,
+         [str(args.record), *[a for r in args.pooled for a in ("--with", str(r))],
+          "--table", args.table, "--budget", args.budget,
           "--threshold", f"{args.threshold:g}", *(["--only-disagreeing"] if args.only_disagreeing else [])])
     return 0
 
