@@ -109,6 +109,67 @@ def test_replica_zero_trains_the_same_in_packs_of_1_and_8(tmp_path: Path) -> Non
     assert len(set(loss8)) == 8
 
 
+@pytest.mark.parametrize("order", ["in_slot_order", "reversed"])
+def test_a_shrinking_pack_that_keeps_its_size_trains_its_live_replicas_to_the_bit(tmp_path: Path, monkeypatch,
+                                                                                   order: str) -> None:
+    """Replicas that stop (here their last epochs: 2, 3, 4) stay in a padded pack as frozen slots,
+    as a compiled pack on a GPU keeps its graphs: the step is built once, and every replica's run
+    equals the same pack rebuilt smaller at each stop, and its solo run, to the bit."""
+    import locattn.training.graphed as graphed
+
+    epochs = (2, 3, 4) if order == "in_slot_order" else (4, 3, 2)
+    cfgs = [cfg(tmp_path, seed=s, **{"optim.epochs": e}) for s, e in zip((0, 1, 2), epochs)]
+    built: list[int] = []
+    init = graphed.GraphedStep.__init__
+    monkeypatch.setattr(graphed.GraphedStep, "__init__",
+                        lambda self, runs, **k: built.append(len(runs)) or init(self, runs, **k))
+    rebuilt = train_packed(cfgs, [tmp_path / f"rebuilt{k}" for k in range(3)])
+    assert built == [3, 2, 1]  # rebuilt smaller at each stop
+    built.clear()
+    monkeypatch.setattr(graphed, "pads_shrinking_packs", lambda runs: True)
+    padded = train_packed(cfgs, [tmp_path / f"padded{k}" for k in range(3)])
+    assert built == [3]  # one step, its graphs kept: the stopped replicas' slots frozen
+    solos = [train(c, tmp_path / f"solo{k}") for k, c in enumerate(cfgs)]
+    for solo, a, b in zip(solos, rebuilt, padded):
+        assert_same_run(a, b)
+        assert_same_run(solo, b)
+    assert [r.epochs_run for r in padded] == list(epochs)
+
+
+def test_a_frozen_slot_does_not_move_and_fails_nobody(tmp_path: Path) -> None:
+    """A frozen slot keeps the weights put in (a live replica's; learning rate and weight decay
+    0, its moments zeroed, so NaN moments of a failed replica cannot leak in as 0 x NaN), is never
+    copied out, and a non-finite loss in it fails no replica and reaches no other slot."""
+    from locattn.tasks import load_task
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    cfgs = [cfg(tmp_path, seed=s, **{"optim.weight_decay": 0.1}) for s in range(3)]
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    runs = [Seq2SeqRun(c, data, tmp_path / f"r{c.seed}") for c in cfgs]
+    step = GraphedStep(runs)
+    step.train_epoch(1)
+    with torch.no_grad():
+        for m in step.opt.exp_avg:
+            m[1].fill_(float("nan"))  # as a replica that failed on a non-finite loss leaves them
+    step.keep([runs[2], runs[0]])
+    assert step.live == [2, 0] and step.live_mask.tolist() == [True, False, True]
+    frozen = [p[1].clone() for p in step.stacked]
+    assert all(torch.equal(f, p[2]) for f, p in zip(frozen, step.stacked))  # replica 2's weights
+    stored = {k: v.clone() for k, v in runs[1].model.state_dict().items()}
+    losses = step.train_epoch(2)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert all(torch.equal(f, p[1]) for f, p in zip(frozen, step.stacked))  # did not move
+    assert all(not torch.equal(f, p[2]) for f, p in zip(frozen, step.stacked) if p.requires_grad)
+
+    with torch.no_grad():
+        for p in step.stacked:
+            p[1].fill_(float("nan"))  # a frozen slot whose every loss is NaN
+    losses = step.train_epoch(3)  # raises ReplicaFailed if a slot's NaN counted
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert all(torch.isfinite(p[[0, 2]]).all() for p in step.stacked)
+    assert all(torch.equal(v, runs[1].model.state_dict()[k]) for k, v in stored.items())  # never copied out
+
+
 def test_an_interrupted_graphed_pack_resumes_exactly(tmp_path: Path) -> None:
     """The graphed step keeps no state of its own between epochs: every replica's weights,
     AdamW moments, step count and learning rate come back from its solo-format checkpoint."""
@@ -193,6 +254,32 @@ def test_captured_steps_equal_the_uncaptured_step_on_the_gpu(tmp_path: Path, pat
         losses.append([step.train_epoch(e) for e in (1, 2)])
         assert (step.graph is not None) == capture
     assert losses[0] == losses[1]
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_a_captured_pack_keeps_its_graph_when_a_replica_stops_on_the_gpu(tmp_path: Path, path: str) -> None:
+    """On a GPU a compiled pack keeps its size when replicas stop (their slots frozen): the graph
+    recorded for three replicas replays for the two left, and equals the uncaptured padded step
+    bit for bit."""
+    from locattn.tasks import load_task
+    from locattn.training.graphed import pads_shrinking_packs
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    cfgs = [cfg(tmp_path, seed=k, device="cuda", train_path=path, **{"optim.lr": 3e-3}) for k in range(3)]
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    out = []
+    for capture in (False, True):
+        runs = [Seq2SeqRun(c, data, tmp_path / f"r{capture}{c.seed}") for c in cfgs]
+        assert pads_shrinking_packs(runs) == (path == "compiled")
+        step = GraphedStep(runs, capture=capture)
+        first = step.train_epoch(1)
+        graph = step.graph
+        step.keep([runs[0], runs[2]])
+        out.append((first, step.train_epoch(2), step.train_epoch(3)))
+        assert step.graph is graph and (graph is not None) == capture  # recorded once
+    assert out[0] == out[1]
 
 
 @pytest.mark.gpu

@@ -37,6 +37,14 @@ Dropout noise is then drawn before the compiled forward from the same per-replic
 agree with the uncompiled step's within 1e-5, and a compiled pack's replica equals its compiled
 solo run only to rounding (inductor's kernels for K replicas differ from those for one).
 
+A pack shrinks when a replica stops (early stopping, its last epoch, a failure). The compiled
+step's graphs are per pack size, and compiling them again for the smaller pack costs minutes; on
+a GPU (:func:`pads_shrinking_packs`) the step keeps its size instead: a stopped replica's slot
+stays in the pack, frozen (learning rate 0, so its weights do not move; never copied out, its
+losses never read), and the other replicas train as in the smaller pack, to the bit on the
+uncompiled path (``tests/test_graphed.py``). On a CPU the frozen slots' compute costs about what
+a recompile saves, so the pack is rebuilt.
+
 On CPU (or with ``capture=False``) the very same step runs without capture: that fallback is
 what the CPU tests exercise. What only a GPU can show (capture, replay, memory, speed) is in
 the ``gpu`` tests and ``benchmarks/bench_gpu.py``.
@@ -250,6 +258,33 @@ class GraphedStep:
         self.first_bad = torch.zeros(self.K, dtype=torch.long, device=self.device)
         self.step_no = torch.zeros((), dtype=torch.long, device=self.device)
         self.graph: Any = None
+        self.live = list(range(self.K))  # the slots that train (the others are frozen)
+        self.live_mask = torch.ones(self.K, dtype=torch.bool, device=self.device)
+
+    def fits(self, runs: list[Any], pad: bool) -> bool:
+        """Whether this step can train ``runs``: its own replicas, or (``pad``) some of them."""
+        mine = [id(r) for r in self.runs]
+        ids = [id(r) for r in runs]
+        return ids == mine or (pad and set(ids) <= set(mine) and len(set(ids)) == len(ids))
+
+    @torch.no_grad()
+    def keep(self, runs: list[Any]) -> None:
+        """Train only ``runs`` (some of this step's replicas) from now on: the other slots are
+        frozen (learning rate and weight decay 0, so an update leaves their weights as they
+        are). A live replica's weights and zero moments are put in first, so that a frozen slot
+        stays finite even after its replica failed on a non-finite loss (0 x NaN is NaN)."""
+        slot = {id(r): k for k, r in enumerate(self.runs)}
+        live = [slot[id(r)] for r in runs]
+        if live == self.live:
+            return
+        gone = sorted(set(self.live) - set(live))
+        for k in gone:
+            for p, m, v in zip(self.stacked, self.opt.exp_avg, self.opt.exp_avg_sq):
+                p[k].copy_(p[live[0]])
+                m[k].zero_()
+                v[k].zero_()
+            self.live_mask[k] = False
+        self.live = live
 
     # ---------------------------------------------------------------- in and out of the pack
 
@@ -257,7 +292,12 @@ class GraphedStep:
     def load(self, epoch: int) -> None:
         """Copy every replica's weights, AdamW state and learning rate into the pack, reseed
         dropout for ``epoch`` and zero the accumulators."""
-        for k, r in enumerate(self.runs):
+        for k in range(self.K):
+            if not self.live_mask[k]:
+                self.opt.lr[k] = 0.0  # frozen: the update multiplies by 1 - 0 and subtracts 0
+                self.opt.weight_decay[k] = 0.0
+                continue
+            r = self.runs[k]
             params = dict(r.model.named_parameters())
             group = r.optimizer.param_groups[0]
             self.opt.lr[k] = group["lr"]
@@ -286,7 +326,8 @@ class GraphedStep:
     def store(self) -> None:
         """Copy every replica's slice back into its own model and AdamW state (solo format)."""
         steps = self.opt.step_count.cpu()
-        for k, r in enumerate(self.runs):
+        for k in self.live:
+            r = self.runs[k]
             params = dict(r.model.named_parameters())
             for i, name in enumerate(self.names):
                 p = params[name]
@@ -333,7 +374,7 @@ class GraphedStep:
             # over dim 1 of a (K, N) tensor takes another order from K = 8 on, when the CPU
             # kernel vectorises across rows: replica 0's loss then differed from its solo run.)
             self.loss_sum += per_replica_sum(nll.detach())
-            bad = ~torch.isfinite(loss.detach()) & (self.first_bad == 0)
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad == 0) & self.live_mask
             self.first_bad.copy_(torch.where(bad, self.step_no, self.first_bad))
 
     def _graph(self) -> Any:
@@ -407,10 +448,10 @@ class GraphedStep:
             else:
                 self._body()
         first_bad = self.first_bad.cpu().tolist()  # the epoch's one read-back
-        for k, step in enumerate(first_bad):
-            if step:
-                r = self.runs[k]
-                raise ReplicaFailed(k, NonFiniteLossError(
+        for i, k in enumerate(self.live):
+            if first_bad[k]:
+                step, r = first_bad[k], self.runs[k]
+                raise ReplicaFailed(i, NonFiniteLossError(
                     f"non-finite training loss at epoch {epoch}, batch {step} "
                     f"(task={r.cfg.task.name}, variant={r.cfg.variant}, lr={r.cfg.optim.lr}, "
                     f"seed={r.cfg.seed}; graphed packed run)"
@@ -418,19 +459,30 @@ class GraphedStep:
         self.store()
         sums = self.loss_sum.cpu().tolist()
         tokens = int(self.runs[0].train_split.tgt_len_np.sum())
-        return [s / tokens for s in sums]
+        return [sums[k] / tokens for k in self.live]
 
 
-def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedStep] | None = None) -> list[float]:
+def pads_shrinking_packs(runs: list[Any]) -> bool:
+    """Whether a graphed pack of ``runs`` keeps its size when replicas stop (their slots
+    frozen) rather than being rebuilt smaller: when its step is compiled on a GPU, where a
+    recompile costs minutes and a frozen slot almost nothing."""
+    return runs[0].cfg.train_path == "compiled" and runs[0].device.type == "cuda"
+
+
+def graphed_train_epoch(runs: list[Any], epoch: int, cache: dict[Any, GraphedStep] | None = None,
+                        *, pad: bool | None = None) -> list[float]:
     """:meth:`GraphedStep.train_epoch` for ``runs``, reusing the step in ``cache`` while the
-    same replicas train together (the graph is recorded once, not once per epoch)."""
-    key = tuple(id(r) for r in runs)
+    same replicas train together (the graph is recorded once, not once per epoch), or while
+    ``runs`` are some of them and ``pad`` (default :func:`pads_shrinking_packs`): the stopped
+    replicas' slots are frozen."""
     if cache is None:
         return GraphedStep(runs).train_epoch(epoch)
-    step = cache.get(key)
-    if step is None:
+    pad = pads_shrinking_packs(runs) if pad is None else pad
+    step = next(iter(cache.values()), None)
+    if step is None or not step.fits(runs, pad):
         cache.clear()  # a different group: the old graph's memory goes back
-        step = cache[key] = GraphedStep(runs)
+        step = cache[tuple(id(r) for r in runs)] = GraphedStep(runs)
+    step.keep(runs)
     return step.train_epoch(epoch)
 
 
@@ -507,5 +559,6 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
 
 
 __all__ = ["GraphedStep", "StackedAdamW", "compiled_adamw_update", "compiled_step_nll", "graphed_train_epoch",
+           "pads_shrinking_packs",
            "per_replica_sum", "stacked_adamw_update", "step_nll",
            "graphed_dev_scores", "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]
