@@ -169,6 +169,12 @@ def test_a_frozen_slot_does_not_move_and_fails_nobody(tmp_path: Path) -> None:
     assert all(torch.isfinite(p[[0, 2]]).all() for p in step.stacked)
     assert all(torch.equal(v, runs[1].model.state_dict()[k]) for k, v in stored.items())  # never copied out
 
+    step.keep(runs)  # all three train again: slot 1 from its own replica's state
+    assert step.live == [0, 1, 2] and step.live_mask.tolist() == [True, True, True]
+    losses = step.train_epoch(4)
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert all(torch.isfinite(p).all() for p in step.stacked)
+
 
 def test_an_interrupted_graphed_pack_resumes_exactly(tmp_path: Path) -> None:
     """The graphed step keeps no state of its own between epochs: every replica's weights,

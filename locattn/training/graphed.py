@@ -284,6 +284,8 @@ class GraphedStep:
                 m[k].zero_()
                 v[k].zero_()
             self.live_mask[k] = False
+        for k in live:  # a slot may train again (load() copies its replica's state in each epoch)
+            self.live_mask[k] = True
         self.live = live
 
     # ---------------------------------------------------------------- in and out of the pack
