@@ -292,8 +292,9 @@ class GraphedStep:
 
     @torch.no_grad()
     def load(self, epoch: int) -> None:
-        """Copy every replica's weights, AdamW state and learning rate into the pack, reseed
-        dropout for ``epoch`` and zero the accumulators."""
+        """Copy every live replica's weights, AdamW state and learning rate into the pack (a
+        frozen slot gets learning rate and weight decay 0), reseed dropout for ``epoch`` and zero
+        the accumulators."""
         for k in range(self.K):
             if not self.live_mask[k]:
                 self.opt.lr[k] = 0.0  # frozen: the update multiplies by 1 - 0 and subtracts 0
@@ -326,7 +327,7 @@ class GraphedStep:
 
     @torch.no_grad()
     def store(self) -> None:
-        """Copy every replica's slice back into its own model and AdamW state (solo format)."""
+        """Copy every live replica's slice back into its own model and AdamW state (solo format)."""
         steps = self.opt.step_count.cpu()
         for k in self.live:
             r = self.runs[k]
