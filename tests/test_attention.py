@@ -230,6 +230,21 @@ def test_content_style_scores_equal_naive_formula(key):
     assert torch.allclose(step.weights, torch.softmax(scores, -1), atol=1e-6)
 
 
+@pytest.mark.parametrize("positions", ["rotary", "absolute", "relative"])
+def test_position_terms_are_made_on_the_query_device(positions):
+    """Bi-ROPE's and the absolute sinusoids' per-step term follow the inputs' device (a CPU
+    table beside CUDA inputs broke Bi-ROPE on the H200); the meta device stands in for CUDA."""
+    from types import SimpleNamespace
+
+    from locattn.models.attention.positional import PositionalAttender
+
+    att = PositionalAttender(positions, key_size=6, query_size=5, dim=4).to("meta")
+    memory = SimpleNamespace(keys=torch.empty(2, 7, 6, device="meta"),
+                             score_bias=torch.empty(2, 7, device="meta"))
+    step, _ = att(torch.empty(2, 5, device="meta"), memory, att.prepare(memory), None, 3)
+    assert step.weights.device.type == "meta" and step.weights.shape == (2, 7)
+
+
 # ----------------------------------------------------------------- neutral switches
 
 

@@ -83,7 +83,7 @@ class PositionalAttender(Attender):
         return {"k": rotate(linear(memory.keys, self.key.weight), cos, sin) * self.scale}  # (B, L, d)
 
     def _score_rotary(self, query: Tensor, memory: SourceMemory, cache: Any, t: int) -> Tensor:
-        cos, sin = rotary_tables(torch.tensor(float(t)), self.dim)  # (d,)
+        cos, sin = rotary_tables(torch.tensor(float(t), device=query.device), self.dim)  # (d,)
         q = rotate(linear(query, self.query.weight), cos, sin)  # (B, d)
         return torch.bmm(cache["k"], q.unsqueeze(-1)).squeeze(-1)  # (B, L)
 
@@ -94,7 +94,7 @@ class PositionalAttender(Attender):
         return {"k": (linear(memory.keys, self.key.weight) + pe) * self.scale}  # (B, L, d)
 
     def _score_absolute(self, query: Tensor, memory: SourceMemory, cache: Any, t: int) -> Tensor:
-        q = linear(query, self.query.weight) + sinusoid(torch.tensor(float(t)), self.dim)  # (B, d)
+        q = linear(query, self.query.weight) + sinusoid(torch.tensor(float(t), device=query.device), self.dim)
         return torch.bmm(cache["k"], q.unsqueeze(-1)).squeeze(-1)  # (B, L)
 
     def prepare(self, memory: SourceMemory) -> dict[str, Any]:
