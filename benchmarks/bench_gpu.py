@@ -51,6 +51,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 import types
 from pathlib import Path
 from typing import Any
@@ -333,14 +334,23 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
+        broken = []
         for task, variant in cases:
-            bad, _ = bench_case(task, variant, args, device, ks, Path(tmp), device_key(name),
-                                on_row if args.calibrate is not None else None)
+            try:
+                bad, _ = bench_case(task, variant, args, device, ks, Path(tmp), device_key(name),
+                                    on_row if args.calibrate is not None else None)
+            except Exception:  # one broken cell must not cost the others their (device) time
+                traceback.print_exc()
+                broken.append(f"{task}/{variant}")
+                continue
             failed |= bad
     print(machine_line(), flush=True)  # the load average after, beside the one before
+    if broken:
+        print(f"FAILED: {', '.join(broken)} raised (traceback above)", file=sys.stderr)
     if failed:
         print("FAILED: replica 0's losses differ between pack sizes, or its decoded tokens from "
               "its eager decode", file=sys.stderr)
+    if failed or broken:
         return 1
     return 0
 

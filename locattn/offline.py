@@ -9,7 +9,8 @@ with locattn's public training API, the way a study's trial trains it: a packed 
 together (``locattn.packed.train_packed``), a solo trial's one after another (its ``train_fn``).
 
 ``--deadline SECONDS`` (from the start): the worker stops at an epoch boundary once the next
-epoch would not fit (estimated from the last one, with half an epoch to spare for scoring);
+epoch would not fit (estimated from the last one, with half an epoch to spare for scoring; the
+first from its own time, without the start-up and compilation before it);
 the runs not finished keep their checkpoints. Exit status 0 when every run finished, 75 when
 the deadline stopped it, 1 when a run failed.
 
@@ -77,8 +78,9 @@ class Deadline:
             return True
         return time.monotonic() + SPARE * (self.epoch_seconds or 0.0) < self.at
 
-    def on_epoch(self, key: str, epoch: int) -> None:
-        """Run ``key`` saved ``epoch``: raise :class:`DeadlineReached` when training stops here."""
+    def on_epoch(self, key: str, epoch: int, seconds: float | None = None) -> None:
+        """Run ``key`` saved ``epoch`` (which took it ``seconds``, its share of a pack's epoch):
+        raise :class:`DeadlineReached` when training stops here."""
         if self.at is None:
             return
         now = time.monotonic()
@@ -91,6 +93,10 @@ class Deadline:
             return
         if epoch != self.round:  # the first run of a new round: the last round's time
             self.epoch_seconds = now - self.last
+            if self.round is None and seconds is not None:
+                # the first round's wall time holds the one-time costs (data, the pack, torch.compile
+                # and graph capture: minutes on a GPU); the epoch's own time, the whole pack's, is nearer
+                self.epoch_seconds = min(self.epoch_seconds, seconds * len(self.keys))
             self.last, self.round = now, epoch
         if self.keys <= self.final or now + SPARE * (self.epoch_seconds or 0.0) < self.at:
             return
@@ -110,7 +116,8 @@ class EpochPrinter:
                          if k in ("train_loss", "dev_loss", "dev_score", "epoch_seconds")
                          and isinstance(v, (int, float)))
         print(f"[offline] {self.key} epoch {epoch}: {shown}", file=self.out, flush=True)
-        self.deadline.on_epoch(self.key, epoch)
+        seconds = metrics.get("epoch_seconds")
+        self.deadline.on_epoch(self.key, epoch, seconds if isinstance(seconds, (int, float)) else None)
 
     def on_end(self, result: Any) -> None:
         print(f"[offline] {self.key} finished", file=self.out, flush=True)

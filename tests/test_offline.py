@@ -223,3 +223,37 @@ def test_a_pack_trained_in_parts_offline_is_recorded_whole_and_the_rest_trained_
     assert len(rows) == 3 and seeds == {0, 1, 2} and set(offline) < recorded
     for key, mtime in offline.items():  # the offline halves were recorded, not retrained
         assert (study_dir / "runs" / key / "result.json").stat().st_mtime_ns == mtime
+
+
+def test_the_first_epoch_is_timed_without_the_start_up_before_it(monkeypatch) -> None:
+    """A compiled pack on the H200 spent about 200 s before its first epoch ended (7 s a run's
+    share): timed from the start, the next epoch 'would not fit' and the worker stopped after one
+    epoch with 250 s left. The first round is timed by the epoch's own seconds, the next by the
+    wall clock between rounds."""
+    from locattn import offline
+
+    now = [1000.0]
+    monkeypatch.setattr(offline.time, "monotonic", lambda: now[0])
+    keys = [f"r{k}" for k in range(10)]
+    clock = offline.Deadline(now[0] + 471)
+    clock.start(keys, dict.fromkeys(keys, 100))
+    now[0] += 224  # start-up, compilation, capture and epoch 1
+    for k in keys:
+        clock.on_epoch(k, 1, 7.0)  # the pack's epoch: 70 s; 247 s are left
+    assert clock.epoch_seconds == 70.0
+    for epoch in (2, 3):
+        now[0] += 60
+        for k in keys:
+            clock.on_epoch(k, epoch, 6.0)
+    assert clock.epoch_seconds == 60.0  # from the wall clock once a round has passed
+    now[0] += 60  # epoch 4 ends 23 s before the deadline: epoch 5 would not fit
+    with pytest.raises(offline.DeadlineReached):
+        for k in keys:
+            clock.on_epoch(k, 4, 6.0)
+    # without the epoch's own time (an older recorder), the first round is the wall time
+    old = offline.Deadline(now[0] + 300)
+    old.start(keys, dict.fromkeys(keys, 100))
+    now[0] += 224
+    with pytest.raises(offline.DeadlineReached):
+        for k in keys:
+            old.on_epoch(k, 1)
