@@ -147,6 +147,9 @@ def parser() -> Parser:
     ip.add_argument("study", help=STUDY_HELP)
     ip.add_argument("runs_dir", help="the worker's --out folder")
     ip.add_argument("--root", default="studies", help=ROOT_HELP)
+    ip.add_argument("--skip-other-studies", action="store_true",
+                    help="leave the folders of other studies' runs (one worker's --out holding several "
+                         "studies) for their own import, instead of refusing")
 
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
@@ -357,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             from study import offline  # MLflow and Ray Tune: off the light commands
 
             if args.cmd == "import":
-                offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout)
+                offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout,
+                                    skip_others=args.skip_other_studies)
                 return 0
             if args.limit is not None and args.limit < 1:
                 raise SpecError(f"--limit {args.limit}: must be >= 1")

@@ -156,10 +156,12 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
     return {"trials": len(entries), "runs": n_runs, "on_disk": on_disk}
 
 
-def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, Any]:
+def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: bool = False) -> dict[str, Any]:
     """Copy the run folders of ``runs_dir`` into the study's ``runs/`` (an unfinished one with
     its checkpoint staged for the next resume; one without a checkpoint is left out); a folder
-    of another study, or of a run the study does not plan, refuses the whole import."""
+    of another study, or of a run the study does not plan, refuses the whole import.
+    ``skip_others``: a folder of another study is left for that study's import instead (one
+    worker's ``--out`` can hold several studies' runs)."""
     meta = load_meta(paths)
     spec = _grid_spec(paths, meta, "imported")
     name = meta["name"]
@@ -169,7 +171,7 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, 
     try:
         planned, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs={}))
         keys = {key: (seed, desc) for desc in planned for seed, key in desc.run_keys}
-        found = []
+        found, others = [], {}
         for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
             try:
                 body = json.loads((folder / layout.TRIAL_FILE).read_text())
@@ -177,8 +179,12 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, 
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise SpecError(f"{folder}: no readable {layout.TRIAL_FILE} ({type(exc).__name__}): not a "
                                 "run folder of `python -m locattn.offline`") from None
+            if study != name and skip_others:
+                others[study] = others.get(study, 0) + 1
+                continue
             if study != name:
-                raise SpecError(f"{folder}: its {layout.TRIAL_FILE} names study {study!r}, not {name!r}")
+                raise SpecError(f"{folder}: its {layout.TRIAL_FILE} names study {study!r}, not {name!r} "
+                                "(to import only this study's folders: --skip-other-studies)")
             if keys.get(folder.name, (None,))[0] != seed:
                 raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
                                 f"{name!r} plans")
@@ -216,8 +222,12 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO) -> dict[str, 
         line += f"; {n_staged} not finished, imported with their checkpoints (study resume continues them)"
     if unfinished:
         line += f"; {len(unfinished)} not finished without a checkpoint, left out (study resume trains them)"
+    if others:
+        line += ("; skipped the folders of other studies (" + ", ".join(f"{k}: {v}" for k, v in sorted(others.items()))
+                 + f"), for `study import <that study> {runs_dir} --skip-other-studies`")
     print(f"{line}. Record them: `study resume {paths.dir}`", file=out)
-    return {"copied": copied, "present": present, "staged": n_staged, "unfinished": unfinished}
+    return {"copied": copied, "present": present, "staged": n_staged, "unfinished": unfinished,
+            "other_studies": others}
 
 
 def checkpoint_history(folder: Path) -> list[dict[str, Any]] | None:

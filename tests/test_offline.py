@@ -137,7 +137,12 @@ def test_refusals_are_one_line(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     assert study(["import", "ref-smoke", str(other.parent), "--root", str(root)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"study import: {other}: its trial.json names study 'else', not 'ref-smoke'"
+    assert err == (f"study import: {other}: its trial.json names study 'else', not 'ref-smoke' "
+                   "(to import only this study's folders: --skip-other-studies)")
+    # one worker's --out holding two studies' runs: each import takes its own
+    assert study(["import", "ref-smoke", str(other.parent), "--root", str(root), "--skip-other-studies"]) == 0
+    said = capsys.readouterr().out
+    assert "imported 0 finished runs" in said and "skipped the folders of other studies (else: 1)" in said
     stray = tmp_path / "stray" / "0123456789abcdef"
     stray.mkdir(parents=True)
     (stray / "trial.json").write_text(json.dumps(body))
