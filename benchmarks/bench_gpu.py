@@ -64,9 +64,10 @@ from benchmarks._common import Timing, machine_line, parse_args, peak_rss_mb, ti
 from locattn.config import make_run_config  # noqa: E402
 from locattn.training.decode import PackedGreedy  # noqa: E402
 from locattn.training.evaluate import greedy_decode, split_caps  # noqa: E402
-from locattn.tasks import load_task  # noqa: E402
+from locattn.tasks import list_tasks, load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
 from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E402
+from locattn.variants import list_variants  # noqa: E402
 from study.calibration import (CALIBRATION_FILE, Calibration, Rate, calibration_from_dict,  # noqa: E402
                                calibration_to_dict, device_key, merge_rates)
 from study.runcost import split_ktok, variant_family  # noqa: E402
@@ -300,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                              "differ across K by rounding: reported, not a failure)")
     args = parse_args(parser, {"ks": "1,8", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
                       what="K = 1, 8 on 200 train / 40 dev examples")
+    cases = [tuple(c.split("/", 1)) for c in args.cases.split(",") if c]
+    for case in cases:  # before any device time is spent
+        if len(case) != 2 or case[0] not in list_tasks() or case[1] not in list_variants():
+            parser.error(f"--cases {'/'.join(case)}: not TASK/VARIANT (tasks: {', '.join(list_tasks())}; "
+                         "variants: `locattn variants`)")
     device = torch.device(args.device)
     if args.calibrate is not None and args.train_path != "eager":
         print("--calibrate prices the graphed step as studies run it (--train-path eager); a compiled "
@@ -319,7 +325,6 @@ def main(argv: list[str] | None = None) -> int:
         print("device: CPU (no CUDA here): the graphed step runs uncaptured; these numbers are CPU "
               "numbers and say nothing about a GPU", flush=True)
     ks = [int(k) for k in args.ks.split(",")]
-    cases = [tuple(c.split("/", 1)) for c in args.cases.split(",") if c]
     failed = False
     meta = {"command": "python benchmarks/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "device": name, "machine": machine_line(), "precision": args.precision,

@@ -168,3 +168,11 @@ def test_bench_cost_on_some_tasks_replaces_their_rows_and_keeps_the_others(tmp_p
     assert rows(new, True) != rows(committed, True)  # re-measured (4 significant digits)
     assert "--tasks cfq" in new["meta"]["cpu"]["command"]
     assert new["meta"]["command"] == committed["meta"]["command"]
+
+
+def test_bench_gpu_refuses_an_unknown_case_before_it_measures_anything() -> None:
+    """A typo in ``--cases`` is refused up front: on a lent GPU, the cases before it would
+    otherwise have spent the device time for nothing."""
+    rc, out, err = run_quick("bench_gpu.py", ["--cases", "copy/onestep,copy/nosuch"])
+    assert rc == 2 and out == ""
+    assert "--cases copy/nosuch: not TASK/VARIANT (tasks: copy, reverse_copy" in err
