@@ -25,6 +25,7 @@ CURRENT = (
     ("rc_table6-quick", ("rc_table6",)),
     ("rc_table3_scan-quick", ("rc_table3",)),
     ("rc_table8-quick", ("rc_table8",)),
+    ("rc_table8-quick_rest", ("rc_table8",)),  # the other 6 rows: disjoint cells, summed
     ("dubois_table3-quick-v2", ("dubois_table3",)),
     ("raffel_table1-quick", ("raffel_table1",)),
 )
@@ -34,6 +35,7 @@ def main() -> int:
     print("| table | record | accuracy cells, paper > 10 %: within 10 | every compared cell: within 10 | published cells with a result |")
     print("|---|---|---|---|---|")
     tot = [0, 0, 0, 0, 0, 0]
+    counted = set()  # a table's published cells count once, however many records share it
     for record, tables in CURRENT:
         for result in collect(RECORDS / record, tables=list(tables)).results:
             a = agreement(result, load_paper_numbers(result.table))
@@ -45,7 +47,8 @@ def main() -> int:
             tot[2] += a.within
             tot[3] += a.compared
             tot[4] += a.compared
-            tot[5] += a.published
+            tot[5] += 0 if a.table in counted else a.published
+            counted.add(a.table)
     print(f"| **all** | | **{tot[0]} of {tot[1]}** | {tot[2]} of {tot[3]} | {tot[4]} of {tot[5]} |")
     return 0
 
