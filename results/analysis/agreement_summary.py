@@ -22,6 +22,7 @@ CURRENT = (
     ("rc_table2-quick-v2", ("rc_table2", "rc_table9")),
     ("rc_table4-quick-v3", ("rc_table4",)),
     ("rc_table7-quick", ("rc_table7",)),
+    ("rc_table7-quick_rest", ("rc_table7",)),  # the six other tasks: disjoint cells, summed
     ("rc_table6-quick", ("rc_table6",)),
     ("rc_table3_scan-quick", ("rc_table3",)),
     ("rc_table8-quick", ("rc_table8",)),
