@@ -603,20 +603,23 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
     c = start_driver("resume", str(study), "--progress-seconds", "1", log=log_c)
     assert "taking over the stale lock of driver PID" in wait_for(
         lambda: log_c.read_text() if "taking over" in log_c.read_text() else "", 120, "takeover", c, log_c)
-    wait_for(lambda: _max_step(db, key) > newest, 300, "an epoch after the resume", c, log_c)
+    session = wait_for(lambda: lock_session(study) not in (None, session_a) and lock_session(study), 120,
+                       "the resumed driver's Ray session", c, log_c)
+    # The resumed trial is checked frozen from here on (frozen_once): waiting for its first
+    # recorded epoch with the trial running, then for the session, then for two more epochs let
+    # it train to its last epoch and finish under load (CI, 2026-11-28), leaving nothing to
+    # resume. It is frozen once the store holds an epoch after the resume and two more epochs
+    # are checkpointed, so it cannot move past what was checked.
+    _, frozen = wait_for(frozen_once(lambda: _max_step(db, key) > newest and any(
+        newest + 2 <= e < epochs for e, _ in checkpoints(study)), session),
+        300, "an epoch after the resume in the store and two more epochs checkpointed", c, log_c)
     assert int(_tag(db, key, schema.RESUMED_FROM)) == newest  # not 0, not an older snapshot
+    assert not (study / "runs" / key / "result.json").exists(), "the trial finished before it was frozen"
 
     # 3. kill -9 the driver alone (Ray helpers outlive it), corrupt the newest checkpoint.
     # (Tune replaces checkpoints while we look: an empty scan is "not yet", not an error)
-    session = wait_for(lambda: lock_session(study) not in (None, session_a) and lock_session(study), 120,
-                       "the resumed driver's Ray session", c, log_c)
-    # The trial's actor outlives its owner for a while: under load (a study beside CI) it trained
-    # on to the last epoch and finished the run, so nothing was left to resume. Its worker is
-    # frozen when its two more epochs are seen, before the driver is killed, and killed with it;
-    # Ray's own daemons outlive both.
-    _, frozen = wait_for(frozen_once(lambda: any(newest + 2 <= e < epochs for e, _ in checkpoints(study)), session),
-                         300, "two more epochs", c, log_c)
-    assert not (study / "runs" / key / "result.json").exists(), "the trial finished before it was frozen"
+    # The trial's actor outlives its owner for a while: its frozen worker is killed with the
+    # driver; Ray's own daemons outlive both.
     os.kill(c.pid, signal.SIGKILL)
     c.wait()
     for pid in frozen:
