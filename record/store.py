@@ -386,10 +386,12 @@ def _read_rest(
             return out
 
 
-def run_index(tracking_uri: str, experiment_id: str) -> dict[str, tuple[str, int, str | None]] | None:
-    """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None) of
-    every active run of an experiment that has a ``locattn.run_key``, by SQL on a SQLite store;
-    None for any other store (ask MLflow's client there)."""
+def run_index(tracking_uri: str, experiment_id: str
+              ) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
+    """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None, the
+    keys of the other metrics it holds) of every active run of an experiment that has a
+    ``locattn.run_key``, by SQL on a SQLite store; None for any other store (ask MLflow's client
+    there)."""
     db = local_store(tracking_uri)
     if db is None or not db.is_file():
         return None
@@ -407,7 +409,12 @@ def run_index(tracking_uri: str, experiment_id: str) -> dict[str, tuple[str, int
         statuses = dict(con.query(
             "SELECT t.run_uuid, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
             "WHERE t.key = :key AND r.experiment_id = :exp", {"key": schema.STATUS, **exp}))
-    return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id))
+        others: dict[str, set[str]] = {}
+        for run_id, key in con.query(  # latest_metrics: one row per run and key
+                "SELECT m.run_uuid, m.key FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+                f"WHERE r.experiment_id = :exp AND m.key NOT IN ({m_in})", {**exp, **m_params}):
+            others.setdefault(run_id, set()).add(key)
+    return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id), frozenset(others.get(run_id, ())))
             for key, run_id in keys}
 
 

@@ -62,6 +62,10 @@ class RunState:
     """Last ``resumed_from`` tag written in this session (-1: none)."""
     pending: list = field(default_factory=list)
     """Buffered ``mlflow.entities.Metric`` objects."""
+    finals_logged: set = field(default_factory=set)
+    """Final metric keys the store already holds for a run not tagged finished: MLflow's
+    ``log_batch`` commits its metrics and its tags in separate transactions, so a driver killed
+    between them left the finals without the tag. They are not logged again."""
 
 
 # ---------------------------------------------------------------------------- provenance
@@ -122,8 +126,9 @@ def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[st
     """run key -> RunState for every active run of the experiment (trial and parent runs)."""
     index = run_index(tracking_uri, experiment_id)
     if index is not None:
-        return {key: RunState(run_id=run_id, last_step=step, status=status or schema.STATUS_RUNNING)
-                for key, (run_id, step, status) in index.items()}
+        return {key: RunState(run_id=run_id, last_step=step, status=status or schema.STATUS_RUNNING,
+                              finals_logged=set(finals) if status != schema.STATUS_FINISHED else set())
+                for key, (run_id, step, status, finals) in index.items()}
     out: dict[str, RunState] = {}
     token = None
     while True:
@@ -137,6 +142,7 @@ def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[st
             state = RunState(run_id=run.info.run_id,
                              status=run.data.tags.get(schema.STATUS, schema.STATUS_RUNNING))
             if state.status != schema.STATUS_FINISHED:
+                state.finals_logged = {k for k in run.data.metrics if k not in schema.EPOCH_METRICS}
                 for metric in schema.EPOCH_METRICS:
                     hist = client.get_metric_history(run.info.run_id, metric)
                     if hist:
@@ -396,20 +402,23 @@ class RecordWriter:
             self.client.set_terminated(state.run_id, "FINISHED")
             self.log_artifacts(state.run_id, run_dir)  # idempotent (same paths)
             ts = int(time.time() * 1000)
-            metrics = [Metric(k, float(v), ts, 0) for k, v in finals.items()]
-            # The buffered epochs, the final metrics and the finished tag in one batch (one
-            # transaction): a driver killed around here either wrote all or none, so finals are
-            # never logged twice (a resume replays the epochs after the last logged step).
+            metrics = [Metric(k, float(v), ts, 0) for k, v in finals.items() if k not in state.finals_logged]
+            # The buffered epochs, the final metrics and the finished tag in one batch. MLflow
+            # commits a batch's metrics, then its tags, in two transactions: a driver killed
+            # between them left the metrics without the tag, and a resume finishes the run again
+            # with only the finals the store lacks (RunState.finals_logged); a resume replays
+            # only the epochs after the last logged step. Either way each is logged once.
             if len(state.pending) + len(metrics) > BATCH:  # rare: too many for one batch
                 self.flush()
             metrics = state.pending + metrics
             state.pending = []
             self.dirty.discard(key)
-            for chunk in chunks(metrics, BATCH):
+            for chunk in chunks(metrics, BATCH) if metrics else [[]]:  # (the tag even with no metric left)
                 self.client.log_batch(state.run_id, metrics=chunk,
                                       tags=[RunTag(schema.STATUS, schema.STATUS_FINISHED)],
                                       synchronous=True)
             state.status = schema.STATUS_FINISHED
+            state.finals_logged = set()
         else:
             self.client.set_terminated(state.run_id, "FINISHED")
 

@@ -53,3 +53,51 @@ def test_a_kill_inside_finish_leaves_a_run_the_next_driver_finishes(tmp_path: Pa
     assert run.info.status == "FINISHED" and run.data.tags[schema.STATUS] == schema.STATUS_FINISHED
     history = MlflowClient(tracking_uri=uri).get_metric_history(state.run_id, "epochs_run")
     assert [m.value for m in history] == [1.0]  # final metrics logged once
+
+
+FINALS = {"epochs_run": 2.0, "best_epoch": 2.0, "test.iid.seq_acc": 100.0}
+
+
+@pytest.mark.parametrize("reader", ["sql_index", "mlflow_client"])
+def test_a_kill_inside_log_batch_between_metrics_and_tags_logs_each_final_once(
+        tmp_path: Path, monkeypatch, reader: str) -> None:
+    """MLflow's SQL store commits a batch's metrics and its tags in two transactions (seen in
+    bench_chaos on CI: a run with its 13 finals logged twice). A driver killed between them
+    leaves the finals and the last epoch without the finished tag; the next driver finishes the
+    run and logs no final or epoch a second time, whether it reads the store by SQL (SQLite) or
+    through MLflow's client (a server, PostgreSQL)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    w = writer(uri)
+    state = w.create_run("k", tags={schema.RUN_KEY: "k", schema.ROLE: schema.ROLE_TRIAL,
+                                    schema.STATUS: schema.STATUS_RUNNING}, params={}, name="k")
+    w.buffer_epochs("k", [{"epoch": 1, "train_loss": 0.5}])
+    w.flush()
+    w.buffer_epochs("k", [{"epoch": 2, "train_loss": 0.25}])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = w.client._tracking_client.store
+
+    def die(*args, **kwargs):
+        raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "_set_tags", die)  # the metrics' transaction committed, the tags' not
+        with pytest.raises(Killed):
+            w.finish("k", FINALS, run_dir)
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(state.run_id).data.tags[schema.STATUS] == schema.STATUS_RUNNING
+    assert [m.value for m in client.get_metric_history(state.run_id, "epochs_run")] == [2.0]
+
+    if reader == "mlflow_client":
+        monkeypatch.setattr("record.writer.run_index", lambda *a: None)
+    again = writer(uri)
+    assert again.runs["k"].status != schema.STATUS_FINISHED and again.runs["k"].last_step == 2
+    assert again.runs["k"].finals_logged == set(FINALS)
+    again.mark_running(again.runs["k"])
+    again.buffer_epochs("k", [{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.25}])
+    again.finish("k", FINALS, run_dir)
+    run = client.get_run(state.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[schema.STATUS] == schema.STATUS_FINISHED
+    for key in FINALS:
+        assert [m.value for m in client.get_metric_history(state.run_id, key)] == [FINALS[key]], key
+    assert [(m.step, m.value) for m in client.get_metric_history(state.run_id, "train_loss")] == [(1, 0.5), (2, 0.25)]
