@@ -62,6 +62,9 @@ class RunState:
     """Last ``resumed_from`` tag written in this session (-1: none)."""
     pending: list = field(default_factory=list)
     """Buffered ``mlflow.entities.Metric`` objects."""
+    params_complete: bool = False
+    """Whether every param of the run is known to be in the store: true for a run this driver
+    created; a run of an earlier driver is checked once (:meth:`RecordWriter.complete_params`)."""
     finals_logged: set = field(default_factory=set)
     """Final metric keys the store already holds for a run not tagged finished: MLflow's
     ``log_batch`` commits its metrics and its tags in separate transactions, so a driver killed
@@ -197,6 +200,11 @@ def local_dir(uri: str) -> Path | None:
     return None
 
 
+def param_items(params: Mapping[str, Any]) -> list[Param]:
+    """MLflow params of a run's flat config (lists and dicts as JSON), in key order."""
+    return [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in sorted(params.items())]
+
+
 def chunks(items: list, n: int) -> Iterable[list]:
     """``items`` in slices of at most ``n``."""
     for i in range(0, len(items), n):
@@ -284,13 +292,25 @@ class RecordWriter:
                    name: str) -> RunState:
         """A new run under ``key`` with these tags, params (lists and dicts as JSON) and UI name."""
         run = self.client.create_run(self.experiment_id, tags=dict(tags), run_name=name)
-        items = [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v))
-                 for k, v in sorted(params.items())]
-        for chunk in chunks(items, 100):
+        for chunk in chunks(param_items(params), 100):
             self.client.log_batch(run.info.run_id, params=chunk, synchronous=True)
-        state = RunState(run_id=run.info.run_id)
+        state = RunState(run_id=run.info.run_id, params_complete=True)
         self.runs[key] = state
         return state
+
+    def complete_params(self, state: RunState, params: Mapping[str, Any]) -> int:
+        """Log the params that a run of an earlier driver lacks: a driver killed between creating
+        a run and logging its params (in chunks of 100) left it without some, and reports read
+        them (``task.t0``, ...). Params it holds are left as they are. Returns how many were
+        logged."""
+        if state.params_complete:
+            return 0
+        have = {schema.RENAMED_PARAMS.get(k, k) for k in self.client.get_run(state.run_id).data.params}
+        items = [p for p in param_items(params) if p.key not in have]  # (a former name counts)
+        for chunk in chunks(items, 100):
+            self.client.log_batch(state.run_id, params=chunk, synchronous=True)
+        state.params_complete = True
+        return len(items)
 
     def cell_run(self, cell: str, task: str, variant: str) -> RunState:
         """The run of ``cell`` (created, top-level, if missing): its seeds' runs go under it

@@ -171,13 +171,18 @@ class RecordCallback(_TuneCallback):
     # ------------------------------------------------------------------ runs of a trial
 
     def run_for(self, t: TrialDescriptor, seed: int, key: str) -> RunState:
-        """Find (in memory) or create the MLflow run of one seed of a trial."""
+        """Find (in memory) or create the MLflow run of one seed of a trial. An unfinished run
+        of an earlier driver first gets the params it lacks (that driver may have died between
+        creating it and logging them)."""
         state = self.writer.runs.get(key)
-        if state is not None:
+        if state is not None and (state.params_complete or state.status == schema.STATUS_FINISHED):
             return state
         hp = t.member(key).hparams
         flat = flatten(config_to_dict(t.run_config(key)))
         w = self.writer
+        if state is not None:
+            w.complete_params(state, flat)
+            return state
         tags = {
             schema.ROLE: schema.ROLE_TRIAL,
             schema.STUDY: w.study,

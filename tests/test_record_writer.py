@@ -4,6 +4,7 @@ that MLflow shows RUNNING for good."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,38 @@ def test_a_kill_inside_log_batch_between_metrics_and_tags_logs_each_final_once(
     for key in FINALS:
         assert [m.value for m in client.get_metric_history(state.run_id, key)] == [FINALS[key]], key
     assert [(m.step, m.value) for m in client.get_metric_history(state.run_id, "train_loss")] == [(1, 0.5), (2, 0.25)]
+
+
+def test_a_kill_between_creating_a_run_and_its_params_is_completed_by_the_next_driver(
+        tmp_path: Path, monkeypatch) -> None:
+    """create_run logs a run's params in chunks of 100 after creating it: a driver killed after
+    the first chunk left a run the index finds by its key, without the rest of its params
+    (reports read them). The next driver logs only those it lacks, once."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params = {f"p{i:03d}": i for i in range(150)} | {"task.test_lengths": [15, 30]}
+    w = writer(uri)
+    calls = []
+    real = w.client.log_batch
+
+    def dies_on_second_params_chunk(run_id, *args, **kwargs):
+        calls.append(kwargs.get("params"))
+        if kwargs.get("params") and len(calls) == 2:
+            raise Killed
+        return real(run_id, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(w.client, "log_batch", dies_on_second_params_chunk)
+        with pytest.raises(Killed):
+            w.create_run("k", tags={schema.RUN_KEY: "k", schema.ROLE: schema.ROLE_TRIAL,
+                                    schema.STATUS: schema.STATUS_RUNNING}, params=params, name="k")
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = [r for r in client.search_runs([w.experiment_id]) if r.data.tags.get(schema.RUN_KEY) == "k"]
+    assert len(run.data.params) == 100
+
+    again = writer(uri)
+    state = again.runs["k"]
+    assert not state.params_complete
+    assert again.complete_params(state, params) == 51
+    assert again.complete_params(state, params) == 0  # checked once per driver
+    got = client.get_run(run.info.run_id).data.params
+    assert got == {k: (json.dumps(v) if isinstance(v, list) else str(v)) for k, v in params.items()}
