@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -262,6 +263,14 @@ def early_kill(spec: Path, study: Path, root: Path, log: Path, rng: random.Rando
     return True
 
 
+def all_finished(tail: str) -> bool:
+    """Whether a driver's last lines say every run of its study finished: at the end of a run
+    ("4 of 4 runs finished, 0 failed, 0 not finished"), or on a resume that found nothing left to
+    train ("every trial is already finished in the record (4 of 4 runs finished, 0 failed)",
+    after a deleted store was re-recorded from the run directories)."""
+    return bool(re.search(r"\b(\d+) of \1 runs finished, 0 failed(, 0 not finished|\))", tail))
+
+
 def run_driver(args: list[str], log: Path) -> subprocess.Popen:
     out = log.open("ab")
     return subprocess.Popen([sys.executable, "-m", "study.cli", *args, "--progress-seconds", "5"],
@@ -387,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             proc = run_driver(["resume", str(study)], log)
             continue
         # The driver exited by itself: finished (or crashed after the store went away).
-        if proc.returncode == 0 and "runs finished, 0 failed, 0 not finished" in log.read_text()[-4000:]:
+        if proc.returncode == 0 and all_finished(log.read_text()[-4000:]):
             c = check(study / "mlflow.db", 4, reference)
             for k in totals:
                 totals[k] += c.get(k, 0)
@@ -411,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     # Let the last study finish undisturbed.
     if proc.poll() is None:
         proc.wait()
-    if proc.returncode != 0 or "0 not finished" not in log.read_text()[-4000:]:
+    if proc.returncode != 0 or not all_finished(log.read_text()[-4000:]):
         proc = run_driver(["resume", str(study)], log)
         proc.wait()
     c = check(study / "mlflow.db", 4, reference)
