@@ -21,6 +21,7 @@ import lzma
 import os
 import shutil
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -508,7 +509,7 @@ def ensure_sqlite_store(db: Path) -> str | None:
 
     MLflow builds a new store in place, by ~50 migrations; a ``kill -9`` in between leaves tables
     without their migration stamp, and every later open fails with a 139-line traceback
-    ("table ... already exists"). So a new store is built aside (``.<name>.creating-<pid>``) and
+    ("table ... already exists"). So a new store is built aside (``.<name>.creating-<pid>-<ns>``) and
     renamed into place, and a store that holds no run but is not stamped at MLflow's newest
     schema (half built in place, by MLflow itself) is set aside (``<name>.half-built``) and
     rebuilt. Call it under :class:`record.writer.store_lock`: two creators would race.
@@ -524,10 +525,31 @@ def ensure_sqlite_store(db: Path) -> str | None:
         for suffix in ("-wal", "-shm", "-journal"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         note = f"{db} was half-built (no run, schema not complete): set aside as {aside.name}, rebuilt"
-    tmp = db.with_name(f".{db.name}.creating-{os.getpid()}")
+    # A name never used before, in this process either: MLflow caches a store per URI, so a
+    # second creation under the same name (a store lost and rebuilt by one process) got the
+    # cached store and no file to rename.
+    tmp = db.with_name(f".{db.name}.creating-{os.getpid()}-{time.time_ns()}")
     _migrate(tmp)
     os.replace(tmp, db)
+    _forget_engines(tmp, db)
     return note
+
+
+def _forget_engines(*dbs: Path) -> None:
+    """Drop this process's cached MLflow engines of these SQLite files. MLflow keeps one engine
+    per URI for the life of the process; an engine of a store that was deleted and built anew
+    holds connections to the deleted file, and every write through it failed as "readonly"
+    (a study resumed in the process whose driver lost the store)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engines = getattr(SqlAlchemyStore, "_engine_map", None)
+    if not isinstance(engines, dict):  # (another MLflow: nothing of ours to forget)
+        return
+    gone = {Path(os.path.abspath(d)) for d in dbs}
+    for uri in list(engines):
+        path = sqlite_path(uri)
+        if path is not None and Path(os.path.abspath(path)) in gone:
+            engines.pop(uri).dispose()
 
 
 def _migrate(db: Path) -> None:

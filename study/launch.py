@@ -374,10 +374,21 @@ def _run_locked(
             raise StudyError(f"{recorder.failure}; the runs are safe in {paths.dir}: free or restore "
                              f"the store, then `study resume {paths.dir}`")
         errors = sum(1 for r in grid if r.error is not None) if grid is not None else 0
-        writer.flush()
-        counts = writer.run_counts(spec.n_runs())
-        interrupted = interrupt.event.is_set()
-        writer.finish_parent(interrupted=interrupted)
+        try:
+            writer.flush()
+            counts = writer.run_counts(spec.n_runs())
+            interrupted = interrupt.event.is_set()
+            writer.finish_parent(interrupted=interrupted)
+            # The file checked once more after the last write: a store deleted after Tune's last
+            # step took every write since, without an error, and the study ended "4 of 4 runs
+            # finished" with its record nowhere (bench_chaos --cycles 20, 2026-11-29).
+            recorder.check_store()
+        except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
+            failure = recorder.failure_line(exc)
+            if failure is None:
+                raise
+            raise StudyError(f"{failure}; the runs are safe in {paths.dir}: free or restore "
+                             f"the store, then `study resume {paths.dir}`") from None
         summary = {
             "name": name,
             "dir": str(paths.dir),

@@ -82,15 +82,9 @@ def _guarded(hook: Any) -> Any:
         try:
             return hook(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
-            db = sqlite_path(self.settings["tracking_uri"])
-            where = str(db) if db is not None else redact(self.settings["tracking_uri"])
-            line = store_failure(where, exc)
+            line = self.failure_line(exc)
             if line is None:
                 raise
-            try:  # SQLite answers a write to a deleted or moved file with "readonly" (DBMOVED):
-                self.check_store()  # the missing file is the cause, said as such
-            except FileNotFoundError as gone:
-                line = store_failure(where, gone)
             self.failure = line  # said once, by the driver, when Tune has stopped
             if callable(signal.getsignal(signal.SIGUSR1)):  # Tune's handler, installed during fit
                 os.kill(os.getpid(), signal.SIGUSR1)
@@ -159,6 +153,20 @@ class RecordCallback(_TuneCallback):
         if (st.st_dev, st.st_ino) != self.store_id:
             raise FileNotFoundError(errno.ENOENT, "the store's file was replaced (it does not exist "
                                                   "as opened)", str(db))
+
+    def failure_line(self, exc: BaseException) -> str | None:
+        """One line for a store failure ``exc`` (:func:`store_failure`), naming the missing file
+        as the cause where the store's file is gone; None for any other exception (a bug)."""
+        db = sqlite_path(self.settings["tracking_uri"])
+        where = str(db) if db is not None else redact(self.settings["tracking_uri"])
+        line = store_failure(where, exc)
+        if line is None or isinstance(exc, FileNotFoundError):
+            return line
+        try:  # SQLite answers a write to a deleted or moved file with "readonly" (DBMOVED):
+            self.check_store()  # the missing file is the cause, said as such
+        except FileNotFoundError as gone:
+            line = store_failure(where, gone)
+        return line
 
     @property
     def runs(self) -> dict[str, RunState]:

@@ -614,3 +614,39 @@ def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, t
     assert again["errors"] == 0 and again["runs_finished"] == 2
     assert len(trial_runs(study_dir / "mlflow.db")) == 2
     assert {p: p.stat().st_mtime for p in results} == results and len(results) == 2
+
+
+def test_a_store_deleted_after_tunes_last_step_stops_in_one_line_and_resumes(ray_address, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """The driver checks its SQLite store's file at every Tune step; a store deleted after the
+    last one took the driver's final writes without an error, and the study ended "4 of 4 runs
+    finished" with its record nowhere (bench_chaos --cycles 20). The store is deleted here as
+    Tune's fit returns: the driver says so in one line and `study resume` re-records the runs."""
+    from study.driver import Interrupt
+    from study.folder import StudyError
+
+    spec = write_spec(tmp_path, "gone", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=2,
+                      overrides=SMOKE)
+    root = tmp_path / "s"
+    study = root / "gone-smoke"
+    db = study / "mlflow.db"
+    fit = Interrupt.fit
+
+    def fit_then_delete(self, tuner):
+        grid = fit(self, tuner)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        return grid
+
+    with monkeypatch.context() as m:
+        m.setattr(Interrupt, "fit", fit_then_delete)
+        with pytest.raises(StudyError) as info:
+            launch(spec, root=root, address=ray_address)
+    assert str(info.value) == (f"the store {db} failed mid-run (it is gone: deleted or moved); the runs are "
+                               f"safe in {study}: free or restore the store, then `study resume {study}`")
+    assert not db.exists()
+    summary = resume(study, address=ray_address)
+    assert summary["runs_finished"] == 2
+    runs = trial_runs(db)
+    assert len(runs) == 2 and all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
+    assert all([s for s, _ in r["metrics"]["train_loss"]] == [1, 2] for r in runs.values())
