@@ -605,16 +605,18 @@ def test_one_driver_resume_from_newest_epoch_reaped_helpers_lost_store(tmp_path:
         lambda: log_c.read_text() if "taking over" in log_c.read_text() else "", 120, "takeover", c, log_c)
     session = wait_for(lambda: lock_session(study) not in (None, session_a) and lock_session(study), 120,
                        "the resumed driver's Ray session", c, log_c)
-    # The resumed trial is checked frozen from here on (frozen_once): waiting for its first
-    # recorded epoch with the trial running, then for the session, then for two more epochs let
-    # it train to its last epoch and finish under load (CI, 2026-11-28), leaving nothing to
-    # resume. It is frozen once the store holds an epoch after the resume and two more epochs
-    # are checkpointed, so it cannot move past what was checked.
-    _, frozen = wait_for(frozen_once(lambda: _max_step(db, key) > newest and any(
-        newest + 2 <= e < epochs for e, _ in checkpoints(study)), session),
-        300, "an epoch after the resume in the store and two more epochs checkpointed", c, log_c)
-    assert int(_tag(db, key, schema.RESUMED_FROM)) == newest  # not 0, not an older snapshot
+    # The resumed trial is checked frozen from here on (frozen_once), and frozen once two more
+    # epochs are checkpointed, so it cannot move past what was checked. Waiting with the trial
+    # running for its first epoch in the store (which the driver writes every 5 s) let it train
+    # to its last epoch and finish under load, leaving nothing to resume (CI, 2026-11-28; and
+    # here once in 3 runs while that wait was part of the frozen check). The store is read
+    # after the freeze: a trial that checkpointed epoch newest + 2 has had its report of
+    # newest + 1 taken by the driver (Tune's report waits for that), which the driver writes on.
+    _, frozen = wait_for(frozen_once(lambda: any(newest + 2 <= e < epochs for e, _ in checkpoints(study)), session),
+                         300, "two more epochs checkpointed", c, log_c)
     assert not (study / "runs" / key / "result.json").exists(), "the trial finished before it was frozen"
+    wait_for(lambda: _max_step(db, key) > newest, 120, "an epoch after the resume in the store", c, log_c)
+    assert int(_tag(db, key, schema.RESUMED_FROM)) == newest  # not 0, not an older snapshot
 
     # 3. kill -9 the driver alone (Ray helpers outlive it), corrupt the newest checkpoint.
     # (Tune replaces checkpoints while we look: an empty scan is "not yet", not an error)
