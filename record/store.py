@@ -540,7 +540,7 @@ def _forget_engines(*dbs: Path) -> None:
     per URI for the life of the process; an engine of a store that was deleted and built anew
     holds connections to the deleted file, and every write through it failed as "readonly"
     (a study resumed in the process whose driver lost the store)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # heavy: only when a store is built
 
     engines = getattr(SqlAlchemyStore, "_engine_map", None)
     if not isinstance(engines, dict):  # (another MLflow: nothing of ours to forget)
