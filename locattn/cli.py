@@ -1,4 +1,4 @@
-"""Command line: ``locattn train | attention | variants | tasks``.
+"""Command line: ``locattn train | attention | list | variants | tasks``.
 
 Errors in the command line (unknown flag, task, variant, or ``--set`` key) print one line
 naming the valid choices and exit with status 2, without a traceback.
@@ -7,14 +7,21 @@ naming the valid choices and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from locattn import metric_names, registry
 from locattn.cliparse import EXIT_USAGE, Parser, parse
 from locattn.labels import task_label
+from locattn.tasks import config as _task_config
 from locattn.variants import PAPER_LABELS, list_variants
+
+#: The modules whose import registers the built-ins (torch-free), listed by ``locattn list``.
+BUILTIN_REGISTRARS = (metric_names, _task_config)
+
 
 class UsageError(Exception):
     """A problem with the command line (reported in one line, exit 2)."""
@@ -25,15 +32,11 @@ class UsageError(Exception):
 
 
 def _task_labels() -> dict[str, str]:
-    from locattn.tasks import TASK_LABELS, list_tasks  # torch: see above
-
-    return {name: TASK_LABELS.get(name, "") for name in list_tasks()}
+    return {name: e.label for name, e in registry.entries("task").items()}
 
 
 def _task_names() -> list[str]:
-    from locattn.tasks import list_tasks  # torch: see above
-
-    return list(list_tasks())
+    return list(registry.entries("task"))
 
 
 def _variant_labels(pattern: str = "*") -> dict[str, str]:
@@ -58,7 +61,7 @@ def _epilog() -> str:
 def build_parser() -> Parser:
     """The ``locattn`` parser with its sub-commands."""
     parser = Parser(prog="locattn", description="Location attention for length generalisation.")
-    sub = parser.add_subparsers(dest="command", metavar="{train,attention,variants,tasks}",
+    sub = parser.add_subparsers(dest="command", metavar="{train,attention,list,variants,tasks}",
                                 parser_class=Parser)
     sub.required = True
 
@@ -86,6 +89,9 @@ def build_parser() -> Parser:
     p.add_argument("--fresh", action="store_true",
                    help="delete an existing checkpoint in --out and start over")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                   help="import this module first: a plugin registering attenders, tasks or "
+                        "variants (repeatable; installed plugins load on their own)")
 
     a = sub.add_parser("attention", help="draw the attention of one test example of a trained run",
                        description="Draw one example's attention heatmap with mu/sigma/gate traces.")
@@ -95,6 +101,14 @@ def build_parser() -> Parser:
     a.add_argument("--out", type=Path, default=None,
                    help="PNG path (default <run>/attention-<split>-<index>.png)")
 
+    li = sub.add_parser("list", help="list registered attenders, tasks, variants or metrics",
+                        description="List what is registered: the built-ins and every plugin "
+                                    "(installed ones, and those --plugin names).")
+    li.add_argument("kind", choices=[k + "s" for k in registry.KINDS],
+                    help="what to list")
+    li.add_argument("pattern", nargs="?", default="*", help="glob pattern on names, e.g. 'mix*'")
+    li.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                    help="import this plugin module first (repeatable)")
     v = sub.add_parser("variants", help="list variant presets with their paper labels")
     v.add_argument("pattern", nargs="?", default="*", help="glob pattern, e.g. 'mix*'")
     sub.add_parser("tasks", help="list tasks")
@@ -319,21 +333,39 @@ def cmd_variants(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """One line per registered object: name, label, where it comes from, first line of its doc."""
+    rows = [e for name, e in registry.entries(args.kind[:-1]).items()
+            if fnmatch.fnmatchcase(name, args.pattern)]
+    if not rows:
+        raise UsageError(f"no {args.kind[:-1]} matches {args.pattern!r}; valid: "
+                         f"{', '.join(registry.entries(args.kind[:-1]))}")
+    for e in rows:
+        doc = e.doc.splitlines()[0] if e.doc else ""
+        origin = "built-in" if e.builtin else f"plugin {e.plugin}"
+        print(f"{e.name:<28} {e.label:<28} {origin:<20} {doc}".rstrip())
+    return 0
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     for name, label in _task_labels().items():
         print(f"{name:<28} {label}")
     return 0
 
 
-COMMANDS = {"train": cmd_train, "attention": cmd_attention, "variants": cmd_variants,
-            "tasks": cmd_tasks}
+COMMANDS = {"train": cmd_train, "attention": cmd_attention, "list": cmd_list,
+            "variants": cmd_variants, "tasks": cmd_tasks}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``locattn`` console script."""
     args = parse(build_parser(), argv)
     try:
+        registry.import_plugins(getattr(args, "plugins", []), source="--plugin")
         return COMMANDS[args.command](args)
+    except registry.PluginError as exc:
+        print(f"locattn {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except UsageError as exc:
         print(f"locattn {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,5 +1,8 @@
 """Run configuration: defaults -> variant preset -> spec -> dotted overrides -> resolved config.
 
+Imports no torch: the tasks, attenders and variants it checks names against are registered data
+(:mod:`locattn.registry`), so a spec check or ``study --help`` stays light.
+
 Config flows one way. A resolved :class:`RunConfig` is saved with every run and checkpoint, and
 its identity (everything except operational fields) keys runs and caches.
 """
@@ -13,10 +16,9 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal, Mapping
 
-from locattn.metrics import AttnLossDecode, AttnLossSteps
+from locattn.metric_names import AttnLossDecode, AttnLossSteps
 from locattn.models.config import ModelConfig
-from locattn.tasks import TASK_DEFAULTS
-from locattn.tasks.config import DATA_VERSIONS, TaskConfig
+from locattn.tasks.config import TaskConfig, data_version, task_defaults
 from locattn.variants import get_variant
 
 DevScoring = Literal["teacher_forced", "greedy"]
@@ -27,6 +29,15 @@ Precision = Literal["fp32", "tf32", "bf16"]
 TrainPath = Literal["eager", "compiled", "fused"]
 #: The train paths each model kind takes (``RunConfig.train_path``).
 TRAIN_PATHS = {"seq2seq": ("eager", "compiled"), "regressor": ("eager", "fused")}
+
+PACKABLE_FIELDS = (
+    "seed", "optim.lr", "optim.weight_decay", "optim.clip", "optim.epochs", "optim.patience",
+    "optim.plateau_patience", "optim.plateau_factor", "optim.tie_tolerance",
+    "optim.schedule_from_epoch", "optim.select_on", "optim.dev_scoring",
+)
+"""Config fields in which the runs of one pack may differ: each replica keeps its own optimizer,
+scheduler, clipping, early stopping and dev scoring; only the training pass is shared
+(``locattn.packed``; here, without torch, for a spec check)."""
 
 #: Fields that never change what a run computes; excluded from its identity.
 OPERATIONAL_FIELDS = frozenset({
@@ -433,6 +444,10 @@ def apply_overrides(cfg: Any, overrides: Mapping[str, Any], *, _prefix: str = ""
                 f"{_prefix.rstrip('.') or 'the top level'}: {sorted(valid)}"
             )
         if rest:
+            if isinstance(getattr(cfg, head), Mapping):  # a plugin's options: one level deep
+                options = direct.setdefault(head, dict(getattr(cfg, head)))
+                options[rest] = value
+                continue
             if not is_dataclass(getattr(cfg, head)):
                 raise ValueError(f"config key {_prefix + head!r} has no sub-keys (got {_prefix + path!r})")
             grouped.setdefault(head, {})[rest] = value
@@ -478,12 +493,12 @@ def make_run_config(
     """Resolve a run config: defaults -> variant preset -> overrides.
 
     ``overrides`` are dotted paths into :class:`RunConfig` (``optim.lr``, ``model.attention.step``,
-    ``task.train_size`` ...). The task's own defaults (``locattn.tasks.TASK_DEFAULTS``: SCAN's dev
+    ``task.train_size`` ...). The task's own registered defaults (``locattn.tasks.TASK_DEFAULTS``: SCAN's dev
     size, Raffel & Ellis' batch of 100 ...) come first; ``overrides`` win over them.
     """
     task_cfg = task if isinstance(task, TaskConfig) else TaskConfig(name=task)
     cfg = RunConfig(task=task_cfg, variant=variant, model=get_variant(variant), seed=seed)
-    return apply_overrides(cfg, {**TASK_DEFAULTS.get(task_cfg.name, {}), **(overrides or {})})
+    return apply_overrides(cfg, {**task_defaults(task_cfg.name), **(overrides or {})})
 
 
 # --------------------------------------------------------------------------- identity
@@ -542,7 +557,7 @@ def identity_dict(cfg: RunConfig) -> dict[str, Any]:
     where a field lives in the config."""
     flat = flatten(config_to_dict(cfg))
     out = {k: v for k, v in flat.items() if k not in OPERATIONAL_FIELDS}
-    out["task.data_version"] = DATA_VERSIONS[cfg.task.name]
+    out["task.data_version"] = data_version(cfg.task.name)
     for key, (legacy, applies) in LEGACY_VALUES.items():
         if key in out and (out[key] == legacy or (applies is not None and not applies(flat))):
             del out[key]
@@ -557,6 +572,7 @@ def run_identity(cfg: RunConfig) -> str:
 
 
 __all__ = [
+    "PACKABLE_FIELDS",
     "RENAMED_FIELDS",
     "EvalConfig",
     "OptimConfig",

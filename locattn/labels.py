@@ -1,10 +1,12 @@
 """Paper names of the tasks, written once (Ray Chowdhury & Caragea 2023; Dubois et al. 2020;
 Raffel & Ellis 2016).
 
-A module of its own, with no imports, so that ``reports`` can title figures and tables with the
+A module of its own, importing only the standard-library :mod:`locattn.registry`, so that ``reports`` can title figures and tables with the
 papers' names without importing :mod:`locattn.tasks` (which imports torch). The variants' paper
 names are :data:`locattn.variants.PAPER_LABELS`.
 """
+
+from locattn import registry
 
 #: Task key -> the paper's name for it. ``locattn.tasks.TASK_LABELS`` is this dict.
 TASK_LABELS: dict[str, str] = {
@@ -18,5 +20,8 @@ TASK_LABELS: dict[str, str] = {
 
 
 def task_label(key: str) -> str:
-    """The paper's name of a task key; the key itself when it has none."""
-    return TASK_LABELS.get(key, key)
+    """The paper's name of a task key (a plugin's: its registered label); the key itself when it
+    has none."""
+    if key in TASK_LABELS:
+        return TASK_LABELS[key]
+    return registry.get("task", key).label if registry.has("task", key) else key

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import typing
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from rapidfuzz.distance import Levenshtein as _rf_levenshtein
+
+from locattn.metric_names import AttnLossDecode, AttnLossSteps  # registered there, without torch
 
 __all__ = [
     "accuracy_by_length",
@@ -121,20 +123,6 @@ def seq_acc_be(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) -> 
     """Sequence accuracy before <eos>: fraction of ``seq_correct_be``. pred (B,T1), gold (B,T2)."""
     c = seq_correct_be(pred, gold, eos_id, pad_id)
     return float(c.mean()) if c.size else float("nan")
-
-
-#: Which gold steps attnLoss scores: ``with_eos`` every step with a gold index, the ``<eos>``
-#: step included (Dubois et al.'s metric code: the files give one index per target token plus
-#: one for ``<eos>``); ``before_eos`` drops each row's last gold step, the ``<eos>`` one (the
-#: paper's wording, "before <eos>").
-AttnLossSteps = Literal["with_eos", "before_eos"]
-
-#: Which decode attnLoss reads: ``emitted``, the test decode itself (greedy until its own
-#: ``<eos>``, so a model that stops early is scored on fewer steps); ``gold_length``, a second
-#: free-running greedy decode that runs exactly the gold target's length (its ``<eos>`` step
-#: included) whatever it predicts, as Dubois et al.'s evaluation does, so every gold step is
-#: scored.
-AttnLossDecode = Literal["emitted", "gold_length"]
 
 
 def attn_loss_terms(weights: Any, gold: Any, *, source_offset: int = 0,

@@ -19,11 +19,10 @@ left its Mix OneStep/Mono/RMono configs unmixed) cannot be expressed. ``... PR``
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
-from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
+from locattn import registry
 from locattn.models.config import ModelConfig, derive
 
 LOCATION_FAMILY = ("locattn", "locattn_s", "onestep", "mono", "rmono")
@@ -80,27 +79,51 @@ _TABLE += [
     ("mean", "Unweighted mean", "ffattn", {_A + "family": "mean"}),
 ]
 
-PAPER_LABELS: Mapping[str, str] = MappingProxyType({key: label for key, label, _, _ in _TABLE})
-"""Variant key -> the name the papers use for it (the only place these names are written)."""
-VARIANT_PARENTS: Mapping[str, str | None] = MappingProxyType(
-    {key: parent for key, _, parent, _ in _TABLE}
-)
+for _key, _label, _parent, _delta in _TABLE:
+    registry.register_variant(_key, label=_label, parent=_parent, delta=_delta)
+
+
+class _VariantField(Mapping[str, Any]):
+    """A live read-only {variant key: meta[field]} view of the registered variants."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return registry.get("variant", key).meta[self._name]
+        except registry.UnknownNameError:
+            raise KeyError(key) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.entries("variant"))
+
+    def __len__(self) -> int:
+        return len(registry.entries("variant"))
+
+
+PAPER_LABELS: Mapping[str, str] = registry.Labels("variant")
+"""Variant key -> the name the papers use for it (the only place these names are written);
+a live view of the registry, plugins' variants included."""
+VARIANT_PARENTS: Mapping[str, str | None] = _VariantField("parent")
 """Variant key -> parent key (None: derived from ``ModelConfig()``)."""
-VARIANT_DELTAS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {key: MappingProxyType(dict(delta)) for key, _, _, delta in _TABLE}
-)
+VARIANT_DELTAS: Mapping[str, Mapping[str, Any]] = _VariantField("delta")
 """Variant key -> {dotted field: value} it changes relative to its parent."""
 
-
-def _build() -> dict[str, ModelConfig]:
-    presets: dict[str, ModelConfig] = {}
-    for key, _, parent, delta in _TABLE:
-        base = ModelConfig() if parent is None else presets[parent]
-        presets[key] = derive(base, delta)
-    return presets
+_PRESETS: dict[str, ModelConfig] = {}
 
 
-_PRESETS = MappingProxyType(_build())
+def _preset(key: str) -> ModelConfig:
+    """The preset of a registered variant, built once from its parent and delta."""
+    if key not in _PRESETS:
+        entry = registry.get("variant", key)
+        parent = entry.meta["parent"]
+        base = ModelConfig() if parent is None else _preset(parent)
+        try:
+            _PRESETS[key] = derive(base, entry.meta["delta"])
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"variant {key!r} (registered by {entry.module!r}): {exc}") from None
+    return _PRESETS[key]
 
 
 class UnknownVariantError(KeyError, ValueError):
@@ -111,20 +134,17 @@ class UnknownVariantError(KeyError, ValueError):
 
 
 def list_variants(pattern: str = "*") -> dict[str, str]:
-    """{key: paper label} for keys matching the fnmatch ``pattern``, in table order."""
-    return {k: v for k, v in PAPER_LABELS.items() if fnmatch.fnmatchcase(k, pattern)}
+    """{key: paper label} for keys matching the fnmatch ``pattern``: the built-ins in table order,
+    then plugins' (:func:`locattn.register_variant`)."""
+    return {k: e.label for k, e in registry.entries("variant").items()
+            if fnmatch.fnmatchcase(k, pattern)}
 
 
 def get_variant(key: str) -> ModelConfig:
     """The frozen preset for ``key``; an unknown key raises listing the valid keys."""
-    try:
-        return _PRESETS[key]
-    except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(key), list(_PRESETS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownVariantError(
-            f"unknown variant {key!r}.{hint} Valid variants: {', '.join(_PRESETS)}"
-        ) from None
+    if not isinstance(key, str) or not registry.has("variant", key):
+        raise UnknownVariantError(registry.unknown_message("variant", key))
+    return _preset(key)
 
 
 __all__ = [

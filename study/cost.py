@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from locattn.config import TRAIN_PATHS, make_run_config
 from study.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, calibration_from_dict,
                                calibration_to_dict, device_key, load_calibration, merge_rates)
 from study.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
@@ -95,8 +96,6 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path
 def _faster_paths(spec: Any, cal: Calibration, threads: float, eager_total: float) -> list[str]:
     """A line per train path that every cell's model takes and the table prices for every
     cell's task, when it is cheaper than eager: what ``--train-path`` would save."""
-    from locattn.config import TRAIN_PATHS, make_run_config  # here: torch, kept off `study --help`
-
     out = []
     kinds = {make_run_config(task=c.task, variant=c.variant, overrides=c.overrides).model.kind for c in spec.cells}
     for path in sorted({r.path for r in cal.rates if r.device == "cpu"} - {"eager"}):
@@ -116,8 +115,6 @@ def _gpu_why(spec: Any, cal: Calibration, device: str) -> str:
     """Why a device with rows still cannot price ``spec`` (empty when it has no rows)."""
     if device == "cpu" or device not in cal.devices():
         return ""
-    from locattn.config import make_run_config  # here: torch, kept off `study --help`
-
     for cell in spec.cells:
         why = gpu_unpriced(spec, make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides))
         if why:

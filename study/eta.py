@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from locattn.config import make_run_config
 from study.calibration import Calibration, load_calibration
 from study.runcost import RunCost, run_cost
 
@@ -86,8 +87,6 @@ def study_eta(trials: Sequence[Any], slots: int, cal: Calibration | None = None)
     """A :class:`StudyEta` for the trial descriptors a driver session runs (each priced on this
     CPU, on the study's train path; a trial of a search point or packed seeds trains
     ``len(seeds)`` runs)."""
-    from locattn.config import make_run_config  # here: torch, kept off `study --help`
-
     cal = cal if cal is not None else load_calibration()
     costs: dict[str, RunCost] = {}
     expected: dict[str, int] = {}

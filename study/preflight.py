@@ -14,6 +14,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+from locattn.config import TRAIN_PATHS, make_run_config
 from record.store import redact, sqlite_path, uri_parts
 from study.spec import SpecError
 
@@ -47,8 +48,6 @@ def check_train_path_fits(spec: Any, train_path: str | None) -> None:
     seq2seq models, ``fused`` for Raffel & Ellis's regressors), before anything starts."""
     if train_path in (None, "eager"):
         return
-    from locattn.config import TRAIN_PATHS, make_run_config  # torch: kept off `study --help`
-
     for cell in spec.cells:
         kind = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides).model.kind
         if train_path not in TRAIN_PATHS[kind]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
+from locattn.config import make_run_config
+from locattn.models.config import packable_families
 from study.calibration import Calibration
 
 #: CFQ's official split sizes (``query_complexity_split``), used when its files are absent.
@@ -181,9 +183,7 @@ def gpu_unpriced(spec: Any, cfg: Any) -> str:
     """Why a GPU's rows (graphed packs, ``benchmarks/bench_gpu.py --calibrate``) cannot price
     the cell of ``cfg`` in ``spec``, or "" when they can: the model must pack, and a GPU spec
     must pack its trials and train them with ``optim.train_step: graphed``."""
-    from locattn.packed import PACKABLE_FAMILIES  # here: torch, kept off `study --help`
-
-    if cfg.model.kind != "seq2seq" or cfg.model.attention.family not in PACKABLE_FAMILIES:
+    if cfg.model.kind != "seq2seq" or cfg.model.attention.family not in packable_families():
         return f"{cfg.task.name}/{cfg.variant} cannot train as a graphed pack"
     if spec.gpus > 0 and not (spec.packed and cfg.optim.train_step == "graphed"):
         return "GPU trials that are not graphed packs are not calibrated"
@@ -199,8 +199,6 @@ def cell_costs(spec: Any, cal: Calibration, device: str = "cpu", train_path: str
     A GPU (any device but ``cpu``) prices its runs per seed-epoch of a graphed pack, from the
     rows of the largest pack size it was measured at that the study's packs reach
     (:func:`gpu_pack`); None when a cell cannot be priced so (:func:`gpu_unpriced`)."""
-    from locattn.config import make_run_config  # here: torch, kept off `study --help`
-
     per_cell = spec.n_runs() // max(1, len(spec.cells))
     out = []
     for cell in spec.cells:

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from locattn.config import make_run_config
 from study import cost
 from study.spec_checks import SpecError
 from study.spec_model import StudySpec
@@ -18,8 +19,6 @@ SIZE_LIMITS = {"runs": 20_000, "epochs": 100_000, "cpu_hours": 50_000.0}
 
 def size_warnings(spec: StudySpec) -> list[str]:
     """Why a spec is suspiciously large (runs, epochs per run, estimated CPU time), or []."""
-    from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
-
     out = []
     if spec.n_runs() > SIZE_LIMITS["runs"]:
         out.append(f"{spec.n_runs():,} runs (more than {SIZE_LIMITS['runs']:,})")

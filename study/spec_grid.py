@@ -11,6 +11,10 @@ import math
 from typing import Any, Mapping
 
 import locattn
+from locattn.config import PACKABLE_FIELDS, config_to_dict, flatten, make_run_config
+from locattn.models.config import packable_families
+from locattn.tasks import list_tasks
+from locattn.tasks.config import task_defaults, task_kind
 from record import schema
 from study.keys import cell_id, format_value
 from study.spec_checks import (MAX_INT, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
@@ -46,8 +50,6 @@ def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any,
     is then a function of the cells returning what to pack (seeds and every packable hparams
     axis, or nothing when a cell's model cannot be packed); else ``auto`` is None.
     """
-    from locattn.packed import PACKABLE_FIELDS  # torch: study.spec stays light for `study --help`/`status`
-
     raw = merged.get("pack")
     valid = ["seeds", *[k for k in hparams if k in PACKABLE_FIELDS]]
     if raw is None:
@@ -56,8 +58,6 @@ def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any,
         axes = tuple(k for k in hparams if k in PACKABLE_FIELDS) if search is None else ()
 
         def auto(cells: list[Cell]) -> tuple[bool, tuple[str, ...]]:
-            from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
-
             try:
                 for cell in cells:
                     _check_packable(path, cell, make_run_config(task=cell.task, variant=cell.variant,
@@ -86,8 +86,6 @@ def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any,
 def expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
     """The cells of a grid (task, variant, ablation and config-path axes), each with the task's
     defaults and the fixed ``overrides`` under its own axis values; bad axis values are refused."""
-    from locattn.tasks import TASK_DEFAULTS, list_tasks  # torch: study.spec stays light for `study --help`/`status`
-
     axes: dict[str, list] = {}
     for key, values in grid.items():
         values = check_list(path, f"grid.{key}", values)
@@ -121,7 +119,7 @@ def expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
     for combo in itertools.product(*axes.values()):
         point = dict(zip(keys, combo))
         # Task defaults (e.g. SCAN's dev size) first, then the spec's fixed overrides.
-        cell_overrides = {**TASK_DEFAULTS.get(point["task"], {}), **overrides}
+        cell_overrides = {**task_defaults(point["task"]), **overrides}
         label: dict[str, Any] = {}
         for key, value in point.items():
             if key == "ablation":
@@ -199,8 +197,6 @@ def validate_configs(
 ) -> None:
     """Resolve every (cell, hparams point) config once and check it: values finite and kept,
     the model kind fits the task, and packable when trials pack."""
-    from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
-
     points = [dict(zip(hparams, v)) for v in itertools.product(*hparams.values())] or [{}]
     if search is not None:
         probe = {}
@@ -226,8 +222,6 @@ def validate_configs(
 def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> None:
     """Every number in the resolved config is finite, and every override kept its value
     (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
-    from locattn.config import config_to_dict, flatten  # torch: study.spec stays light for `study --help`/`status`
-
     flat = flatten(config_to_dict(cfg))
     for key, value in flat.items():
         if isinstance(value, float) and not math.isfinite(value):
@@ -252,9 +246,7 @@ def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any)
 def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
     """A regression task (Raffel & Ellis) needs a regressor variant, and a seq2seq task a
     seq2seq one; otherwise the trial would fail only once it starts."""
-    from locattn.tasks import RAFFEL  # torch: study.spec stays light for `study --help`/`status`
-
-    want = "regressor" if cfg.task.name in RAFFEL else "seq2seq"
+    want = "regressor" if task_kind(cfg.task.name) == "regression" else "seq2seq"
     if cfg.model.kind != want:
         kind = "a regression" if want == "regressor" else "a seq2seq"
         raise SpecError(f"{path}: cell {cell.cell}: task {cfg.task.name!r} is {kind} task, but "
@@ -264,12 +256,10 @@ def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
 
 def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
     """``pack_seeds`` / ``pack`` need a model the packed trainer handles (seq2seq, a packable attender)."""
-    from locattn.packed import PACKABLE_FAMILIES  # torch: study.spec stays light for `study --help`/`status`
-
     family = cfg.model.attention.family
-    if cfg.model.kind != "seq2seq" or family not in PACKABLE_FAMILIES:
+    if cfg.model.kind != "seq2seq" or family not in packable_families():
         raise SpecError(
             f"{path}: pack_seeds: cell {cell.cell} has model.kind={cfg.model.kind!r}, "
             f"attention.family={family!r}, which cannot be packed; packable: seq2seq models with "
-            f"attention.family in {list(PACKABLE_FAMILIES)} (drop pack_seeds or these cells)"
+            f"attention.family in {packable_families()} (drop pack_seeds or these cells)"
         )

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from locattn.config import make_run_config
 from study import cost
 from study.retention import DEFAULT_KEEP
 
@@ -170,8 +171,6 @@ class StudySpec:
         """Human-readable plan: cells, trials and an estimated cost; ``max_concurrent`` (the
         launch's ``--max-concurrent``) in place of the spec's, when given; runs priced on
         ``train_path`` (the launch's ``--train-path``; None: eager)."""
-        from locattn.config import make_run_config  # torch: study.spec stays light for `study --help`/`status`
-
         lines = [
             f"spec     {self.path} (profile {self.profile})",
             f"cells    {len(self.cells)}",

@@ -27,10 +27,11 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal, Mapping
 
+from locattn import registry
+
 Kind = Literal["seq2seq", "regressor"]
 EncoderKind = Literal["bigru", "gru_residual"]
 Boundaries = Literal["start_end", "none"]
-Family = Literal["content", "positional", "location", "dubois_code", "feedforward", "mean"]
 ContentScore = Literal["scaled_dot", "additive", "multiplicative"]
 Positions = Literal["relative", "relative_shared_bias", "rotary", "absolute"]
 Direction = Literal["forward", "mixed"]
@@ -45,8 +46,23 @@ MonoGateOn = Literal["relu", "sigmoid"]
 LocationNorm = Literal["sum", "softmax", "l1"]
 RhoInit = Literal["grouped", "per_row"]
 
+#: The built-in attention families (each registered below, as a plugin registers its own).
 SEQ2SEQ_FAMILIES = ("content", "positional", "location", "dubois_code")
 REGRESSOR_FAMILIES = ("feedforward", "mean")
+
+
+def packable_families() -> list[str]:
+    """The registered seq2seq families declared packable (their modules are written for packed
+    parameters, :mod:`locattn.training.packed`); any other trains solo."""
+    return [name for name, e in registry.entries("attender").items()
+            if e.meta["packable"] and e.meta["model_kind"] == "seq2seq"]
+
+
+def families(model_kind: str) -> list[str]:
+    """The registered attention families of a model kind (``seq2seq`` or ``regressor``),
+    built-ins and plugins."""
+    return [name for name, e in registry.entries("attender").items()
+            if e.meta["model_kind"] == model_kind]
 
 
 def _check_literals(obj: Any, prefix: str) -> None:
@@ -66,13 +82,13 @@ def _check_literals(obj: Any, prefix: str) -> None:
 class AttentionConfig:
     """The attender. ``family`` picks the class; the other fields are that class's arguments."""
 
-    family: Family = "content"
-    """Mechanism family: ``content`` (content-only scorers), ``positional`` (sinusoidal/rotary
+    family: str = "content"
+    """Mechanism family, a registered attender (``locattn list attenders``): ``content`` (content-only scorers), ``positional`` (sinusoidal/rotary
     position terms added to a scaled-dot content score), ``location`` (Gaussian location attention:
     LocAttn, OneStep, Mono ... and Dubois's location attender as his paper describes it),
     ``dubois_code`` (that attender as Dubois's code computes it, mixed by its location confidence:
     :mod:`locattn.models.attention.dubois_code`), or for the Raffel & Ellis regressors
-    ``feedforward`` / ``mean`` pooling."""
+    ``feedforward`` / ``mean`` pooling, or a plugin's."""
     content_score: ContentScore = "scaled_dot"
     """Content scorer (family ``content``, and the content half of ``mode="mix"``):
     ``scaled_dot`` (W_q h)·(W_k e)/sqrt(d); ``multiplicative`` e·(W h) (Luong);
@@ -142,9 +158,27 @@ class AttentionConfig:
     orthogonal; the reset-gate biases (input and recurrent) -1; the other biases PyTorch's."""
     sigma_min: float = 0.27
     """min_sigma in sigma_t = (relu(w_sigma·l_t) + min_sigma) / L."""
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """A plugin attender's own options (``model.attention.options: {width: 5}``), checked by the
+    function it registered (:func:`locattn.register_attender`); empty for the built-ins. Part of
+    the run identity, and logged as ``model.attention.options.<name>`` params, only when set."""
 
     def __post_init__(self) -> None:
         _check_literals(self, "attention.")
+        entry = registry.get("attender", self.family, where="attention.family")
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"attention.options must be a mapping, got {self.options!r}")
+        check = entry.meta["options"]
+        if self.options and check is None:
+            raise ValueError(f"attention.options={dict(self.options)!r}: attender {self.family!r} "
+                             "takes no options")
+        if check is not None:
+            try:
+                checked = check(dict(self.options))
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ValueError(f"attention.options of attender {self.family!r}: "
+                                 f"{str(exc).strip(chr(39))}") from None
+            object.__setattr__(self, "options", dict(checked))
         for name in ("direction_temperature", "mix_temperature", "step_temperature",
                      "controller_size", "sigma_min"):
             if not getattr(self, name) > 0:
@@ -272,7 +306,7 @@ class ModelConfig:
                 f"hidden_size={self.hidden_size} must be even for encoder='bigru' (split over directions)"
             )
         family = self.attention.family
-        valid = SEQ2SEQ_FAMILIES if self.kind == "seq2seq" else REGRESSOR_FAMILIES
+        valid = families(self.kind)
         if family not in valid:
             raise ValueError(
                 f"attention.family={family!r} does not fit kind={self.kind!r}; valid: {list(valid)}"
@@ -341,11 +375,37 @@ def flat_fields(cfg: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+_FAMILY_DOCS = {
+    "content": ("Content", "Content-only scorers: scaled dot, multiplicative (Luong et al. 2015), "
+                "additive (Bahdanau et al. 2015)."),
+    "positional": ("Positional", "Sinusoidal, relative (Transformer-XL) or rotary position terms "
+                   "added to a scaled-dot content score."),
+    "location": ("Location", "Gaussian location attention (Ray Chowdhury & Caragea 2023; Dubois "
+                 "et al. 2020 as their paper describes it)."),
+    "dubois_code": ("Location (Dubois's code)", "Dubois et al.'s location attender as their "
+                    "code computes it, mixed by its location confidence."),
+    "feedforward": ("Feed-forward attention", "Raffel & Ellis (2016) feed-forward attention "
+                    "pooling (regressor)."),
+    "mean": ("Unweighted mean", "Raffel & Ellis (2016) unweighted mean pooling (regressor)."),
+}
+for _family in SEQ2SEQ_FAMILIES + REGRESSOR_FAMILIES:
+    registry.register_attender(
+        _family,
+        f"locattn.models.attention:build_{_family}" if _family in SEQ2SEQ_FAMILIES
+        else "locattn.models.regressor:build_regressor",
+        label=_FAMILY_DOCS[_family][0], doc=_FAMILY_DOCS[_family][1],
+        model_kind="seq2seq" if _family in SEQ2SEQ_FAMILIES else "regressor",
+        packable=_family in ("content", "positional", "location"),
+    )
+
+
 __all__ = [
     "AttentionConfig",
     "ModelConfig",
     "SIZE_PRESETS",
     "apply_size",
     "derive",
+    "families",
+    "packable_families",
     "flat_fields",
 ]

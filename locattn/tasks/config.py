@@ -1,9 +1,17 @@
-"""Task configuration: which task, and the sizes and lengths of its splits."""
+"""Task configuration: which task, and the sizes and lengths of its splits (no torch).
+
+The built-in tasks register here (:func:`locattn.register_task`), with their paper labels,
+defaults and data versions, exactly as a plugin registers its own; their data loads lazily
+(``locattn.tasks.load.load_builtin``).
+"""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
+from typing import Any, Mapping
+
+from locattn import registry
+from locattn.labels import TASK_LABELS
 
 #: Every task key ``load_task`` accepts, in the order ``list_tasks()`` reports them.
 TASK_KEYS: tuple[str, ...] = (
@@ -34,13 +42,55 @@ DATA_VERSIONS: dict[str, int] = {
 
 #: The Long Lookup Tables task keys.
 LOOKUP_TASKS: tuple[str, ...] = ("lookup", "reverse_lookup", "noisy_lookup")
+#: The Raffel & Ellis regression task keys.
+RAFFEL: tuple[str, ...] = ("raffel_add", "raffel_mul")
+
+#: Per-task overrides of the copy-task defaults, as dotted RunConfig keys. The config layer
+#: (or a study spec) applies them; ``load_task`` itself uses whatever TaskConfig it is given.
+#: - lookup*: sizes are fixed by the Long Lookup Tables construction (train_size etc. unused);
+#:   Lookup and Reverse Lookup move 500 rows of longer_seen_1 into dev, as the reference does.
+#: - scan: dev_size is carved out of the 16,990 length-split training commands.
+#: - raffel_*: fixed dev/test sets of 1,000 sequences (Raffel & Ellis §3); batch 100,
+#:   an "epoch" of 1,000 updates (REFERENCE §4).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    # the reference's Lookup dev set: validation + 500 rows of longer_seen_1 (REFERENCE §3)
+    "lookup": {"task.dev_from_long1": 500},
+    "reverse_lookup": {"task.dev_from_long1": 500},
+    "scan": {"task.dev_size": 1_000},
+    "cfq": {"optim.batch_size": 128},
+    "raffel_add": {"task.dev_size": 1_000, "task.test_size": 1_000,
+                   "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
+    "raffel_mul": {"task.dev_size": 1_000, "task.test_size": 1_000,
+                   "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
+}
+
+for _name in TASK_KEYS:
+    registry.register_task(
+        _name, "locattn.tasks.load:load_builtin", label=TASK_LABELS[_name],
+        doc="Built-in task (docs/architecture.md §2).",
+        kind="regression" if _name in RAFFEL else "seq2seq",
+        defaults=TASK_DEFAULTS.get(_name, {}), data_version=DATA_VERSIONS[_name],
+    )
 
 
 def unknown_task_message(name: str) -> str:
     """Error text for an unknown task key: the valid keys plus a close match if any."""
-    close = difflib.get_close_matches(name, TASK_KEYS, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"TaskConfig.name={name!r} is not a known task.{hint} Valid: {list(TASK_KEYS)}"
+    return registry.unknown_message("task", name, "TaskConfig.name")
+
+
+def task_defaults(name: str) -> Mapping[str, Any]:
+    """The registered task's own dotted ``RunConfig`` defaults (``{}`` for most tasks)."""
+    return registry.get("task", name, where="task.name").meta["defaults"]
+
+
+def data_version(name: str) -> int:
+    """The registered task's data version (part of the run identity from 2 on)."""
+    return int(registry.get("task", name, where="task.name").meta["data_version"])
+
+
+def task_kind(name: str) -> str:
+    """``seq2seq`` or ``regression``: what the registered task ``name`` yields."""
+    return str(registry.get("task", name, where="task.name").meta["kind"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +106,7 @@ class TaskConfig:
     """
 
     name: str = "copy"
-    """Task key; see ``locattn.tasks.list_tasks()``."""
+    """Task key, a registered task (``locattn list tasks``): a built-in or a plugin's."""
     data_seed: int = 0
     """Seed of the data generator. Independent of the run seed: every run of a study
     sees the same data, as in the papers."""
@@ -94,12 +144,12 @@ class TaskConfig:
     """Raffel & Ellis: draw one length per batch from [50, 10000] instead of around T0."""
 
     def __post_init__(self) -> None:
-        if self.name not in TASK_KEYS:
+        if not registry.has("task", self.name):
             raise ValueError(unknown_task_message(self.name))
         if self.variant:
             raise ValueError(
                 f"TaskConfig.variant={self.variant!r}: sub-variants are separate task keys; "
-                f"leave variant empty. Valid task keys: {list(TASK_KEYS)}"
+                f"leave variant empty. Valid task keys: {list(registry.entries('task'))}"
             )
         if self.data_seed < 0:
             raise ValueError(f"TaskConfig.data_seed must be >= 0, got {self.data_seed}")

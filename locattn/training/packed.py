@@ -27,7 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from locattn.config import RunConfig, config_to_dict, flatten, identity_dict, run_identity
+from locattn.config import PACKABLE_FIELDS, RunConfig, config_to_dict, flatten, identity_dict, run_identity
+from locattn.models.config import packable_families
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
 from locattn.training.decode import graphed_greedy_dev_accuracy, graphed_test_decodes
@@ -38,15 +39,9 @@ from locattn.training.recorders import NullRecorder
 from locattn.training.results import CONFIG_FILE, RESULT_FILE
 from locattn.training.seq2seq import Seq2SeqRun
 
-PACKABLE_FAMILIES = ("content", "positional", "location")
-"""Attention families whose modules are written for packed parameters."""
-PACKABLE_FIELDS = (
-    "seed", "optim.lr", "optim.weight_decay", "optim.clip", "optim.epochs", "optim.patience",
-    "optim.plateau_patience", "optim.plateau_factor", "optim.tie_tolerance",
-    "optim.schedule_from_epoch", "optim.select_on", "optim.dev_scoring",
-)
-"""Config fields in which the runs of one pack may differ: each replica keeps its own optimizer,
-scheduler, clipping, early stopping and dev scoring; only the training pass is shared."""
+PACKABLE_FAMILIES = tuple(packable_families())
+"""The built-in attention families whose modules are written for packed parameters (a plugin's
+declared packable counts too: ``check_packable`` asks the registry)."""
 _MAY_DIFFER = PACKABLE_FIELDS
 
 
@@ -69,10 +64,10 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
         if cfg.device != cfgs[0].device:
             raise ValueError(f"cfgs[{i}].device={cfg.device!r} differs from cfgs[0].device={cfgs[0].device!r}")
     family = cfgs[0].model.attention.family
-    if cfgs[0].model.kind != "seq2seq" or family not in PACKABLE_FAMILIES:
+    if cfgs[0].model.kind != "seq2seq" or family not in packable_families():
         raise ValueError(
             f"model.kind={cfgs[0].model.kind!r}, attention.family={family!r} cannot be packed; "
-            f"packable: seq2seq with attention.family in {list(PACKABLE_FAMILIES)}"
+            f"packable: seq2seq with attention.family in {packable_families()}"
         )
     seeds = [c.seed for c in cfgs]
     if len({run_identity(c) for c in cfgs}) != len(cfgs):

@@ -1,0 +1,399 @@
+"""Registries of attenders, tasks, variants and metrics: names, labels and docs (standard library only).
+
+Every built-in attention family, task, variant preset and metric registers here through the same
+public functions a plugin calls, so there is no privileged list::
+
+    import locattn
+    locattn.register_attender("localp", "my_pkg.attn:build", label="Local-p",
+                              doc="Luong et al. (2015) local-p attention", options=check_options)
+    locattn.register_variant("localp", label="Local-p", parent="content",
+                             delta={"attention.family": "localp"})
+
+A registration is plain data: a name, a paper-style label, a docstring and, for attenders, tasks
+and metrics, a *target*, the object itself or a lazy ``"module:attr"`` path imported on first
+use. So the registry, and every config check that reads it, needs no torch.
+
+Plugins are found two ways (docs/howto/own-attender.md): installed distributions that declare an
+entry point in the group ``locattn.plugins`` (loaded on the first lookup that misses, and by every
+listing), and module names that a study spec's ``plugins:`` key or ``--plugin`` names
+(:func:`import_plugins`). A plugin that fails to import raises :class:`PluginError`, one line
+naming the plugin and the cause.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
+
+KINDS = ("attender", "task", "variant", "metric")
+"""The kinds of registered objects."""
+ENTRY_POINT_GROUP = "locattn.plugins"
+"""The entry-point group an installed plugin distribution declares (its value: a module, or
+``module:function`` called with no arguments)."""
+BUILTIN = "locattn"
+"""The plugin name of the built-ins (their targets live in the ``locattn`` package)."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class PluginError(Exception):
+    """A plugin that cannot be imported or registers something wrong; the message is one line
+    naming the plugin (or the registered name) and the cause."""
+
+
+class UnknownNameError(KeyError, ValueError):
+    """An unregistered name; the message lists the valid names and a close match."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered object: its kind, name, paper-style label, docstring and target."""
+
+    kind: str
+    """One of :data:`KINDS`."""
+    name: str
+    """The key configs and specs use (``attention.family``, ``task.name``, ``variant``)."""
+    label: str
+    """The paper-style name tables and figures print."""
+    doc: str
+    """What it is, with its source (a paper or a repository)."""
+    target: Any = None
+    """The object (a factory, a loader, a function) or a lazy ``"module:attr"`` path; None for
+    a variant, which is data."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Kind-specific data: attenders ``model_kind``, ``packable``, ``options``; tasks ``kind``,
+    ``defaults``, ``data_version``; variants ``parent``, ``delta``."""
+
+    @property
+    def module(self) -> str:
+        """The module its target lives in (for a variant: the module that registered it)."""
+        if isinstance(self.target, str):
+            return self.target.partition(":")[0]
+        if self.target is not None:
+            return getattr(self.target, "__module__", "") or ""
+        return str(self.meta.get("registered_by", ""))
+
+    @property
+    def plugin(self) -> str:
+        """The top-level package it comes from: :data:`BUILTIN` for the built-ins."""
+        return self.module.split(".")[0]
+
+    @property
+    def builtin(self) -> bool:
+        """True for the package's own registrations."""
+        return self.plugin == BUILTIN
+
+    def load(self) -> Any:
+        """The target, imported on first use when it is a ``"module:attr"`` path."""
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, attr = self.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:  # noqa: BLE001 - any failure is the plugin's, reported in one line
+            raise PluginError(f"{self.kind} {self.name!r}: cannot load {self.target!r}: "
+                              f"{type(exc).__name__}: {_one_line(exc)}") from exc
+        return obj
+
+
+_ENTRIES: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+_VERSION = [0]  # bumped by every registration: caches keyed on it rebuild
+_ENTRY_POINTS_LOADED = [False]
+_IMPORTED: dict[str, dict[str, str]] = {}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _caller_module() -> str:
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+
+
+def _register(kind: str, name: str, target: Any, label: str, doc: str,
+              meta: dict[str, Any]) -> Entry:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise PluginError(f"register_{kind}: name {name!r} must be lower-case letters, digits and "
+                          "underscores, starting with a letter")
+    if not isinstance(label, str) or not label:
+        raise PluginError(f"register_{kind}({name!r}): label must be a non-empty string")
+    if isinstance(target, str) and ":" not in target:
+        raise PluginError(f"register_{kind}({name!r}): target {target!r} must be an object or a "
+                          "'module:attr' path")
+    meta.setdefault("registered_by", _caller_module())
+    entry = Entry(kind=kind, name=name, label=label, doc=inspect.cleandoc(doc or ""),
+                  target=target, meta=MappingProxyType(meta))
+    old = _ENTRIES[kind].get(name)
+    if old is not None:
+        if (old.target, old.label, dict(old.meta)) == (entry.target, entry.label, dict(entry.meta)):
+            return old  # the same module imported twice (a driver, then a worker's re-import)
+        raise PluginError(f"{kind} {name!r} is already registered by {old.module or old.plugin!r}; "
+                          "pick another name")
+    _ENTRIES[kind][name] = entry
+    _VERSION[0] += 1
+    return entry
+
+
+def register_attender(name: str, target: Any, *, label: str, doc: str = "",
+                      model_kind: str = "seq2seq", packable: bool = False,
+                      options: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+                      ) -> Entry:
+    """Register an attention family ``name`` (the value of ``model.attention.family``).
+
+    ``target`` (an object or a lazy ``"module:attr"`` path) is called as
+    ``target(cfg, query_size=, key_size=, dim=, total_batches=)`` with the run's
+    :class:`locattn.models.config.AttentionConfig` and returns an attender
+    (:class:`locattn.models.attention.Attender`). ``options``, a torch-free function, checks
+    ``model.attention.options`` at config time: it returns the options (with defaults filled in
+    or not) or raises ``ValueError``; without it an attender takes no options. ``packable``
+    declares that the family's modules are written for packed parameters (built-ins only today:
+    a plugin attender trains solo). ``model_kind``: ``seq2seq`` or ``regressor``.
+    """
+    if model_kind not in ("seq2seq", "regressor"):
+        raise PluginError(f"register_attender({name!r}): model_kind={model_kind!r}; valid: "
+                          "['seq2seq', 'regressor']")
+    return _register("attender", name, target, label, doc,
+                     {"model_kind": model_kind, "packable": bool(packable), "options": options})
+
+
+def register_task(name: str, target: Any, *, label: str, doc: str = "", kind: str = "seq2seq",
+                  defaults: Mapping[str, Any] | None = None, data_version: int = 1) -> Entry:
+    """Register a task ``name`` (the value of ``task.name``).
+
+    ``target`` (an object or a lazy ``"module:attr"`` path) is called as
+    ``target(cfg, cache_dir=, use_cache=)`` with the run's :class:`locattn.tasks.TaskConfig`
+    and returns a :class:`locattn.tasks.TaskData` (``kind`` ``seq2seq``) or a regression task
+    (``kind`` ``regression``). ``defaults`` are dotted ``RunConfig`` overrides applied before a
+    spec's (``{"task.dev_size": 1000}``). ``data_version``: bump it when the same config starts
+    to yield other examples; from 2 on it is part of the run identity.
+    """
+    if kind not in ("seq2seq", "regression"):
+        raise PluginError(f"register_task({name!r}): kind={kind!r}; valid: ['seq2seq', 'regression']")
+    if not isinstance(data_version, int) or data_version < 1:
+        raise PluginError(f"register_task({name!r}): data_version must be an int >= 1")
+    return _register("task", name, target, label, doc,
+                     {"kind": kind, "defaults": MappingProxyType(dict(defaults or {})),
+                      "data_version": data_version})
+
+
+def register_variant(name: str, *, label: str, parent: str | None = None,
+                     delta: Mapping[str, Any] | None = None, doc: str = "") -> Entry:
+    """Register a named model preset: ``parent``'s model (None: ``ModelConfig()``) with the dotted
+    ``delta`` applied (``{"attention.family": "localp", "attention.options": {"width": 5}}``).
+    The parent must be registered first; the delta is checked when the preset is first built."""
+    if parent is not None and parent not in _ENTRIES["variant"]:
+        raise PluginError(f"register_variant({name!r}): parent {parent!r} is not a registered "
+                          "variant" + _hint(parent, _ENTRIES["variant"]))
+    return _register("variant", name, None, label, doc,
+                     {"parent": parent, "delta": MappingProxyType(dict(delta or {}))})
+
+
+def register_metric(name: str, target: Any, *, label: str, doc: str = "") -> Entry:
+    """Register a metric function ``name`` (an object or a lazy ``"module:attr"`` path); its
+    docstring gives its inputs' shapes. Listing only: the trainer records the built-in metrics."""
+    return _register("metric", name, target, label, doc, {})
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def _hint(name: Any, valid: Mapping[str, Any] | list[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_message(kind: str, name: Any, where: str = "", names: list[str] | None = None) -> str:
+    """One line for an unregistered name: what was given, a close match, the valid names."""
+    valid = names if names is not None else list(entries(kind))
+    close = difflib.get_close_matches(str(name), valid, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    at = f" ({where})" if where else ""
+    return f"unknown {kind} {name!r}{at}.{hint} Valid: {', '.join(valid)}"
+
+
+def get(kind: str, name: str, *, where: str = "") -> Entry:
+    """The entry ``name`` of ``kind``; a miss loads installed plugins once, then raises
+    :class:`UnknownNameError` naming the valid names (``where``: the config key to name)."""
+    found = _ENTRIES[kind].get(name) if isinstance(name, str) else None
+    if found is None and not _ENTRY_POINTS_LOADED[0]:
+        load_entry_points()
+        found = _ENTRIES[kind].get(name) if isinstance(name, str) else None
+    if found is None:
+        raise UnknownNameError(unknown_message(kind, name, where))
+    return found
+
+
+def has(kind: str, name: str) -> bool:
+    """Whether ``name`` is registered (loading installed plugins on a miss)."""
+    try:
+        get(kind, name)
+    except UnknownNameError:
+        return False
+    return True
+
+
+def entries(kind: str, *, discover: bool = True) -> dict[str, Entry]:
+    """{name: entry} of ``kind`` in registration order (built-ins first); ``discover`` loads
+    installed plugins first."""
+    if kind not in KINDS:
+        raise UnknownNameError(f"unknown kind {kind!r}{_hint(kind, list(KINDS))}; valid: "
+                               f"{', '.join(KINDS)}")
+    if discover and not _ENTRY_POINTS_LOADED[0]:
+        load_entry_points()
+    return dict(_ENTRIES[kind])
+
+
+def version() -> int:
+    """A counter bumped by every registration (caches of built presets key on it)."""
+    return _VERSION[0]
+
+
+class Labels(Mapping[str, str]):
+    """A live, read-only {name: label} view of one kind (``locattn.variants.PAPER_LABELS``)."""
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return get(self._kind, name).label
+        except UnknownNameError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(entries(self._kind))
+
+    def __len__(self) -> int:
+        return len(entries(self._kind))
+
+    def __repr__(self) -> str:
+        return f"Labels({dict(self)!r})"
+
+
+# --------------------------------------------------------------------------- plugins
+
+
+def _source_files(module: Any) -> list[Path]:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return []
+    path = Path(path)
+    if path.name == "__init__.py":
+        return sorted(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
+    return [path]
+
+
+def source_sha256(module_name: str) -> str:
+    """sha256 over the source of an imported module (of every ``.py`` file of a package, by
+    relative path and content); ``""`` when it has no source file."""
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    files = _source_files(module)
+    if not files:
+        return ""
+    root = files[0].parent if len(files) == 1 else Path(module.__file__).parent
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def distribution_of(module_name: str) -> tuple[str, str]:
+    """(distribution name, version) that installs ``module_name``'s top-level package; ``("", "")``
+    for code that is only on ``sys.path``."""
+    top = module_name.split(".")[0]
+    try:
+        dists = importlib.metadata.packages_distributions().get(top, [])
+        if dists:
+            return dists[0], importlib.metadata.version(dists[0])
+    except Exception:  # noqa: BLE001 - broken metadata of an unrelated distribution
+        pass
+    return "", ""
+
+
+def provenance(module_name: str) -> dict[str, str]:
+    """{"module", "distribution", "version", "sha256"} of a plugin's top-level package."""
+    top = module_name.split(".")[0]
+    dist, ver = distribution_of(top)
+    return {"module": top, "distribution": dist, "version": ver, "sha256": source_sha256(top)}
+
+
+def import_plugins(modules: list[str] | tuple[str, ...], *, source: str = "plugins") -> None:
+    """Import each module (a plugin registers on import); a failure raises :class:`PluginError`
+    naming the module, ``source`` (where it was named) and the cause, in one line."""
+    for name in modules:
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][\w.]*$", name):
+            raise PluginError(f"{source}: {name!r} is not an importable module name")
+        try:
+            importlib.import_module(name)
+        except PluginError as exc:
+            raise PluginError(f"{source}: plugin {name!r}: {exc}") from exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin is a failure too
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise PluginError(f"{source}: plugin {name!r} failed to import: "
+                              f"{type(exc).__name__}: {_one_line(exc)}") from exc
+        _IMPORTED[name] = {"source": source}
+
+
+def load_entry_points() -> None:
+    """Import every installed plugin of the group :data:`ENTRY_POINT_GROUP` (once)."""
+    _ENTRY_POINTS_LOADED[0] = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if callable(obj) and not inspect.ismodule(obj):
+                obj()
+        except PluginError as exc:
+            raise PluginError(f"entry point {ep.name!r} ({ep.value}): {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - reported in one line
+            raise PluginError(f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP} "
+                              f"failed: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def installed_plugins() -> dict[str, str]:
+    """{entry point name: its module} of the installed plugins (no import)."""
+    return {ep.name: ep.value.partition(":")[0]
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "Entry",
+    "KINDS",
+    "Labels",
+    "PluginError",
+    "UnknownNameError",
+    "distribution_of",
+    "entries",
+    "get",
+    "has",
+    "import_plugins",
+    "installed_plugins",
+    "load_entry_points",
+    "provenance",
+    "register_attender",
+    "register_metric",
+    "register_task",
+    "register_variant",
+    "source_sha256",
+    "unknown_message",
+    "version",
+]
