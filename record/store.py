@@ -18,6 +18,7 @@ benchmarks (:func:`insert_rows`). Everything else is written through MLflow's cl
 from __future__ import annotations
 
 import lzma
+import math
 import os
 import shutil
 import sqlite3
@@ -260,12 +261,44 @@ def read_rows(
             metric_keys = _with_former(metric_keys, schema.RENAMED_METRICS, metric_prefixes)
         param_keys = _with_former(param_keys, schema.RENAMED_PARAMS, ())
     read = _read_rest if scheme in ("http", "https") else _read_sql
-    rows = read(tracking_uri, study, tag_keys, metric_keys, param_keys, metric_prefixes)
+    asked = list(tag_keys)
+    tag_keys = list(dict.fromkeys([*asked, schema.RUN_KEY, schema.STATUS]))
+    rows = one_run_per_identity(read(tracking_uri, study, tag_keys, metric_keys, param_keys,
+                                     metric_prefixes), asked)
     if as_stored:
         return rows
     return RunRows(runs=rows.runs, tags=rows.tags,
                    params=_current_names(rows.params, schema.RENAMED_PARAMS),
                    metrics=_current_names(rows.metrics, schema.RENAMED_METRICS))
+
+
+def superseded(runs: Sequence[tuple[str, str | None, str | None, int | None]]) -> set[str]:
+    """Of ``(run id, run key, locattn.status, start time)`` rows, the run ids that another run of
+    the same key supersedes: the record holds one active run per identity, and when there are
+    more (MLflow's restore of a deleted experiment revives the runs deleted in it, and a resume
+    had recorded those seeds again), the one kept is the finished one, then the one started
+    last, then the largest run id. Runs without a key are never superseded."""
+    by_key: dict[str, list[tuple]] = {}
+    for run_id, key, status, start in runs:
+        if key is not None:
+            by_key.setdefault(key, []).append((status == schema.STATUS_FINISHED, start or 0, run_id))
+    return {r[2] for group in by_key.values() if len(group) > 1
+            for r in sorted(group)[:-1]}
+
+
+def one_run_per_identity(rows: RunRows, tag_keys: Sequence[str]) -> RunRows:
+    """``rows`` (read with the ``locattn.run_key`` and ``locattn.status`` tags) without the runs
+    :func:`superseded` by another of their identity, and with only the tags ``tag_keys``."""
+    tags: dict[str, dict[str, str]] = {}
+    for run_id, key, value in rows.tags:
+        tags.setdefault(run_id, {})[key] = value
+    drop = superseded([(r[0], tags.get(r[0], {}).get(schema.RUN_KEY),
+                        tags.get(r[0], {}).get(schema.STATUS), r[2]) for r in rows.runs])
+    wanted = set(tag_keys)
+    return RunRows(runs=[r for r in rows.runs if r[0] not in drop],
+                   tags=[t for t in rows.tags if t[0] not in drop and t[1] in wanted],
+                   params=[p for p in rows.params if p[0] not in drop],
+                   metrics=[m for m in rows.metrics if m[0] not in drop])
 
 
 def _with_former(keys: Sequence[str], renamed: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
@@ -341,9 +374,23 @@ def _read_sql(
                 f"FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid WHERE {run_filter}{where}",
                 {**exp, **m_params},
             )
-    nan = float("nan")
     return RunRows(runs=runs, tags=tags, params=params,
-                   metrics=[(r, k, nan if is_nan else v) for r, k, v, is_nan in metrics])
+                   metrics=[(r, k, stored_value(v, is_nan)) for r, k, v, is_nan in metrics])
+
+
+#: MLflow's SQL store keeps +inf and -inf as the largest finite doubles (and NaN as 0 with
+#: ``is_nan``); :func:`stored_value` turns them back.
+_MAX_DOUBLE = 1.7976931348623157e308
+
+
+def stored_value(value: float, is_nan: int | bool = False) -> float:
+    """A metric value as logged, from its SQL row: NaN for ``is_nan``, ±inf for the ±largest
+    double that MLflow stores in their place, else ``value``."""
+    if is_nan:
+        return float("nan")
+    if value is not None and abs(value) >= _MAX_DOUBLE:
+        return math.copysign(math.inf, value)
+    return value
 
 
 def _read_rest(
@@ -387,6 +434,31 @@ def _read_rest(
             return out
 
 
+def latest_metrics(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[int, float]]]:
+    """run id -> metric key -> (step, value) of its latest row (MLflow's ``latest_metrics``: the
+    highest step, then the newest), for ``run_ids``; by SQL on a SQL store, else through MLflow's
+    client (one metric history per key)."""
+    out: dict[str, dict[str, tuple[int, float]]] = {r: {} for r in run_ids}
+    if not run_ids:
+        return out
+    if not is_server(tracking_uri):
+        with SQLReader(tracking_uri, timeout=30) as con:
+            r_in, r_params = _in_clause("r", list(run_ids))
+            for run_id, key, step, value, is_nan in con.query(
+                    "SELECT run_uuid, key, step, value, CASE WHEN is_nan THEN 1 ELSE 0 END "
+                    f"FROM latest_metrics WHERE run_uuid IN ({r_in})", r_params):
+                out[run_id][key] = (int(step), stored_value(value, is_nan))
+        return out
+    from mlflow.tracking import MlflowClient  # a tracking server only: MLflow's REST client
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for run_id in run_ids:
+        for key in client.get_run(run_id).data.metrics:
+            last = max(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+            out[run_id][key] = (int(last.step), float(last.value))
+    return out
+
+
 def run_index(tracking_uri: str, experiment_id: str
               ) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
     """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None, the
@@ -415,8 +487,28 @@ def run_index(tracking_uri: str, experiment_id: str
                 "SELECT m.run_uuid, m.key FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
                 f"WHERE r.experiment_id = :exp AND m.key NOT IN ({m_in})", {**exp, **m_params}):
             others.setdefault(run_id, set()).add(key)
+        starts = dict(con.query("SELECT run_uuid, start_time FROM runs WHERE experiment_id = :exp", exp))
+    drop = superseded([(run_id, key, statuses.get(run_id), starts.get(run_id)) for key, run_id in keys])
     return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id), frozenset(others.get(run_id, ())))
-            for key, run_id in keys}
+            for key, run_id in keys if run_id not in drop}
+
+
+def superseded_runs(tracking_uri: str, experiment_id: str) -> list[str]:
+    """The active runs of an experiment that another run of their identity supersedes
+    (:func:`superseded`), by SQL; [] for a tracking server or a store not there."""
+    if is_server(tracking_uri) or urlsplit(tracking_uri).scheme in ("", "file"):
+        return []
+    db = local_store(tracking_uri)
+    if db is not None and not db.is_file():
+        return []
+    with SQLReader(tracking_uri, timeout=30) as con:
+        rows = con.query(
+            "SELECT r.run_uuid, k.value, s.value, r.start_time FROM runs r "
+            "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = :key "
+            "LEFT JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = :status "
+            "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'",
+            {"key": schema.RUN_KEY, "status": schema.STATUS, "exp": int(experiment_id)})
+    return sorted(superseded(rows))
 
 
 def experiment_id(tracking_uri: str, name: str) -> str | None:
@@ -456,14 +548,34 @@ def artifact_uris(tracking_uri: str, run_ids: Sequence[str],
 
 
 def _in_moved_folder(uri: str, old_root: str, here: str | None) -> str:
-    """``uri`` under ``here`` instead of ``old_root`` when the recorded root is gone (read-only:
-    the store keeps its paths until a resume adopts the folder, :func:`move_artifact_root`)."""
+    """``uri`` under ``here`` instead of ``old_root`` when the store's folder moved or was copied:
+    the recorded root is gone, or ``here`` holds the run's own artifact folder (a copy reads its
+    own files, not the original's). Read-only: the store keeps its paths until a resume adopts
+    the folder (:func:`move_artifact_root`)."""
     if here is None or not uri.startswith(old_root) or old_root == here:
         return uri
     old = urlsplit(old_root)
-    if old.scheme not in ("", "file") or Path(unquote(old.path)).exists():
+    if old.scheme not in ("", "file"):
         return uri
-    return here + uri[len(old_root):]
+    moved = here + uri[len(old_root):]
+    if Path(unquote(old.path)).exists() and not Path(unquote(urlsplit(moved).path)).exists():
+        return uri
+    return moved
+
+
+def adopt_artifact_root(db: Path, here: Path) -> list[str]:
+    """Point the artifact locations of the SQLite store ``db`` (its experiments' and runs') into
+    ``here``, the artifact folder beside it, where they name another folder of the same name (the
+    study folder was moved or copied). ``study ui`` needs it: MLflow's server reads the stored
+    paths. Returns the old locations rewritten."""
+    with SQLReader(sqlite_uri(db), timeout=30) as con:
+        locations = [r[0] for r in con.query("SELECT DISTINCT artifact_location FROM experiments", {})]
+    new = here.resolve().as_uri()
+    old = [loc for loc in locations if loc and loc != new and urlsplit(loc).scheme == "file"
+           and Path(unquote(urlsplit(loc).path)).name == here.name]
+    for loc in old:
+        move_artifact_root(db, loc, new)
+    return old
 
 
 # ---------------------------------------------------------------------------- SQL writes

@@ -2,9 +2,17 @@
 
 A cell is a grid point (variant x task, and any further grid axis); with hyperparameters it
 has several points, and the chosen one is the point with the best median
-``best_selection_score`` (never test). ``study status`` prints these numbers and the writer logs
-them on the cell's MLflow run, so that the UI's grouped view shows the table's number. Standard
-library only.
+``best_selection_score`` (never test), then the smallest median ``best_epoch``, then the
+smallest hparams JSON. ``study status`` prints these numbers, the writer logs them on the
+cell's MLflow run (so that the UI's grouped view shows the table's number), and ``reports``
+applies the same rule with polars. Standard library only.
+
+**Non-finite values: the one rule.** A NaN or ±inf metric value (a diverged run leaves them) is
+not a measurement. Every statistic over seeds (median, mean, IQR, std, k of n, a Wilcoxon pair)
+and every ranking over such statistics (the chosen point, the best row of a column) is taken
+over the finite values only; a point or cell with no finite value ranks last. A seed whose value
+is not finite is *diverged*: it is not counted in n, and every view says so (``n = 2 of 3,
+1 diverged``). :func:`is_measurement` is the test; nothing else decides it.
 """
 
 from __future__ import annotations
@@ -16,31 +24,50 @@ from typing import Mapping, Sequence
 SELECTION_KEY = "best_selection_score"
 """The final metric that chooses a cell's point: the best value of the run's checkpoint-selection
 signal (higher is better)."""
+BEST_EPOCH_KEY = "best_epoch"
+"""Final metric: the epoch of the best checkpoint; among points of equal median selection score,
+the smaller median wins (the same dev score reached sooner)."""
 SEEDS_KEY = "seeds_finished"
 """Metric of a cell run: how many finished seeds its medians are over."""
+DIVERGED_KEY = "seeds_diverged"
+"""Metric of a cell run: finished seeds of its chosen point with a non-finite value."""
+
+
+def is_measurement(value: float | None) -> bool:
+    """Whether ``value`` counts in a statistic: a finite number (not None, NaN, +inf or -inf)."""
+    return value is not None and math.isfinite(value)
 
 
 def median_of(runs: Sequence[Mapping[str, float]], key: str) -> float | None:
-    """Median of ``key`` over the runs that have it (NaN left out); None when none has it."""
-    values = [r[key] for r in runs if key in r and not math.isnan(r[key])]
+    """Median of ``key`` over the runs whose value is a measurement (:func:`is_measurement`);
+    None when none has one."""
+    values = [r[key] for r in runs if is_measurement(r.get(key))]
     return statistics.median(values) if values else None
+
+
+def diverged(runs: Sequence[Mapping[str, float]]) -> int:
+    """How many of ``runs`` hold a non-finite value of some metric."""
+    return sum(1 for r in runs if any(not is_measurement(v) for v in r.values()))
 
 
 def chosen_point(by_point: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
     """The point (its hparams JSON) whose finished runs have the best median
-    ``best_selection_score``; the first by sorted JSON among equals, and among points with no
-    such score."""
-    def selection(item: tuple[str, Sequence[Mapping[str, float]]]) -> float:
-        value = median_of(item[1], SELECTION_KEY)
-        return -math.inf if value is None else value
+    ``best_selection_score``, then the smallest median ``best_epoch``, then the smallest JSON;
+    points with no finite score rank last."""
+    def rank(item: tuple[str, Sequence[Mapping[str, float]]]) -> tuple:
+        score = median_of(item[1], SELECTION_KEY)
+        epoch = median_of(item[1], BEST_EPOCH_KEY)
+        return (score is None, -(score or 0.0), epoch is None, epoch or 0.0, item[0])
 
-    return max(sorted(by_point.items()), key=selection)[0]
+    return min(by_point.items(), key=rank)[0]
 
 
 def cell_medians(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Per final metric of ``runs`` (one point's finished seeds), its median over them, and
-    :data:`SEEDS_KEY`."""
+    """Per final metric of ``runs`` (one point's finished seeds), its median over their finite
+    values, :data:`SEEDS_KEY` and, when some seed diverged, :data:`DIVERGED_KEY`."""
     keys = sorted({k for r in runs for k in r})
     out = {k: v for k in keys if (v := median_of(runs, k)) is not None}
     out[SEEDS_KEY] = float(len(runs))
+    if n_diverged := diverged(runs):
+        out[DIVERGED_KEY] = float(n_diverged)
     return out

@@ -39,7 +39,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from record import layout, schema
-from record.store import StoreError, StudyNotFound, ensure_sqlite_store, local_store, read_rows, run_index
+from record.store import (StoreError, StudyNotFound, ensure_sqlite_store, latest_metrics, local_store,
+                          read_rows, run_index, superseded_runs)
 from record.summary import cell_medians, chosen_point
 
 MAX_TAG_CHARS = 5000
@@ -69,6 +70,27 @@ class RunState:
     """Final metric keys the store already holds for a run not tagged finished: MLflow's
     ``log_batch`` commits its metrics and its tags in separate transactions, so a driver killed
     between them left the finals without the tag. They are not logged again."""
+
+
+def same_value(a: float, b: float) -> bool:
+    """Equal metric values (NaN equals NaN)."""
+    return a == b or (a != a and b != b)
+
+
+def unlogged(held: Mapping[str, tuple[int, float]], values: Mapping[str, float], step: int) -> list:
+    """The ``Metric`` rows to log so that a run's latest value of each key is ``values[key]``
+    with at most one row per (run, key, step): a key whose latest value is already this one is
+    skipped (a resume that changes nothing writes nothing); a changed value goes at ``step``,
+    or after the held row's step when that is not earlier."""
+    ts = int(time.time() * 1000)
+    out = []
+    for key, value in values.items():
+        value = float(value)
+        old = held.get(key)
+        if old is not None and same_value(old[1], value):
+            continue
+        out.append(Metric(key, value, ts, step if old is None or old[0] < step else old[0] + 1))
+    return out
 
 
 # ---------------------------------------------------------------------------- provenance
@@ -243,6 +265,12 @@ class RecordWriter:
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
         if lock.note:
             print(f"[study {self.study}] {lock.note}", flush=True)
+        for run_id in superseded_runs(self.tracking_uri, self.experiment_id):
+            # One active run per identity: a restored experiment revived a run deleted in the
+            # UI whose seed was recorded again since. The superseded one goes back to deleted.
+            self.client.delete_run(run_id)
+            print(f"[study {self.study}] run {run_id} deleted again: another run of its identity "
+                  "was recorded after it was deleted (restored with its experiment)", flush=True)
         self.runs = existing_runs(self.client, self.tracking_uri, self.experiment_id)
         location = self.client.get_experiment(self.experiment_id).artifact_location
         self.artifact_root = local_dir(location)
@@ -355,17 +383,26 @@ class RecordWriter:
             points.setdefault(cell, {}).setdefault(t.get(schema.HPARAMS) or "{}", []).append(
                 metrics.get(run_id, {}))
             where[cell] = (t.get(schema.TASK, ""), t.get(schema.VARIANT, ""))
-        ts = int(time.time() * 1000)
+        states = {cell: self.cell_run(cell, *where[cell]) for cell in points}
+        held = self.held_metrics([s.run_id for s in states.values()])
         for cell, by_point in points.items():
-            state = self.cell_run(cell, *where[cell])
+            state = states[cell]
             hparams = chosen_point(by_point)
             step = sum(len(runs) for runs in by_point.values())
-            medians = [Metric(k, v, ts, step) for k, v in cell_medians(by_point[hparams]).items()]
+            medians = unlogged(held[state.run_id], cell_medians(by_point[hparams]), step)
+            if tags.get(state.run_id, {}).get(schema.HPARAMS) != hparams[:MAX_TAG_CHARS]:
+                self.set_tags(state.run_id, {schema.HPARAMS: hparams})
             for chunk in chunks(medians, BATCH):
-                self.client.log_batch(state.run_id, metrics=chunk,
-                                      tags=[RunTag(schema.HPARAMS, hparams[:MAX_TAG_CHARS])],
-                                      synchronous=True)
+                self.client.log_batch(state.run_id, metrics=chunk, synchronous=True)
         return len(points)
+
+    def held_metrics(self, run_ids: list[str]) -> dict[str, dict[str, tuple[int, float]]]:
+        """run id -> key -> (step, value) of the latest row the store holds (empty for a store
+        that cannot be read by SQL: a file store in tests)."""
+        try:
+            return latest_metrics(self.tracking_uri, run_ids)
+        except StoreError:
+            return {r: {} for r in run_ids}
 
     def mark_running(self, state: RunState) -> None:
         """A run starts (again): status ``running``."""
@@ -485,10 +522,11 @@ class RecordWriter:
         return int(self.parent_tags.get(schema.N_RUNS, 0) or 0)
 
     def log_parent_metrics(self, metrics: Mapping[str, float]) -> None:
-        """Summary metrics on the parent run (step 0)."""
-        ts = int(time.time() * 1000)
-        self.client.log_batch(self.parent_id, metrics=[Metric(k, v, ts, 0) for k, v in metrics.items()],
-                              synchronous=True)
+        """Summary metrics on the parent run (step 0, or the next step when a value changed):
+        a value the parent already holds is not logged again (:func:`unlogged`)."""
+        new = unlogged(self.held_metrics([self.parent_id])[self.parent_id], metrics, 0)
+        if new:
+            self.client.log_batch(self.parent_id, metrics=new, synchronous=True)
 
     def finish_parent(self, *, interrupted: bool) -> None:
         """After ``fit``: the parent run is never left RUNNING by a driver that returns.

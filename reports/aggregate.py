@@ -16,6 +16,9 @@ Per cell (row variant x column):
 3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
 4. Completeness: finished seeds against ``locattn.n_seeds``; running and failed runs are not
    aggregated but counted.
+   Non-finite values (NaN, ±inf: a diverged run) follow :mod:`record.summary`'s one rule: they
+   are left out of every median, statistic, ranking and test, and a cell counts such seeds as
+   diverged (``Cell.n_diverged``, "2 of 3 (1 diverged)" in the notes).
 5. Best per column honouring the metric's direction (ties at display precision all best, but
    a column whose rows are all equal has none), and
    paired Wilcoxon signed-rank tests of every other row against the best row over their shared
@@ -35,9 +38,8 @@ import polars as pl
 from reports.store import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from record import schema
-from record.summary import SELECTION_KEY
+from record.summary import BEST_EPOCH_KEY, SELECTION_KEY, is_measurement
 
-BEST_EPOCH_KEY = "best_epoch"
 ALPHA = 0.05
 # Two-sided exact Wilcoxon signed-rank: the smallest attainable p is 2 / 2**n, which is below
 # 0.05 only from n = 6 non-zero paired differences on.
@@ -62,6 +64,9 @@ class Cell:
     """Runs of the chosen hyperparameters that failed."""
     n_missing_metric: int = 0
     """Finished runs of the chosen hyperparameters that lack a metric this cell needs."""
+    n_diverged: int = 0
+    """Finished runs of the chosen hyperparameters whose value for this cell is not finite
+    (NaN, ±inf): not in ``seeds`` (:mod:`record.summary`'s rule)."""
     hparams: tuple[str, ...] = ()
     """Chosen hyperparameters (JSON) per task of the column."""
     n_hparam_choices: int = 0
@@ -221,6 +226,8 @@ class _Unit:
     n_running: int = 0
     n_failed: int = 0
     values: dict[int, dict[str, float]] = field(default_factory=dict)
+    diverged: dict[int, set[str]] = field(default_factory=dict)
+    """seed -> metric keys whose value is not finite."""
     n_missing_metric: int = 0
 
 
@@ -273,13 +280,15 @@ def _ranked_choices(finished: pl.DataFrame, runset: RunSet, group: list[str],
 
     ``ranking`` lists (metric key, higher is better, value of a run missing it) in order of
     precedence; a missing value of None leaves the run out of that median, and a group whose
-    median is NaN or null ranks last. Ties left after every metric go to the smallest hparams
+    median is null ranks last. Non-finite values are left out (:func:`finite_metrics`), so a run
+    with one counts as missing that metric. Ties left after every metric go to the smallest hparams
     JSON, so the choice never depends on row order.
     """
     names = [f"rank{i}" for i in range(len(ranking))]
     table = finished
+    measured = finite_metrics(runset)
     for name, (key, _, missing) in zip(names, ranking):
-        values = runset.metrics.filter(pl.col("key") == key).select("run_id", pl.col("value").alias(name))
+        values = measured.filter(pl.col("key") == key).select("run_id", pl.col("value").alias(name))
         table = table.join(values, on="run_id", how="left")
         if missing is not None:
             table = table.with_columns(pl.col(name).fill_null(missing))
@@ -290,6 +299,12 @@ def _ranked_choices(finished: pl.DataFrame, runset: RunSet, group: list[str],
         .sort([*group, *names, "hparams"],
               descending=[*([False] * len(group)), *(hi for _, hi, _ in ranking), False], nulls_last=True)
     )
+
+
+def finite_metrics(runset: RunSet) -> pl.DataFrame:
+    """``runset.metrics`` without its non-finite values (NaN, ±inf): :mod:`record.summary`'s
+    rule, applied before any median or ranking (polars sorts NaN above every number)."""
+    return runset.metrics.filter(pl.col("value").is_finite())
 
 
 def _test_result_choice(finished: pl.DataFrame, runset: RunSet, table: TableDef,
@@ -375,8 +390,12 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
         u = out[tuple(row[g] for g in group)]
         seed = row["seed"] if row["seed"] is not None else -1
         d = u.values.setdefault(seed, {})
-        if row["key"] is not None and row["value"] is not None and not math.isnan(row["value"]):
+        if row["key"] is None or row["value"] is None:
+            continue
+        if is_measurement(row["value"]):
             d[row["key"]] = row["value"]
+        else:
+            u.diverged.setdefault(seed, set()).add(row["key"])
     return out
 
 
@@ -436,16 +455,18 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 cells[(variant, col.key)] = Cell(row=variant, column=col.key)
                 continue
             per_task: list[dict[int, tuple]] = []
-            n_missing = 0
+            n_missing = n_diverged = 0
             for u in us:
                 got: dict[int, tuple] = {}
                 if u is not None:
                     for seed, m in u.values.items():
                         v = _seed_value(table, col, m)
-                        if v is None:
-                            n_missing += 1
-                        else:
+                        if v is not None:
                             got[seed] = v
+                        elif _seed_value(table, col, m | dict.fromkeys(u.diverged.get(seed, ()), 0.0)):
+                            n_diverged += 1  # its value is there, but not finite
+                        else:
+                            n_missing += 1
                 per_task.append(got)
             shared = sorted(set.intersection(*(set(d) for d in per_task))) if per_task else []
             expected = [u.n_expected for u in present if u.n_expected is not None]
@@ -455,6 +476,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 n_running=sum(u.n_running for u in present),
                 n_failed=sum(u.n_failed for u in present),
                 n_missing_metric=n_missing,
+                n_diverged=n_diverged,
                 hparams=tuple(u.hparams or "{}" for u in present),
                 n_hparam_choices=max(u.n_choices for u in present),
             )
@@ -574,6 +596,9 @@ class CellSummary:
     """Finished seeds of the chosen point."""
     n_expected: int | None
     """Seeds the spec expects per point."""
+    diverged: dict[str, int] = field(default_factory=dict)
+    """Headline metric key -> finished seeds of the chosen point whose value is not finite
+    (left out of the median and of ``solved``: :mod:`record.summary`'s rule)."""
 
 
 def _split_order(key: str) -> tuple:
@@ -623,14 +648,17 @@ def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list
             continue
         ids = finished.filter((pl.col("cell") == cell) & (pl.col("hparams") == pick["hparams"]))["run_id"]
         vals = runset.metrics.filter(pl.col("run_id").is_in(ids.to_list()) & pl.col("key").is_in(keys))
-        medians, solved = {}, {}
+        medians, solved, n_diverged = {}, {}, {}
         for key in keys:
-            v = vals.filter(pl.col("key") == key)["value"].drop_nans().drop_nulls().to_numpy() * 100
+            all_v = vals.filter(pl.col("key") == key)["value"].drop_nulls()
+            v = all_v.filter(all_v.is_finite()).to_numpy() * 100
+            if len(v) < len(all_v):
+                n_diverged[key] = len(all_v) - len(v)
             if len(v):
                 medians[key] = float(np.median(v))
                 solved[key] = int((v >= solved_at).sum())
         dev = pick["rank0"]
         out.append(CellSummary(cell=cell, hparams=_canon(pick["hparams"]), n_points=int(points[cell]),
                                dev=None if dev is None else 100 * float(dev), medians=medians,
-                               solved=solved, n=ids.len(), n_expected=expected))
+                               solved=solved, n=ids.len(), n_expected=expected, diverged=n_diverged))
     return out

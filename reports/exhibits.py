@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import polars as pl
 
+from reports.aggregate import finite_metrics
 from reports.figures import save_figure
 from reports.render import Provenance, latex_escape
 from record import store
@@ -131,7 +132,7 @@ def choose_run(runset: RunSet, task: str, variant: str) -> ChosenRun | None:
     ).with_columns(pl.col("hparams").fill_null("{}"))
     if runs.height == 0:
         return None
-    dev = runset.metrics.filter(pl.col("key") == SELECTION_KEY).select(
+    dev = finite_metrics(runset).filter(pl.col("key") == SELECTION_KEY).select(
         "run_id", pl.col("value").alias("dev"))
     runs = runs.join(dev, on="run_id", how="left")
     best = (runs.group_by("hparams").agg(pl.col("dev").median())

@@ -166,6 +166,8 @@ def notes(result: TableResult, label: Labeler) -> list[str]:
                 extra.append(f"{cell.n_failed} failed")
             if cell.n_missing_metric:
                 extra.append(f"{cell.n_missing_metric} missing the metric")
+            if cell.n_diverged:  # non-finite values (record.summary's rule)
+                extra.append(f"{cell.n_diverged} diverged")
             tail = f" ({', '.join(extra)})" if extra else ""
             parts.append(f"{label(r)} / {col_label[c]}: {cell.n} of {cell.n_expected}{tail}")
         out.append(f"{DAGGER} Fewer finished seeds than the study expects: " + "; ".join(parts) + ".")
@@ -566,7 +568,9 @@ def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[st
         row = [s.cell, hparams_text(s.hparams), MISSING if s.dev is None else dev_text(s.dev),
                str(s.n_points)]
         for k in keys:
-            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{s.n})" if k in s.medians else MISSING)
+            n = s.n - s.diverged.get(k, 0)
+            tail = f", {s.diverged[k]} diverged" if s.diverged.get(k) else ""
+            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{n}{tail})" if k in s.medians else MISSING)
         rows.append(row)
     return head, rows
 

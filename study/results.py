@@ -12,13 +12,12 @@ through :mod:`record.store` and imports neither torch, Ray nor MLflow.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass
 
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
-from record.summary import SELECTION_KEY, chosen_point, median_of
+from record.summary import BEST_EPOCH_KEY, SELECTION_KEY, chosen_point, is_measurement, median_of
 
 #: A seed "solved" a cell at this accuracy (%) or more.
 SOLVED_AT = 90.0
@@ -41,6 +40,8 @@ class CellResult:
     """The chosen point, ``lr=3e-4`` (empty: nothing to choose)."""
     dev: float | None
     """Median best_selection_score (%) of the chosen point."""
+    diverged: int = 0
+    """Finished seeds of the chosen point whose headline value is not finite (not in ``n``)."""
 
 
 def hardest_split(splits: list[str]) -> str | None:
@@ -69,7 +70,7 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
     try:
         rows = read_rows(tracking_uri, study,
                          tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS),
-                         metric_keys=[SELECTION_KEY], metric_prefixes=("test.",))
+                         metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
     except (StudyNotFound, StoreError):
         return []
     tags: dict[str, dict[str, str]] = {}
@@ -95,18 +96,19 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
             for r in ids:
                 for key, v in metrics.get(r, {}).items():
                     parts = key.split(".")
-                    if len(parts) == 3 and parts[2] == metric and not math.isnan(v):
+                    if len(parts) == 3 and parts[2] == metric:
                         values.setdefault(parts[1], []).append(100 * v)
             if values:
                 break
         split = hardest_split(list(values)) or ""
-        seeds = values.get(split, [])
+        seeds = [v for v in values.get(split, []) if is_measurement(v)]
+        n_diverged = len(values.get(split, [])) - len(seeds)
         d = median_of([metrics.get(r, {}) for r in ids], SELECTION_KEY)
         out.append(CellResult(
             cell=cell, split=split, median=statistics.median(seeds) if seeds else None,
             solved=sum(v >= SOLVED_AT for v in seeds), n=len(seeds),
             hparams=_short(hparams) if len(by_point) > 1 or hparams != "{}" else "",
-            dev=None if d is None else 100 * d))
+            dev=None if d is None else 100 * d, diverged=n_diverged))
     return out
 
 
@@ -126,6 +128,8 @@ def format_results(results: list[CellResult], study: str) -> str:
         if with_hp:
             dev = "–" if r.dev is None else f"{r.dev:.1f}" if r.dev >= 0 else f"loss {-r.dev / 100:.2g}"
             line += f"  {dev:>6}  {r.hparams}"  # (a negative score is a negated dev loss)
+        if r.diverged:  # non-finite values: not in n (record.summary's rule)
+            line += f"  ({r.diverged} diverged: n = {r.n} of {r.n + r.diverged})"
         lines.append(line)
     lines.append(f"median over seeds of the hardest test split; solved: seeds at >= {SOLVED_AT:g} %"
                  f"{'; hparams chosen by median dev score' if with_hp else ''}. "

@@ -32,8 +32,9 @@ from typing import Callable, TextIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
-from record.layout import META_FILE, STORE_FILE
-from record.store import StoreError, StudyNotFound, experiment_id, read_rows, sqlite_path, sqlite_uri, unpack
+from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
+from record.store import (StoreError, StudyNotFound, adopt_artifact_root, experiment_id, read_rows,
+                          sqlite_path, sqlite_uri, unpack)
 from record.summary import SEEDS_KEY, SELECTION_KEY
 from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
@@ -193,6 +194,13 @@ def store_uri(tracking_uri: str, study_dir: Path) -> str:
     if db is not None and not db.is_file():
         raise SpecError(f"no MLflow store at {db} (saved in {Path(study_dir) / META_FILE}) and "
                         f"none in the study folder: nothing to show")
+    own = Path(study_dir) / STORE_FILE
+    if db is not None and own.is_file() and db.resolve() == own.resolve():
+        # A moved or copied folder: the server reads the artifact paths the store holds, so they
+        # are pointed into this folder (its own store; study.json is left as it is).
+        for old in adopt_artifact_root(db, Path(study_dir) / ARTIFACTS_DIR):
+            print(f"study ui: artifact paths {old} now read from {Path(study_dir) / ARTIFACTS_DIR}",
+                  file=sys.stderr)
     return uri
 
 

@@ -55,6 +55,19 @@ def trial_run_rows(db: Path) -> list[dict]:
     return [r for r in runs.values() if r["tags"].get(schema.ROLE) == schema.ROLE_TRIAL]
 
 
+def duplicate_metric_rows(db: Path) -> list[tuple]:
+    """(run id, key, step, rows) of every (run, key, step) with more than one metric row in a
+    SQLite store: the record holds at most one."""
+    import sqlite3
+
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        return con.execute("SELECT run_uuid, key, step, COUNT(*) FROM metrics GROUP BY run_uuid, key, step "
+                           "HAVING COUNT(*) > 1").fetchall()
+    finally:
+        con.close()
+
+
 def launch_tiny(tmp_path: Path, extra: str = "", *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     """``study launch`` of a tiny spec ``tiny`` (Copy, OneStepAttn, 2 seeds, 1 epoch; ``extra``:
     more spec lines) in a real subprocess with local Ray; returns the process and the studies

@@ -28,7 +28,7 @@ pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
 
 from record import schema  # noqa: E402
-from study_helpers import trial_run_rows, wait_for  # noqa: E402
+from study_helpers import duplicate_metric_rows, trial_run_rows, wait_for  # noqa: E402
 from study.launch import init_ray, launch, resume  # noqa: E402
 from study.spec import SpecError  # noqa: E402
 from study.status import STALE, study_status  # noqa: E402
@@ -544,12 +544,18 @@ def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_p
     assert sorted(r["tags"][schema.SEED] for r in runs.values()) == ["0", "1", "2"]
     assert all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
     assert {p: p.stat().st_mtime for p in results} == results  # seed 0 not retrained
+    assert duplicate_metric_rows(study_dir / "mlflow.db") == []  # the cell's and study's summaries too
     assert json.loads((study_dir / "study.json").read_text())["seeds"] == 3
     with pytest.raises(SpecError, match=r"--only \(none\), --seeds 3\).*or more --seeds"):
         launch(spec, root=root)  # the profile's 1 seed is another study now
+    count = "SELECT COUNT(*) FROM metrics WHERE key != 'wall_seconds'"  # (the resume's own time)
+    rows = sqlite3.connect(study_dir / "mlflow.db").execute(count).fetchone()
     again = resume(study_dir, progress_seconds=60)
     assert again["errors"] == 0 and again["runs_finished"] == 3
     assert len(trial_runs(study_dir / "mlflow.db")) == 3
+    # a resume with nothing to do writes no metric row (it once logged every summary again)
+    assert sqlite3.connect(study_dir / "mlflow.db").execute(count).fetchone() == rows
+    assert duplicate_metric_rows(study_dir / "mlflow.db") == []
 
 
 @pytest.mark.timeout(1200)  # a cold compile of the tiny graph under load

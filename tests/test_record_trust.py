@@ -1,0 +1,209 @@
+"""Every view of one real SQLite study store gives the same numbers: ``study status``
+(:mod:`study.results`), the cell runs the writer logs for the UI (:mod:`record.writer`) and
+``reports`` (the summary and the paper tables), under :mod:`record.summary`'s one rule for
+non-finite values (left out of every median and ranking, and counted as diverged)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from record import schema
+from record.summary import DIVERGED_KEY
+from record.writer import RecordWriter
+from reports.aggregate import aggregate, cell_summaries
+from reports.render import notes, summary_rows
+from reports.store import read_runs
+from reports.synth import SynthRun, write_with_client
+from reports.tables import get_table
+from study.results import cell_results, format_results
+
+LOW, HIGH = {"optim.lr": 0.001}, {"optim.lr": 0.003}
+KEY = "test.len15.seq_acc"
+
+
+def store(tmp_path: Path, bad: float, where: str) -> tuple[str, str]:
+    """2 learning rates x 3 seeds of Copy / OneStepAttn. lr 0.001: dev 0.50 and 0.60 and one
+    seed with ``bad`` as its ``where`` metric; test 20 %. lr 0.003: dev 0.58, test 80 %."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = []
+    for seed in range(3):
+        low = {"best_selection_score": (0.55, 0.50, 0.60)[seed], "best_epoch": 3.0, KEY: 0.2}
+        if seed == 0:
+            low[where] = bad
+        runs.append(SynthRun(task="copy", variant="onestep", seed=seed, hparams=LOW, metrics=low, n_seeds=3))
+        runs.append(SynthRun(task="copy", variant="onestep", seed=seed, hparams=HIGH, n_seeds=3,
+                             metrics={"best_selection_score": 0.58, "best_epoch": 3.0, KEY: 0.8}))
+    write_with_client(uri, "s", runs)
+    return uri, "s"
+
+
+def cell_run_view(uri: str, study: str) -> tuple[str, float, float | None]:
+    """(chosen hparams tag, median of KEY, seeds_diverged) on the cell run the writer logs."""
+    w = RecordWriter(tracking_uri=uri, study=study, artifact_location=None, parent_tags={}).open()
+    assert w.update_cells() == 1
+    client = MlflowClient(tracking_uri=uri)
+    (cell,) = [r for r in client.search_runs([w.experiment_id])
+               if r.data.tags.get(schema.ROLE) == schema.ROLE_CELL]
+    return (cell.data.tags[schema.HPARAMS], cell.data.metrics[KEY],
+            cell.data.metrics.get(DIVERGED_KEY))
+
+
+@pytest.mark.parametrize("bad,where", [
+    (math.nan, "best_selection_score"),   # the issue's case: polars ranked NaN above 0.58
+    (math.inf, "best_selection_score"),   # MLflow stores +inf as the largest double
+    (-math.inf, "best_selection_score"),
+])
+def test_status_ui_and_reports_choose_the_same_point(tmp_path: Path, bad: float, where: str) -> None:
+    uri, study = store(tmp_path, bad, where)
+    (status,) = cell_results(uri, study)
+    (summary,) = cell_summaries(read_runs(uri, study))
+    hparams, ui_median, _ = cell_run_view(uri, study)
+    # lr 0.001's finite dev scores have median 0.55 < 0.58: lr 0.003 wins everywhere
+    assert json.loads(summary.hparams) == HIGH
+    assert json.loads(hparams) == HIGH
+    assert status.hparams == "lr=0.003"
+    assert status.median == summary.medians[KEY] == pytest.approx(100 * ui_median) == 80.0
+    assert status.dev == summary.dev == pytest.approx(58.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_diverged_seed_is_left_out_and_said(tmp_path: Path, bad: float) -> None:
+    """A seed whose test value is not finite: out of the median and n, flagged in each view."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=3,
+                     metrics={"best_selection_score": 0.5, KEY: (bad, 0.4, 0.6)[s]}) for s in range(3)]
+    write_with_client(uri, "s", runs)
+    (status,) = cell_results(uri, "s")
+    assert (status.median, status.n, status.diverged) == (pytest.approx(50.0), 2, 1)
+    assert "1 diverged: n = 2 of 3" in format_results([status], "s")
+    (summary,) = cell_summaries(read_runs(uri, "s"))
+    assert summary.medians[KEY] == pytest.approx(50.0) and summary.diverged == {KEY: 1}
+    assert summary_rows([summary], [KEY])[1][0][-1] == "50.0 (0/2, 1 diverged)"
+    _, ui_median, ui_diverged = cell_run_view(uri, "s")
+    assert ui_median == pytest.approx(0.5) and ui_diverged == 1.0
+    table = get_table("rc_table2")  # a paper table over the same store
+    result = aggregate(read_runs(uri, "s"), table)
+    cell = result.cell("onestep", next(c.key for c in table.columns if c.tasks == ("copy",) and c.splits == ("len15",)))
+    assert (cell.n, cell.n_diverged, cell.median) == (2, 1, pytest.approx(50.0))
+    assert any("2 of 3 (1 diverged)" in n for n in notes(result, str))
+
+
+def test_summaries_are_logged_once_per_run_key_and_step(tmp_path: Path) -> None:
+    """update_cells and log_parent_metrics, called again (a resume) or after a seed grows the
+    cell, leave at most one metric row per (run, key, step)."""
+    from study_helpers import duplicate_metric_rows
+
+    uri, study = store(tmp_path, 0.5, "best_selection_score")
+    db = tmp_path / "mlflow.db"
+
+    def rows() -> int:
+        import sqlite3
+        return sqlite3.connect(db).execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+
+    w = RecordWriter(tracking_uri=uri, study=study, artifact_location=None, parent_tags={}).open()
+    w.update_cells()
+    w.log_parent_metrics({"runs_finished": 6.0, "runs_failed": 0.0})
+    before = rows()
+    again = RecordWriter(tracking_uri=uri, study=study, artifact_location=None, parent_tags={}).open()
+    again.update_cells()  # a resume that changes nothing writes nothing
+    again.log_parent_metrics({"runs_finished": 6.0, "runs_failed": 0.0})
+    assert rows() == before and duplicate_metric_rows(db) == []
+    write_with_client(uri, study, [SynthRun(task="copy", variant="onestep", seed=3, hparams=HIGH, n_seeds=4,
+                                            metrics={"best_selection_score": 0.58, KEY: 0.9})])
+    grown = RecordWriter(tracking_uri=uri, study=study, artifact_location=None, parent_tags={}).open()
+    grown.update_cells()
+    grown.log_parent_metrics({"runs_finished": 7.0, "runs_failed": 0.0})
+    grown.log_parent_metrics({"runs_finished": 6.0, "runs_failed": 0.0})  # changed at the same step
+    assert duplicate_metric_rows(db) == []
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.get_run(grown.parent_id)
+    assert parent.data.metrics["runs_finished"] == 6.0  # the latest value is the last logged
+    assert rows() > before
+
+
+@pytest.mark.parametrize("revive", ["restore_experiment", "restore_run"])
+def test_one_active_run_per_identity_after_the_ui_revives_a_deleted_run(tmp_path: Path, revive: str) -> None:
+    """A seed's run deleted in the UI, recorded again (a resume), then revived (the experiment
+    deleted and restored, which restores every run deleted in it, or the run itself restored):
+    every view counts the seed once, and the next driver deletes the superseded run again."""
+    from record.store import read_rows
+    from study.status import trial_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    seeds = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2,
+                      metrics={"best_selection_score": 0.5, KEY: (0.4, 1.0)[s]}) for s in range(2)]
+    first = write_with_client(uri, "s", seeds)
+    client = MlflowClient(tracking_uri=uri)
+    client.delete_run(first[1])  # the UI
+    (again,) = write_with_client(uri, "s", [replace_metric(seeds[1], 0.6)],  # a resume records seed 1 again
+                                 t0_ms=1_700_000_100_000)
+    exp = client.get_experiment_by_name("s").experiment_id
+    if revive == "restore_experiment":
+        client.delete_experiment(exp)
+        client.restore_experiment(exp)
+    else:
+        client.restore_run(first[1])
+    assert client.get_run(first[1]).info.lifecycle_stage == "active"  # two runs of one identity
+    assert sorted(seed for _, seed, _ in trial_runs(uri, "s")) == [0, 1]
+    (status,) = cell_results(uri, "s")
+    (summary,) = cell_summaries(read_runs(uri, "s"))
+    assert status.n == summary.n == 2 and status.median == summary.medians[KEY] == pytest.approx(50.0)
+    assert {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs} >= {first[0], again}
+    assert first[1] not in {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs}
+    RecordWriter(tracking_uri=uri, study="s", artifact_location=None, parent_tags={}).open()
+    assert client.get_run(first[1]).info.lifecycle_stage == "deleted"
+    assert client.get_run(again).info.lifecycle_stage == "active"
+
+
+def replace_metric(run: SynthRun, value: float) -> SynthRun:
+    from dataclasses import replace
+    return replace(run, metrics={**run.metrics, KEY: value})
+
+
+def recorded_folder(root: Path) -> tuple[Path, str]:
+    """A study folder (``mlflow.db``, ``artifacts/``) whose one run logged ``attention.png``
+    through the writer, as a study records it; returns the folder and the run id."""
+    from record.store import sqlite_uri
+
+    folder = root / "s-smoke"
+    folder.mkdir(parents=True)
+    w = RecordWriter(tracking_uri=sqlite_uri(folder / "mlflow.db"), study="s",
+                     artifact_location=(folder / "artifacts").as_uri(), parent_tags={}).open()
+    state = w.create_run("k", tags={schema.RUN_KEY: "k", schema.ROLE: schema.ROLE_TRIAL}, params={}, name="k")
+    run_dir = root / "run"
+    run_dir.mkdir()
+    (run_dir / "attention.png").write_bytes(b"original")
+    w.finish("k", {"epochs_run": 1.0}, run_dir)
+    return folder, state.run_id
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_study_folder_reads_its_own_artifacts_wherever_it_lies(tmp_path: Path, how: str) -> None:
+    """``study ui`` (MLflow's server reads the stored paths) and ``reports`` read the artifacts
+    of the folder they are given, after the folder was moved or copied."""
+    import shutil
+
+    from record.store import sqlite_uri
+    from reports.exhibits import artifact_uris
+    from study.ui import store_uri
+
+    folder, run_id = recorded_folder(tmp_path / "a")
+    saved = sqlite_uri(folder / "mlflow.db")  # what study.json holds
+    there = tmp_path / "b" / folder.name
+    there.parent.mkdir()
+    (shutil.move if how == "moved" else shutil.copytree)(folder, there)
+    (there / "artifacts" / run_id / "artifacts" / "attention.png").write_bytes(b"here")
+    uri = sqlite_uri(there / "mlflow.db")
+    (reported,) = artifact_uris(uri, [run_id]).values()
+    assert reported.startswith((there / "artifacts").resolve().as_uri())
+    served = store_uri(saved, there)  # what `study ui` serves
+    got = MlflowClient(tracking_uri=served).download_artifacts(run_id, "attention.png", str(tmp_path))
+    assert Path(got).read_bytes() == b"here"
+    if how == "copied":  # the original folder still reads its own
+        again = MlflowClient(tracking_uri=saved).download_artifacts(run_id, "attention.png", str(tmp_path / "o"))
+        assert Path(again).read_bytes() == b"original"
