@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-TRAIN_FN = "benchmarks.bench_study_scale:fake_train"
 STARTS_FILE = "starts.txt"
 FAKE_EPOCHS = 3
 
@@ -162,10 +161,10 @@ def child(args: argparse.Namespace) -> None:
             profiler.enable()
         if args.child == "launch":
             summary = launch(args.spec, root=args.study_root, name=args.name, address=args.address,
-                             max_concurrent=2, train_fn=TRAIN_FN, progress_seconds=30.0)
+                             max_concurrent=2, trainer=fake_train, progress_seconds=30.0)
         else:
             summary = resume(Path(args.study_root) / args.name, address=args.address,
-                             progress_seconds=30.0)
+                             progress_seconds=30.0, trainer=fake_train)
         if profiler:
             profiler.disable()
     wall = time.perf_counter() - t0

@@ -5,14 +5,13 @@ what a finished run left (its final metrics, its ``result.json``). No Ray.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from locattn.config import make_run_config, run_identity
 from locattn.train import load_result
@@ -64,8 +63,6 @@ class TrialDescriptor(TrialSpec):
     cpus: float
     metric: str
     """The per-seed final metric a search optimises (its median over seeds is the objective)."""
-    train_fn: str
-    """``module:function`` that trains one solo run."""
     gpus: float = 0.0
     pack: bool = False
     train_path: str = "eager"
@@ -82,7 +79,6 @@ class TrialDescriptor(TrialSpec):
                    variant=t["variant"], overrides=dict(t["overrides"]), hparams=dict(t["hparams"]),
                    seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
                    gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
-                   train_fn=t["train_fn"],
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
                    train_path=str(t.get("train_path", "eager")), search=dict(config.get("search") or {}))
 
@@ -94,7 +90,7 @@ class TrialDescriptor(TrialSpec):
             "study": self.study, "study_dir": str(self.study_dir), "cell": self.cell, "task": self.task,
             "variant": self.variant, "overrides": dict(self.overrides), "hparams": dict(self.hparams),
             "seeds": [int(s) for s in self.seeds], "cpus": float(self.cpus), "gpus": float(self.gpus),
-            "metric": self.metric, "train_fn": self.train_fn,
+            "metric": self.metric,
             "pack": bool(self.pack) or len(self.points) > 1,
         }
         if len(self.points) > 1:
@@ -152,12 +148,6 @@ class TrialDescriptor(TrialSpec):
     def run_dir(self, key: str) -> Path:
         """The run folder of ``key``."""
         return run_dir(self.study_dir, key)
-
-
-def load_train_fn(path: str) -> Callable[..., Any]:
-    """Import ``module:function``."""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:

@@ -216,6 +216,12 @@ def init_ray(address: str | None = None, resume: str = "") -> RayStart:
         setter, ray_utils.set_sigterm_handler = ray_utils.set_sigterm_handler, lambda handler: None
     else:
         ray_utils = setter = None
+    # Ray puts the driver's working directory first on every worker's sys.path (Ray 2.60,
+    # ray._private.worker.connect: no option turns it off short of a runtime_env working_dir,
+    # which uploads the folder). `cd <study> && study resume .` would then let a module lying in
+    # the study folder shadow any the workers import: ray.init runs from this checkout's root.
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
     try:
         if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -238,6 +244,7 @@ def init_ray(address: str | None = None, resume: str = "") -> RayStart:
             ) from None
         return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
     finally:
+        os.chdir(cwd)
         if setter is not None:
             ray_utils.set_sigterm_handler = setter
             signal.signal(signal.SIGTERM, ours)

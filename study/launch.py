@@ -28,9 +28,6 @@ from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, requir
                         resolve_spec, same_spec, size_warnings, widens)
 from study.ui import browse_advice
 
-DEFAULT_TRAIN_FN = "locattn.train:train"
-
-
 def launch(
     spec_path: str | Path,
     *,
@@ -45,7 +42,7 @@ def launch(
     only: dict[str, list] | None = None,
     seeds: int | list[int] | None = None,
     train_path: str | None = None,
-    train_fn: str = DEFAULT_TRAIN_FN,
+    trainer: Any = None,
     out: TextIO | None = None,
     yes: bool = False,
     time_limit: float | None = None,
@@ -57,7 +54,9 @@ def launch(
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
-    (:mod:`study.slices`); the summary then has ``time_limit`` true.
+    (:mod:`study.slices`); the summary then has ``time_limit`` true. ``trainer``: the solo
+    trainer this call's code chooses (``locattn.train.train`` when None; benchmarks pass a fake
+    one); it is not saved, and nothing in a study folder names one.
     """
     deadline = make_deadline(time_limit)
     out = out or sys.stdout
@@ -136,12 +135,12 @@ def launch(
                 "raw": raw,
                 "resolved": spec.resolved,
                 "tracking_uri": tracking_uri or paths.default_tracking_uri(),
-                "train_fn": train_fn,
                 "created": time.time(),
             }
             write_meta(paths, meta)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
+                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
+                    trainer=trainer)
     finally:
         lock.release()
 
@@ -227,9 +226,10 @@ def resume(
     time_limit: float | None = None,
     max_concurrent: int | None = None,
     train_path: str | None = None,
+    trainer: Any = None,
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
-    (``time_limit``, ``max_concurrent`` and ``train_path`` as in :func:`launch`; the spec's or
+    (``time_limit``, ``max_concurrent``, ``train_path`` and ``trainer`` as in :func:`launch`; the spec's or
     the study's saved choice by default)."""
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
@@ -259,7 +259,8 @@ def resume(
             write_meta(paths, meta)
         _set_train_path(paths, meta, train_path, out)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline)
+                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
+                    trainer=trainer)
     finally:
         lock.release()
 
@@ -298,6 +299,7 @@ def _run_locked(
     lock: StudyLock | None,
     interrupt: Interrupt,
     deadline: tuple[float, float] | None = None,
+    trainer: Any = None,
 ) -> dict[str, Any]:
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
@@ -366,7 +368,8 @@ def _run_locked(
                                             seconds=progress_seconds, out=out, t0=t_start, eta=eta,
                                             over=recorder.trial_over)]
         tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
-                                max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks)
+                                max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks,
+                                trainer=trainer)
         t_fit = time.time()
         grid = interrupt.fit(tuner)
         fit_seconds = time.time() - t_fit

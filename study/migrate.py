@@ -14,29 +14,41 @@ import copy
 from typing import Any, Callable
 
 #: The record format this code reads and writes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: ``study.json``'s key for it.
 FORMAT_KEY = "format"
-#: The trainer a study runs when its ``study.json`` names none (the only one format 0 knew).
-DEFAULT_TRAIN_FN = "locattn.train:train"
+#: The one ``train_fn`` formats 0 and 1 may name: the trainer every study runs. Format 2 names
+#: none: a study's trainer is chosen by the code (an installed plugin for a custom one), never
+#: by a string read from its folder, which would import and call whatever the folder names.
+LEGACY_TRAIN_FN = "locattn.train:train"
 
 
 def _to_1(meta: dict[str, Any]) -> list[str]:
     """Format 0 -> 1: the optional keys a launch has always written get explicit values, so
-    readers need no defaults of their own."""
+    readers need no defaults of their own (``train_fn`` too, until format 2 dropped it)."""
     done = []
     if "only" not in meta:
         meta["only"] = {}
         done.append("only: {} (the whole grid)")
-    if "train_fn" not in meta:
-        meta["train_fn"] = DEFAULT_TRAIN_FN
-        done.append(f"train_fn: {DEFAULT_TRAIN_FN}")
     return done
+
+
+def _to_2(meta: dict[str, Any]) -> list[str]:
+    """Format 1 -> 2: ``train_fn`` is gone (the code chooses the trainer). The default value is
+    dropped; any other is refused (:class:`FormatError`): it was never imported from here."""
+    if "train_fn" not in meta:
+        return []
+    value = meta.pop("train_fn")
+    if value != LEGACY_TRAIN_FN:
+        raise FormatError(f"train_fn {value!r}: a study folder does not choose its trainer (only "
+                          f"{LEGACY_TRAIN_FN!r}, the one every study runs, is read; a custom trainer "
+                          "is an installed plugin); nothing of it was imported")
+    return [f"train_fn dropped (the code chooses the trainer: {LEGACY_TRAIN_FN})"]
 
 
 #: ``MIGRATIONS[n]`` upgrades a ``study.json`` of format ``n`` to ``n + 1`` in place and says
 #: what it changed, one item per change.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], list[str]]] = {0: _to_1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], list[str]]] = {0: _to_1, 1: _to_2}
 
 
 class FormatError(ValueError):

@@ -17,7 +17,6 @@ from record import layout, schema
 from record.layout import StudyPaths
 from record.store import sqlite_uri
 from record.summary import SELECTION_KEY
-from study.migrate import DEFAULT_TRAIN_FN
 from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
 from study.trainable import TrialDescriptor, run_trial, trial_dirname
@@ -40,7 +39,7 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
 
     common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
                   metric=spec.search.metric if spec.search else SELECTION_KEY,
-                  train_fn=meta.get("train_fn", DEFAULT_TRAIN_FN), pack=spec.pack_seeds,
+                  pack=spec.pack_seeds,
                   train_path=meta.get("train_path", "eager"))
     if spec.search is not None:
         return [TrialDescriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
@@ -81,10 +80,13 @@ def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: l
 
 
 def make_tuner(spec: StudySpec, paths: StudyPaths, search_alg: Any, num_samples: int, limit: int | None,
-               callbacks: list) -> Any:
+               callbacks: list, trainer: Any = None) -> Any:
     """The one Tuner of every study: a new one on every launch and resume, trials from
-    ``search_alg``, first-in first-out, Tune's files in ``<study>/tune/``."""
-    trainable = tune.with_resources(run_trial, {"cpu": spec.cpus, "gpu": spec.gpus})
+    ``search_alg``, first-in first-out, Tune's files in ``<study>/tune/``. ``trainer``: the
+    solo trainer a caller's code chooses (``locattn.train.train`` when None; benchmarks pass a
+    fake one); it never comes from the study folder."""
+    fn = tune.with_parameters(run_trial, train=trainer) if trainer is not None else run_trial
+    trainable = tune.with_resources(fn, {"cpu": spec.cpus, "gpu": spec.gpus})
     return tune.Tuner(
         trainable, param_space={},
         tune_config=tune.TuneConfig(search_alg=search_alg, num_samples=num_samples,

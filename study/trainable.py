@@ -3,8 +3,8 @@
 A trial config carries a ``trial`` descriptor (:class:`TrialDescriptor`, as JSON) and, for
 Optuna studies, a ``search`` mapping of sampled values; the worker reads both into one
 :class:`TrialDescriptor`, which resolves each run's ``RunConfig`` once. Solo and packed trials share one skeleton,
-:class:`Trial`: a solo trial trains its seeds one after another with the configured train
-function, a packed trial trains them together (``locattn.packed.train_packed``); either way
+:class:`Trial`: a solo trial trains its seeds one after another with ``locattn.train.train``
+(or the trainer the driver's code passes, never one a folder names), a packed trial trains them together (``locattn.packed.train_packed``); either way
 each seed keeps its own run directory, trainer checkpoint, result and MLflow run.
 
 Per epoch the trainer saves its checkpoint atomically and calls the seed's
@@ -35,9 +35,9 @@ import torch
 from ray import tune
 
 from locattn.packed import train_packed
-from locattn.train import find_checkpoint
+from locattn.train import find_checkpoint, train as locattn_train
 
-from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result, load_train_fn,
+from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
                               run_dir, trial_dirname, write_trial_file)
 from study.retention import prune_finished_run, study_keep
 from study.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_DIRNAME, current_trial_dir,
@@ -217,7 +217,7 @@ class Trial:
             strip_finished(folder)
 
 
-def run_trial(config: dict[str, Any]) -> None:
+def run_trial(config: dict[str, Any], train: Any = None) -> None:
     """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint.
 
     A packed trial (:attr:`TrialDescriptor.packed`) trains its unfinished seeds together. A seed whose
@@ -240,7 +240,7 @@ def run_trial(config: dict[str, Any]) -> None:
         if errors:
             raise errors[0]
     elif todo:
-        train = load_train_fn(desc.train_fn)
+        train = train or locattn_train
         for seed, key, cfg in todo:
             result = train(cfg, trial.out_dirs[key], recorder=trial.recorder(seed, key), resume=True)
             trial.finish(seed, key, result, skipped=False)

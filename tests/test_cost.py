@@ -293,7 +293,7 @@ def test_study_eta_prices_the_study_train_path() -> None:
     def trial(path: str) -> TrialDescriptor:
         return TrialDescriptor(study="s", cell="task=raffel_add,variant=ffattn", task="raffel_add",
                                variant="ffattn", overrides=overrides, hparams={}, seeds=(0,),
-                               study_dir="/nonexistent", cpus=1, gpus=0, metric="m", train_fn="x:y",
+                               study_dir="/nonexistent", cpus=1, gpus=0, metric="m",
                                train_path=path)
 
     (e,), (f,) = (list(cost.study_eta([trial(p)], 1, cal).costs.values()) for p in ("eager", "fused"))

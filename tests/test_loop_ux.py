@@ -605,7 +605,7 @@ def test_the_progress_line_names_the_running_runs_on_a_terminal_only() -> None:
     def trial(i: int, variant: str, status: str) -> SimpleNamespace:
         desc = TrialDescriptor(study="s", study_dir="/tmp/s", cell=f"task=copy,variant={variant}", task="copy",
                                variant=variant, overrides={}, hparams={}, seeds=(i,), cpus=1,
-                               metric="best_selection_score", train_fn="locattn.train:train")
+                               metric="best_selection_score")
         return SimpleNamespace(trial_id=f"t{i}", status=status, config={"trial": desc.to_dict()})
 
     trials = [trial(0, "onestep", "RUNNING"), trial(1, "onestep_no_step2", "RUNNING"),

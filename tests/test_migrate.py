@@ -19,7 +19,7 @@ from reports.build import build_reports
 from study.cli import main as study_main
 from study.driver import StudyLock
 from study.folder import load_meta
-from study.migrate import DEFAULT_TRAIN_FN, FORMAT_VERSION, upgrade_meta
+from study.migrate import FORMAT_VERSION, LEGACY_TRAIN_FN, upgrade_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -43,9 +43,9 @@ def test_a_format_0_study_json_gets_explicit_keys_and_the_format() -> None:
     old = {"name": "s", "spec_path": "/x.yaml", "profile": "smoke", "raw": {}, "resolved": {},
            "tracking_uri": "sqlite:////x/mlflow.db"}
     new, log = upgrade_meta(old)
-    assert new == {**old, "only": {}, "train_fn": DEFAULT_TRAIN_FN, "format": FORMAT_VERSION}
+    assert new == {**old, "only": {}, "format": FORMAT_VERSION}
     assert "format" not in old and "only" not in old  # the caller's dict is left as it was
-    assert log == ["format 0 -> 1: only: {} (the whole grid)", f"format 0 -> 1: train_fn: {DEFAULT_TRAIN_FN}"]
+    assert log == ["format 0 -> 1: only: {} (the whole grid)", "format 1 -> 2: format number only"]
     assert upgrade_meta(new) == (new, [])
 
 
@@ -58,7 +58,8 @@ def test_every_committed_record_migrates_and_still_rebuilds_byte_for_byte(record
     assert study_main(["migrate", str(study)]) == 0
     after = json.loads((study / META_FILE).read_text())
     assert after.pop("format") == FORMAT_VERSION
-    assert after == before  # committed records already name only and train_fn: the format only
+    assert before.pop("train_fn", LEGACY_TRAIN_FN) == LEGACY_TRAIN_FN  # format 2 drops the default trainer
+    assert after == before  # committed records already name only: the format and train_fn only
     out = capsys.readouterr().out
     assert "(already current)" in out if current else f"record format {FORMAT_VERSION}" in out
     migrated = (study / META_FILE).read_bytes()
@@ -108,11 +109,11 @@ def test_migrate_never_runs_under_a_driver(tmp_path: Path, capsys) -> None:
 def test_load_meta_reads_a_format_0_folder_in_the_current_format(tmp_path: Path) -> None:
     study = copy_record(RECORDS[0], tmp_path)
     meta = json.loads((study / META_FILE).read_text())
-    del meta["only"], meta["train_fn"]
+    del meta["only"]
     meta.pop("format", None)  # (records made since format 1 carry it; a format-0 folder has none)
     (study / META_FILE).write_text(json.dumps(meta))
     loaded = load_meta(StudyPaths(dir=study))
-    assert loaded["format"] == FORMAT_VERSION and loaded["only"] == {} and loaded["train_fn"] == DEFAULT_TRAIN_FN
+    assert loaded["format"] == FORMAT_VERSION and loaded["only"] == {} and "train_fn" not in loaded
     assert "format" not in json.loads((study / META_FILE).read_text())  # reading writes nothing
 
 
@@ -132,12 +133,13 @@ def test_a_launch_writes_the_format_and_a_format_0_study_migrates_and_resumes(tm
         study = tmp_path / "fmt-smoke"
         meta = json.loads((study / META_FILE).read_text())
         assert meta["format"] == FORMAT_VERSION
-        for key in ("format", "only", "train_fn"):  # what the oldest study.json lacks
+        assert "train_fn" not in meta  # the code chooses the trainer (format 2)
+        for key in ("format", "only"):  # what the oldest study.json lacks
             del meta[key]
         (study / META_FILE).write_text(json.dumps(meta))
         assert study_main(["migrate", str(study)]) == 0
         assert json.loads((study / META_FILE).read_text()) == {
-            **meta, "only": {}, "train_fn": DEFAULT_TRAIN_FN, "format": FORMAT_VERSION}
+            **meta, "only": {}, "format": FORMAT_VERSION}
         summary = resume(study, progress_seconds=60)
         assert summary["errors"] == 0
         assert len(trial_runs(study / STORE_FILE)) == 1  # nothing retrained or duplicated

@@ -39,7 +39,7 @@ def refused(tmp_path: Path, **changes) -> str:
 def descriptors(spec) -> list[TrialDescriptor]:
     """Each trial's descriptor as the worker reads it: through the JSON of its Tune config."""
     common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, gpus=spec.gpus, metric="best_selection_score",
-                  train_fn="locattn.train:train", pack=spec.pack_seeds)
+                  pack=spec.pack_seeds)
     return [TrialDescriptor.of(json.loads(json.dumps({"trial": TrialDescriptor(
                 cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides, hparams=t.hparams,
                 seeds=t.seeds, points=t.points, **common).to_dict()})))
@@ -148,7 +148,7 @@ def test_a_trial_s_train_path_travels_with_it_and_names_the_same_runs(tmp_path: 
     made = {path: TrialDescriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
                                   hparams=t.hparams, seeds=t.seeds, points=t.points, study=spec.name,
                                   study_dir="/tmp/x", cpus=1, metric="best_selection_score",
-                                  train_fn="locattn.train:train", train_path=path)
+                                  train_path=path)
             for path in ("eager", "compiled")}
     assert "train_path" not in made["eager"].to_dict()
     assert made["compiled"].to_dict()["train_path"] == "compiled"
