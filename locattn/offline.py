@@ -6,7 +6,9 @@ per run, a seed folder holding the study's trial file and any partial trainer ch
 run is trained in ``RUNS_DIR/<run key>/``, which starts as a copy of its seed folder (copied
 once: a second worker on the same ``RUNS_DIR`` continues from the checkpoints the first left),
 with locattn's public training API, the way a study's trial trains it: a packed trial's runs
-together (``locattn.packed.train_packed``), a solo trial's one after another (its ``train_fn``).
+together (``locattn.packed.train_packed``), a solo trial's one after another (``locattn.train.train``).
+Nothing read from ``DIR`` is imported or called: the trainer is this code's, and a manifest
+that names another (``train_fn``, as format 1 could) is refused in one line.
 
 ``--deadline SECONDS`` (from the start): the worker stops at an epoch boundary once the next
 epoch would not fit (estimated from the last one, with half an epoch to spare for scoring; the
@@ -21,31 +23,36 @@ nor anything of ``study``, ``record`` or ``reports``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shutil
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from locattn.config import run_config_from_dict, run_identity
+from locattn.folders import FolderError, confined, copy_regular
 from locattn.packed import check_packable, train_packed
-from locattn.train import load_result
+from locattn.train import load_result, train as locattn_train
 from locattn.training.epoch import prepare_compile
 
 MANIFEST_FILE = "manifest.json"
 """What ``study export`` writes into its folder: the trials and runs to train."""
 MANIFEST_FORMAT = 1
 """Version of :data:`MANIFEST_FILE`'s layout."""
+LEGACY_TRAIN_FN = "locattn.train:train"
+"""The one ``train_fn`` a manifest's trial may still carry (exports before the key was dropped
+named it): the trainer this worker runs anyway. Any other value is refused, never imported."""
 DROP_KEY = "drop_finished"
 """Manifest key: what a finished run's folder drops (the study's ``keep`` policy: file and
 folder names in it), so that less travels back."""
 EXIT_DEADLINE = 75
 """Exit status when ``--deadline`` stopped the worker (the same as ``study --time-limit``)."""
+MAX_MANIFEST_BYTES = 64 << 20
+"""Largest manifest read (one of 10,000 runs is about 30 MB)."""
 SPARE = 1.5
 """Epochs' worth of time an epoch needs to start: itself and half an epoch for the scoring."""
 
@@ -133,36 +140,87 @@ def finished(out_dir: Path, cfg: Any) -> bool:
 
 def drop(out_dir: Path, names: Sequence[str]) -> None:
     """Delete ``names`` (plain names, as the study's ``keep`` policy lists them) from a finished
-    run's folder."""
+    run's folder; a name that is not plain, or resolves outside the folder, is left alone."""
     for name in names:
-        path = out_dir / name
-        if Path(name).name != name or name in ("", ".", ".."):
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             continue
-        if path.is_dir() and not path.is_symlink():
+        path = out_dir / name
+        if path.is_symlink():
+            path.unlink()  # the link itself, inside the folder; never what it points at
+            continue
+        try:
+            confined(out_dir, name, what=f"{out_dir}: {DROP_KEY}")
+        except FolderError:
+            continue
+        if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
 
 
-def load_train_fn(path: str) -> Callable[..., Any]:
-    """Import ``module:function``."""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of an export folder; ``SystemExit`` with one line when it is not one."""
+    """The manifest of an export folder, checked (:func:`check_manifest`); ``SystemExit`` with
+    one line when it is not one."""
     path = folder / MANIFEST_FILE
     try:
+        size = path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise SystemExit(f"locattn.offline: {path}: {size} bytes, over the {MAX_MANIFEST_BYTES} a "
+                             "manifest may be")
         manifest = json.loads(path.read_text())
     except OSError as exc:
         raise SystemExit(f"locattn.offline: {path}: {exc.strerror} (not a folder `study export` wrote)")
-    except ValueError as exc:
-        raise SystemExit(f"locattn.offline: {path}: not JSON ({exc})")
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise SystemExit(f"locattn.offline: {path}: manifest format {manifest.get('format')!r}, "
+    except (ValueError, RecursionError) as exc:
+        raise SystemExit(f"locattn.offline: {path}: not JSON ({str(exc)[:200] or type(exc).__name__})")
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise SystemExit(f"locattn.offline: {path}: manifest format {found!r}, "
                          f"this worker reads {MANIFEST_FORMAT}")
+    try:
+        check_manifest(manifest, folder)
+    except (FolderError, ValueError) as exc:
+        raise SystemExit(f"locattn.offline: {path}: {exc}") from None
     return manifest
+
+
+def check_manifest(manifest: Mapping[str, Any], folder: Path) -> None:
+    """``ValueError`` (one line, naming the entry) unless every trial is an object with a
+    ``trial`` object and a ``runs`` list, every run names a run key (16 hex digits), a seed
+    folder inside ``folder`` and a config object, and no trial names a trainer other than
+    :data:`LEGACY_TRAIN_FN` (nothing of the folder is ever imported)."""
+    trials = manifest.get("trials")
+    if not isinstance(trials, list):
+        raise ValueError("trials: not a list")
+    drops = manifest.get(DROP_KEY, [])
+    if not isinstance(drops, list) or not all(isinstance(d, str) for d in drops):
+        raise ValueError(f"{DROP_KEY}: not a list of names")
+    for i, trial in enumerate(trials):
+        if not isinstance(trial, dict) or not isinstance(trial.get("trial"), dict) \
+                or not isinstance(trial.get("runs"), list):
+            raise ValueError(f"trials[{i}]: not an object with a trial object and a runs list")
+        named = trial["trial"].get("train_fn", LEGACY_TRAIN_FN)
+        if named != LEGACY_TRAIN_FN:
+            raise ValueError(f"train_fn {named!r}: an export does not choose its trainer (this worker "
+                             f"runs {LEGACY_TRAIN_FN}); nothing of it was imported")
+        for j, run in enumerate(trial["runs"]):
+            where = f"trials[{i}].runs[{j}]"
+            if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
+                raise ValueError(f"{where}: not an object with a config object")
+            confined(folder, run.get("key"), what=f"{where}.key", key=True)
+            confined(folder, run.get("folder"), what=f"{where}.folder")
+
+
+def seed_folder(src: Path, out_dir: Path, where: str) -> None:
+    """Copy a run's seed folder to ``out_dir`` (regular files only: :func:`copy_regular`),
+    through a staging folder, so that a refused copy leaves nothing."""
+    staging = out_dir.with_name(f".{out_dir.name}.copy")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        copy_regular(src, staging, what=where)
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def pick_device(device: str) -> str:
@@ -192,14 +250,21 @@ def run(folder: Path, runs_dir: Path, *, deadline_s: float | None = None, device
     device = pick_device(device)
     clock = Deadline(time.monotonic() + deadline_s if deadline_s is not None else None)
     counts = {"finished": 0, "unfinished": 0, "failed": 0, "deadline": False}
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise SystemExit(f"locattn.offline: --out {runs_dir}: not a folder")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    for trial in manifest["trials"]:
+    for i, trial in enumerate(manifest["trials"]):
         todo = []
-        for r in trial["runs"]:
-            out_dir = runs_dir / r["key"]
-            if not out_dir.exists():  # the seed folder: trial file, partial checkpoint
-                shutil.copytree(folder / r["folder"], out_dir)
-            cfg = with_device(run_config_from_dict(r["config"]), device, train_path)
+        for j, r in enumerate(trial["runs"]):
+            where = f"locattn.offline: {folder / MANIFEST_FILE}: trials[{i}].runs[{j}]"
+            try:
+                out_dir = confined(runs_dir, r["key"], what=f"{where}.key", key=True)
+                if not out_dir.exists():  # the seed folder: trial file, partial checkpoint
+                    seed_folder(confined(folder, r["folder"], what=f"{where}.folder"), out_dir, where)
+                cfg = run_config_from_dict(r["config"])
+            except (FolderError, ValueError, TypeError, KeyError, OSError) as exc:
+                raise SystemExit(f"{where}: {exc}" if not str(exc).startswith(where) else str(exc)) from None
+            cfg = with_device(cfg, device, train_path)
             if finished(out_dir, cfg):
                 counts["finished"] += 1
                 drop(out_dir, manifest.get(DROP_KEY) or ())
@@ -227,7 +292,7 @@ def run(folder: Path, runs_dir: Path, *, deadline_s: float | None = None, device
                 results = list(train_packed([c for _, c, _ in todo], [d for _, _, d in todo], recorders,
                                             resume=True))
             else:
-                train = load_train_fn(trial["trial"]["train_fn"])
+                train = locattn_train
                 for (key, cfg, out_dir), rec in zip(todo, recorders):
                     if results and not clock.fits():
                         raise DeadlineReached
@@ -262,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how each step runs (operational; default: as exported). compiled: "
                         "torch.compile of the step, eager and graphed alike (needs g++ on a CPU)")
     args = p.parse_args(argv)
-    if args.deadline is not None and args.deadline <= 0:
-        p.error(f"--deadline {args.deadline:g}: must be > 0")
+    if args.deadline is not None and not 0 < args.deadline < float("inf"):  # nan, inf, <= 0
+        p.error(f"--deadline {args.deadline:g}: must be a number of seconds > 0")
     if args.train_path == "compiled":  # before any run starts: no compiler is one line, not a traceback
         try:
             prepare_compile()

@@ -24,6 +24,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from locattn.config import config_to_dict
+from locattn.folders import FolderError, confined, copy_regular
 from locattn.offline import DROP_KEY, MANIFEST_FILE, MANIFEST_FORMAT
 from locattn.train import find_checkpoint
 from record import layout
@@ -33,7 +34,6 @@ from record.writer import existing_runs
 from study.descriptor import TrialDescriptor, finished_result, write_trial_file
 from study.driver import StudyLock
 from study.folder import load_meta, spec_from_meta, write_meta
-from study.migrate import DEFAULT_TRAIN_FN
 from study.plan import plan_trials
 from study.retention import DROPPED, study_keep
 from study.trial_state import RUN_SUBDIR, stage_checkpoint
@@ -86,7 +86,7 @@ def create(spec_path: Path, *, profile: str | None, name: str | None, root: str 
     paths.dir.mkdir(parents=True, exist_ok=True)
     write_meta(paths, {"name": name, "spec_path": str(spec_path), "profile": spec.profile, "only": {},
                        "raw": raw, "resolved": spec.resolved, "tracking_uri": paths.default_tracking_uri(),
-                       "train_fn": DEFAULT_TRAIN_FN, "created": time.time()})
+                       "created": time.time()})
     print(f"[study {name}] created at {paths.dir} (nothing run yet)", file=out)
     return paths
 
@@ -172,11 +172,16 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
         planned, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs={}))
         keys = {key: (seed, desc) for desc in planned for seed, key in desc.run_keys}
         found, others = [], {}
-        for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+        for folder in sorted(runs_dir.iterdir()):
+            if folder.name.startswith(".") or (folder.is_file() and not folder.is_symlink()):
+                continue  # a worker's staging folder, a log beside the run folders
+            if folder.is_symlink() or not folder.is_dir():
+                raise SpecError(f"{folder}: {'a symlink' if folder.is_symlink() else 'not a folder'}: a "
+                                "run folder is a plain folder; nothing imported")
             try:
                 body = json.loads((folder / layout.TRIAL_FILE).read_text())
                 study, seed = body["trial"]["study"], int(body["seed"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
                 raise SpecError(f"{folder}: no readable {layout.TRIAL_FILE} ({type(exc).__name__}): not a "
                                 "run folder of `python -m locattn.offline`") from None
             if study != name and skip_others:
@@ -189,27 +194,44 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
                 raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
                                 f"{name!r} plans")
             found.append((folder, keys[folder.name][1]))
-        copied, unfinished, present, staged = 0, [], 0, {}
-        for folder, desc in found:
-            cfg = desc.run_config(folder.name)
-            done = finished_result(folder, cfg) is not None
-            dest = paths.runs / folder.name
-            if finished_result(dest, cfg) is not None:
-                present += 1
-                continue
-            history = None if done else checkpoint_history(folder)
-            if not done and history is None:
-                unfinished.append(folder.name)
-                continue
-            tmp = paths.runs / f".{folder.name}.import"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(folder, tmp)
+        copied, unfinished, present, staged, kept = 0, [], 0, {}, []
+        moves = []  # (staging copy, run folder): every copy made before any run folder changes
+        try:
+            for folder, desc in found:
+                cfg = desc.run_config(folder.name)
+                done = finished_result(folder, cfg) is not None
+                dest = confined(paths.runs, folder.name, what=f"{paths.runs}", key=True)
+                if finished_result(dest, cfg) is not None:
+                    present += 1
+                    continue
+                history = None if done else checkpoint_history(folder)
+                if not done and history is None:
+                    unfinished.append(folder.name)
+                    continue
+                here = None if done else checkpoint_history(dest)
+                if here is not None and int(here[-1]["epoch"]) >= int(history[-1]["epoch"]):
+                    kept.append(f"{folder.name} at epoch {int(here[-1]['epoch'])} here, "
+                                f"{int(history[-1]['epoch'])} in the import")
+                    continue  # the study's own checkpoint is further along: never replaced by an older one
+                tmp = paths.runs / f".{folder.name}.import"
+                shutil.rmtree(tmp, ignore_errors=True)
+                moves.append((tmp, dest))
+                copy_regular(folder, tmp, what=f"study import {runs_dir}")
+                if done:
+                    copied += 1
+                else:
+                    staged.setdefault(desc.run_keys[0][1], (desc, {}))[1][folder.name] = history
+        except BaseException as exc:
+            for tmp, _ in moves:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, FolderError):
+                raise SpecError(f"{exc}; nothing imported") from None
+            if isinstance(exc, OSError):
+                raise SpecError(f"study import {runs_dir}: {exc}; nothing imported") from None
+            raise
+        for tmp, dest in moves:
             shutil.rmtree(dest, ignore_errors=True)
             tmp.rename(dest)
-            if done:
-                copied += 1
-            else:
-                staged.setdefault(desc.run_keys[0][1], (desc, {}))[1][folder.name] = history
         for first, (desc, histories) in staged.items():
             stage_offline(paths, desc, first, histories)
     finally:
@@ -222,6 +244,9 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
         line += f"; {n_staged} not finished, imported with their checkpoints (study resume continues them)"
     if unfinished:
         line += f"; {len(unfinished)} not finished without a checkpoint, left out (study resume trains them)"
+    if kept:
+        line += f"; kept {len(kept)} runs further along here than in the import ({'; '.join(kept[:4])}" \
+                f"{' ...' if len(kept) > 4 else ''})"
     if others:
         line += ("; skipped the folders of other studies (" + ", ".join(f"{k}: {v}" for k, v in sorted(others.items()))
                  + f"), for `study import <that study> {runs_dir} --skip-other-studies`")

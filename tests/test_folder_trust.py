@@ -1,0 +1,284 @@
+"""Every folder a study receives is data, never code (issue 45): a study folder, an export
+folder or a run folder from elsewhere is read, and nothing in it is imported or called, no path
+in it reaches outside it, and a bad one is refused in one line. Real folders, real commands
+(``study`` and ``python -m locattn.offline`` in subprocesses, run from inside the folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; before ray is imported
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+
+from record.layout import META_FILE  # noqa: E402
+from study.cli import main as study  # noqa: E402
+from test_study import SMOKE, write_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+#: A module that leaves a marker file when anything imports it.
+EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\ndef train(*a, **k):\n    pass\n"
+
+
+def plant(folder: Path, name: str = "evil_mod") -> Path:
+    """``folder/<name>.py``, which writes ``folder/<name>.ran`` when imported; the marker's path."""
+    marker = folder / f"{name}.ran"
+    (folder / f"{name}.py").write_text(EVIL.format(marker=str(marker)))
+    return marker
+
+
+def run_in(cwd: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A command run from inside ``cwd`` (as a user who cd'ed into a folder they were sent)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture
+def exported(tmp_path: Path, capsys) -> tuple[Path, Path]:
+    """(study folder, export folder) of a one-run grid study nothing ran in."""
+    spec = write_spec(tmp_path, "trust", grid={"task": ["copy"], "variant": ["onestep"]}, overrides=SMOKE)
+    root, export = tmp_path / "s", tmp_path / "export"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export)]) == 0
+    capsys.readouterr()
+    return root / "trust-smoke", export
+
+
+STUDY = ("-c", "import sys; from study.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("command", [("resume", "."), ("status", "."), ("migrate", ".")])
+def test_a_study_json_naming_a_trainer_is_refused_and_nothing_beside_it_runs(exported, command) -> None:
+    study_dir, _ = exported
+    meta = json.loads((study_dir / META_FILE).read_text())
+    (study_dir / META_FILE).write_text(json.dumps({**meta, "format": 1, "train_fn": "evil_mod:train"}))
+    marker = plant(study_dir)
+    done = run_in(study_dir, *STUDY, *command)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_line(done)
+    assert "train_fn 'evil_mod:train'" in line and "nothing of it was imported" in line
+    assert not marker.exists()
+
+
+def test_a_study_json_with_the_former_default_trainer_still_reads_and_migrate_drops_it(exported,
+                                                                                       capsys) -> None:
+    study_dir, _ = exported
+    meta = json.loads((study_dir / META_FILE).read_text())
+    assert "train_fn" not in meta  # a new study names no trainer
+    (study_dir / META_FILE).write_text(json.dumps({**meta, "format": 1, "train_fn": "locattn.train:train"}))
+    assert study(["status", str(study_dir)]) == 0
+    assert study(["migrate", str(study_dir)]) == 0
+    assert "train_fn dropped" in capsys.readouterr().out
+    assert "train_fn" not in json.loads((study_dir / META_FILE).read_text())
+
+
+def test_a_manifest_naming_a_trainer_is_refused_and_nothing_beside_it_runs(exported, tmp_path: Path) -> None:
+    _, export = exported
+    manifest = json.loads((export / "manifest.json").read_text())
+    manifest["trials"][0]["trial"]["train_fn"] = "evil_mod:train"
+    (export / "manifest.json").write_text(json.dumps(manifest))
+    marker = plant(export)
+    done = run_in(export, "-m", "locattn.offline", ".", "--out", str(tmp_path / "R"), "--device", "cpu")
+    assert done.returncode not in (0, 75), done.stdout[-2000:]
+    line = one_line(done)
+    assert "train_fn 'evil_mod:train'" in line and "nothing of it was imported" in line
+    assert not marker.exists() and not (tmp_path / "R").exists()
+
+
+#: A driver that starts its private Ray as a study does and asks a worker what it can import.
+PROBE = ("import importlib.util, ray\n"
+         "from study.driver import init_ray\n"
+         "init_ray()\n"
+         "try:\n"
+         "    probe = ray.remote(lambda: [importlib.util.find_spec(m) is not None for m in ('evil_mod', 'locattn')])\n"
+         "    print('found', *ray.get(probe.remote()))\n"
+         "finally:\n"
+         "    ray.shutdown()\n")
+
+
+def test_the_drivers_working_directory_is_not_on_the_workers_path(tmp_path: Path) -> None:
+    folder = tmp_path / "sent"
+    folder.mkdir()
+    marker = plant(folder)
+    done = run_in(folder, "-c", PROBE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "found False True" in done.stdout, done.stdout[-2000:]  # locattn from the code, evil_mod nowhere
+    assert not marker.exists()
+
+
+def worker(export: Path, runs: Path) -> subprocess.CompletedProcess:
+    return run_in(export, "-m", "locattn.offline", str(export), "--out", str(runs), "--device", "cpu")
+
+
+def tamper(export: Path, **run: object) -> dict:
+    """The export's manifest with its first run's entries replaced by ``run``; the manifest."""
+    manifest = json.loads((export / "manifest.json").read_text())
+    manifest["trials"][0]["runs"][0].update(run)
+    (export / "manifest.json").write_text(json.dumps(manifest))
+    return manifest
+
+
+@pytest.mark.parametrize("key", ["../victim", "/tmp", "0123456789abcdeg", "0123456789ABCDEF", 7])
+def test_a_manifest_run_key_outside_its_format_is_refused_before_anything_is_written(exported, tmp_path: Path,
+                                                                                    key) -> None:
+    _, export = exported
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "important.txt").write_text("keep me")
+    manifest = tamper(export, key=key)
+    manifest["drop_finished"] = ["important.txt"]
+    (export / "manifest.json").write_text(json.dumps(manifest))
+    runs = tmp_path / "R"
+    done = worker(export, runs)
+    assert done.returncode not in (0, 75)
+    line = one_line(done)
+    assert "trials[0].runs[0].key" in line and "16 hex digits" in line
+    assert (victim / "important.txt").read_text() == "keep me"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
+def test_a_seed_folder_outside_the_export_is_refused_and_nothing_of_it_copied(exported, tmp_path: Path,
+                                                                              where) -> None:
+    _, export = exported
+    secret = tmp_path / "home" / ".ssh"
+    secret.mkdir(parents=True)
+    (secret / "id_rsa").write_text("PRIVATE KEY")
+    if where == "absolute":
+        folder = str(secret)
+    elif where == "dotdot":
+        folder = "../home/.ssh"
+    else:
+        (export / "runs" / "link").symlink_to(secret)
+        folder = "runs/link"
+    manifest = tamper(export, folder=folder)
+    runs = tmp_path / "R"
+    done = worker(export, runs)
+    assert done.returncode not in (0, 75)
+    assert "trials[0].runs[0].folder" in one_line(done) and "is outside" in one_line(done)
+    assert not list(runs.rglob("id_rsa")) if runs.exists() else True
+    assert manifest["trials"][0]["runs"][0]["key"]
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", "dev"])
+def test_a_link_inside_a_seed_folder_is_refused_in_one_line_and_nothing_left(exported, tmp_path: Path,
+                                                                              kind) -> None:
+    _, export = exported
+    manifest = json.loads((export / "manifest.json").read_text())
+    run = manifest["trials"][0]["runs"][0]
+    seed = export / run["folder"]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("PRIVATE")
+    target = {"file": secret, "dir": Path("/etc"), "dev": Path("/dev/zero")}[kind]
+    (seed / "innocent").symlink_to(target)
+    runs = tmp_path / "R"
+    done = worker(export, runs)
+    assert done.returncode not in (0, 75)
+    line = one_line(done)
+    assert "innocent is a symlink" in line
+    assert sorted(p.name for p in runs.iterdir()) == []  # no run folder, no staging folder
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path, Path, Path]:
+    """(study root, study folder, a finished worker's --out, one stopped by its deadline),
+    the worker run once for the module: a one-run study of 40 epochs."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("trained")
+    spec = write_spec(base, "imp", grid={"task": ["copy"], "variant": ["onestep"]},
+                      overrides={**SMOKE, "optim.epochs": 40, "task.train_size": 200})
+    root, export = base / "s", base / "export"
+    assert study(["export", str(spec), "--root", str(root), "--out", str(export)]) == 0
+    stopped = base / "stopped"
+    done = run_in(export, "-m", "locattn.offline", str(export), "--out", str(stopped), "--device", "cpu",
+                  "--deadline", "2")
+    assert done.returncode == 75, done.stderr[-3000:]
+    further = base / "further"
+    shutil.copytree(stopped, further, symlinks=True)
+    again = run_in(export, "-m", "locattn.offline", str(export), "--out", str(further), "--device", "cpu",
+                   "--deadline", "2")
+    assert again.returncode == 75, again.stderr[-3000:]
+    return root, root / "imp-smoke", stopped, further
+
+
+def imported(root: Path, runs: Path) -> subprocess.CompletedProcess:
+    return run_in(root, *STUDY, "import", "imp-smoke", str(runs), "--root", str(root))
+
+
+def tampered(trained, tmp_path: Path) -> tuple[Path, Path]:
+    """(a copy of the stopped worker's --out, its one run folder)."""
+    import shutil
+
+    runs = tmp_path / "R"
+    shutil.copytree(trained[2], runs, symlinks=True)
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    return runs, folder
+
+
+@pytest.mark.parametrize("kind", ["dir_link", "file_link", "dev_zero", "fifo", "sparse", "run_link"])
+def test_import_copies_only_regular_files_and_names_the_offender_in_one_line(trained, tmp_path: Path,
+                                                                              kind) -> None:
+    root, study_dir, _, _ = trained
+    runs, folder = tampered(trained, tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("PRIVATE")
+    offender = folder / "checkpoint" / "extra"
+    if kind == "dir_link":
+        offender.symlink_to("/etc")
+    elif kind == "file_link":
+        offender.symlink_to(secret)
+    elif kind == "dev_zero":
+        offender.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(offender)
+    elif kind == "sparse":
+        with open(offender, "wb") as fh:
+            fh.truncate(3 << 30)  # 3 GB, nothing on disk
+    else:  # the run folder itself a link to a folder elsewhere
+        import shutil
+
+        elsewhere = tmp_path / "elsewhere"
+        shutil.move(folder, elsewhere)
+        folder.symlink_to(elsewhere)
+        offender = folder
+    before = sorted(p.name for p in (study_dir / "runs").iterdir()) if (study_dir / "runs").exists() else []
+    done = imported(root, runs)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_line(done)
+    assert str(offender) in line and "nothing imported" in line, line
+    after = sorted(p.name for p in (study_dir / "runs").iterdir()) if (study_dir / "runs").exists() else []
+    assert after == before  # no staging folder left, no run folder replaced
+    assert not list(study_dir.rglob("secret.txt")) and not list(study_dir.rglob("passwd"))
+
+
+def epoch_of(folder: Path) -> int:
+    import torch
+
+    return int(torch.load(folder / "checkpoint" / "state.pt", weights_only=True)["history"][-1]["epoch"])
+
+
+def test_import_never_replaces_a_checkpoint_further_along_with_an_older_one(trained, tmp_path: Path) -> None:
+    root, study_dir, stopped, further = trained
+    (key,) = [p.name for p in further.iterdir() if p.is_dir()]
+    newer, older = epoch_of(further / key), epoch_of(stopped / key)
+    assert newer > older
+    done = imported(root, further)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert epoch_of(study_dir / "runs" / key) == newer
+    done = imported(root, stopped)  # the older copy, brought back later
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{key} at epoch {newer} here, {older} in the import" in done.stdout
+    assert epoch_of(study_dir / "runs" / key) == newer
