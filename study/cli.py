@@ -61,7 +61,7 @@ from study.folder import load_meta, migrate
 from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
-from study.spec import SpecError, check_study_name, parse_only, parse_seeds
+from study.spec import SpecError, parse_only, parse_seeds
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
                       health_url, save_view, serve, server_url, store_uri, ui_command)
@@ -287,8 +287,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
                                 "(0: as many as the CPUs allow)")
         if args.cmd == "launch":
-            if args.name is not None:
-                check_study_name(args.name, "--name")
             check_spec_path(args.spec)
             if args.tracking_uri is not None:
                 preflight.check_tracking_uri(args.tracking_uri)

@@ -15,15 +15,24 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from record.layout import StudyPaths
+from record.layout import StudyPaths, study_paths
 from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path, unpack
 from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
-from study.spec import SpecError, StudySpec, resolve_spec
+from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
 
 class StudyError(SpecError):
     """A study cannot run as asked (in use, unreadable state, no space, read-only root...);
     the message is one line naming the file or the holder."""
+
+
+def new_study_paths(root: str | Path, name: Any, where: str = "--name") -> StudyPaths:
+    """The folder of the study ``name`` under ``root``: every command that makes a study folder
+    (``study launch``, ``study export SPEC``) turns its name into a folder here, after
+    :func:`study.spec.check_study_name` (one directory under ``root``: no ``/``, ``..``,
+    absolute path, newline or escape); ``where`` names the name's source for the error."""
+    check_study_name(name, where)
+    return study_paths(Path(root).resolve() / name)
 
 
 def load_meta(paths: StudyPaths) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from study import slices
 from study.cost import study_eta
 from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
                           limit_text, quiet_tune, stop_ray)
-from study.folder import (StudyError, load_meta, one_line_os_error, relocate,
+from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
 from study.retention import disk_line
@@ -63,9 +63,10 @@ def launch(
     spec_path = Path(spec_path).resolve()
     raw = read_yaml(spec_path)
     spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only, seeds=seeds)
+    where = "--name" if name else f"{spec_path}: name and profile"
     if not name:
         name = f"{spec.name}-{spec.profile}" if spec.profile else spec.name
-    paths = study_paths(Path(root).resolve() / name)
+    paths = new_study_paths(root, name, where)
     tracking_uri = take_credentials(tracking_uri, out)
     check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
     big = size_warnings(spec)

@@ -28,12 +28,12 @@ from locattn.folders import FolderError, confined, copy_regular
 from locattn.offline import DROP_KEY, MANIFEST_FILE, MANIFEST_FORMAT
 from locattn.train import find_checkpoint
 from record import layout
-from record.layout import StudyPaths, study_paths
+from record.layout import StudyPaths
 from record.store import experiment_id, local_store
 from record.writer import existing_runs
 from study.descriptor import TrialDescriptor, finished_result, write_trial_file
 from study.driver import StudyLock
-from study.folder import load_meta, spec_from_meta, write_meta
+from study.folder import load_meta, new_study_paths, spec_from_meta, write_meta
 from study.plan import plan_trials
 from study.retention import DROPPED, study_keep
 from study.trial_state import RUN_SUBDIR, stage_checkpoint
@@ -75,11 +75,12 @@ def create(spec_path: Path, *, profile: str | None, name: str | None, root: str 
     spec_path = spec_path.resolve()
     raw = read_yaml(spec_path)
     spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=None)
+    where = "--name" if name else f"{spec_path}: name and profile"
     name = name or (f"{spec.name}-{spec.profile}" if spec.profile else spec.name)
     if spec.search is not None:
         raise SpecError(f"study {name!r} is a search study (Optuna samples its trials as it goes): "
                         "only grid studies can be exported")
-    paths = study_paths(Path(root).resolve() / name)
+    paths = new_study_paths(root, name, where)
     if paths.meta.is_file():
         return paths
     require_task_data(spec)

@@ -282,3 +282,17 @@ def test_import_never_replaces_a_checkpoint_further_along_with_an_older_one(trai
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{key} at epoch {newer} here, {older} in the import" in done.stdout
     assert epoch_of(study_dir / "runs" / key) == newer
+
+
+@pytest.mark.parametrize("name", ["../escaped_study", "/tmp/abs_study", "two\nlines", "\x1b[31mred", "a/b", ".hidden"])
+@pytest.mark.parametrize("command", ["export", "launch"])
+def test_every_command_that_makes_a_study_folder_checks_its_name(tmp_path: Path, capsys, name, command) -> None:
+    spec = write_spec(tmp_path, "nm", grid={"task": ["copy"], "variant": ["onestep"]}, overrides=SMOKE)
+    root = tmp_path / "deep" / "root"
+    argv = [command, str(spec), "--root", str(root), "--name", name]
+    argv += ["--out", str(tmp_path / "export")] if command == "export" else ["--dry-run"]
+    assert study(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--name" in err[0] and "a study name is one directory under --root" in err[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["nm.yaml"]  # no folder made anywhere
+    assert not Path("/tmp/abs_study").exists()
