@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from record import schema
 
@@ -99,27 +99,71 @@ def local_store(tracking_uri: str) -> Path | None:
     return db
 
 
+#: Query parameters of a tracking URI that name its user (libpq's ``user``), shown as ``***``
+#: as a userinfo user is (a user name alone may be a token).
+USER_QUERY_KEYS = frozenset({"user", "username"})
+#: Query parameters that carry its password (libpq's ``password``).
+PASSWORD_QUERY_KEYS = frozenset({"password", "passwd", "pwd"})
+#: Other query parameters that carry a secret: never saved, shown as ``***``.
+SECRET_QUERY_KEYS = frozenset({"sslpassword", "token", "access_token", "api_key", "apikey", "secret",
+                               "auth", "private_key"})
+
+
 def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
-    """``(uri without user:password@, user, password)``; the URI unchanged when it has none."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
+    """``(uri without its credentials, user, password)``: a ``user:password@`` userinfo, or the
+    query's ``user``/``password`` parameters (:data:`USER_QUERY_KEYS`,
+    :data:`PASSWORD_QUERY_KEYS`: libpq's ``?user=u&password=p``); the URI unchanged when it
+    has none. Other secrets (:func:`hidden_secrets`) are left in place: no client variable
+    carries them."""
+    head, hash_, fragment = uri.partition("#")
+    base, _, query = head.partition("?")
+    user = password = None
+    netloc = urlsplit(base).netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        name, _, secret = userinfo.partition(":")
+        user, password = unquote(name) or None, unquote(secret) if secret else None
+        base = base.replace(netloc, hostport, 1)
+    pairs = parse_qsl(query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if k.lower() not in USER_QUERY_KEYS | PASSWORD_QUERY_KEYS]
+    for k, v in pairs:
+        if k.lower() in USER_QUERY_KEYS:
+            user = user or v or None
+        elif k.lower() in PASSWORD_QUERY_KEYS:
+            password = password or v or None
+    if user is None and password is None and len(kept) == len(pairs):
         return uri, None, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    return (urlunsplit(parts._replace(netloc=hostport)), unquote(user) or None,
-            unquote(password) if password else None)
+    query = query if len(kept) == len(pairs) else urlencode(kept)
+    return base + (f"?{query}" if query else "") + hash_ + fragment, user, password
+
+
+def hidden_secrets(uri: str) -> list[str]:
+    """The parts of ``uri`` that hold a secret :func:`split_credentials` does not take: a query
+    parameter of :data:`SECRET_QUERY_KEYS`, a fragment (never sent to a store; only a secret
+    would put one there)."""
+    head, _, fragment = uri.partition("#")
+    query = head.partition("?")[2]
+    found = [f"query parameter {k!r}" for k, _ in parse_qsl(query, keep_blank_values=True)
+             if k.lower() in SECRET_QUERY_KEYS]
+    return found + (["fragment"] if fragment else [])
 
 
 def redact(uri: str) -> str:
-    """The URI with its password shown as ``***`` (for messages and provenance lines); a user
-    name without a password may be a token, so it is shown as ``***`` too."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, has_password, _ = userinfo.partition(":")
-    shown = f"{user}:***" if has_password else "***"
-    return uri.replace(parts.netloc, f"{shown}@{hostport}", 1)
+    """The URI with every secret shown as ``***`` (for messages and provenance lines): the
+    userinfo's password (and a user name without one: it may be a token), the values of the
+    query's user, password and secret parameters, and a fragment."""
+    head, hash_, fragment = uri.partition("#")
+    base, q, query = head.partition("?")
+    parts = urlsplit(base)
+    if "@" in parts.netloc:
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        shown = f"{user}:***" if has_password else "***"
+        base = base.replace(parts.netloc, f"{shown}@{hostport}", 1)
+    secret = USER_QUERY_KEYS | PASSWORD_QUERY_KEYS | SECRET_QUERY_KEYS
+    query = "&".join(f"{item.partition('=')[0]}=***" if unquote(item.partition("=")[0]).lower() in secret
+                     else item for item in query.split("&")) if query else query
+    return base + q + query + (f"{hash_}***" if hash_ else "")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, slices
 from study.driver import StudyLock, early_signals, hold_signals
-from study.folder import load_meta, migrate
+from study.folder import load_meta, migrate, take_credentials
 from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
@@ -329,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"study {meta['name']!r} records to the MLflow server {remote}: open it "
                       f"there (experiment {meta['name']!r}); no local server is needed")
                 return 0
-            store = store_uri(meta["tracking_uri"], paths.dir)
+            # credentials (an older study.json's) go to the server by environment, not its command line
+            store = take_credentials(store_uri(meta["tracking_uri"], paths.dir), sys.stderr)
             check_port(args.host, args.port)
             base = f"http://{browse_host(args.host)}:{args.port}"
             view = save_view(store, meta["name"])

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths, study_paths
-from record.store import StoreError, move_artifact_root, split_credentials, sqlite_path, unpack
+from record.store import (StoreError, hidden_secrets, move_artifact_root, redact, split_credentials, sqlite_path,
+                          unpack)
 from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
@@ -79,12 +80,18 @@ CREDENTIAL_VARIABLES = {"postgresql": ("PGUSER", "PGPASSWORD"),
 
 
 def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
-    """Strip userinfo from a tracking URI and keep it in this process's memory only: in the
+    """Strip the credentials from a tracking URI (userinfo, or the query's ``user``/``password``:
+    :func:`record.store.split_credentials`) and keep them in this process's memory only: in the
     environment variables the store's client reads (:data:`CREDENTIAL_VARIABLES`), never in a
     file or a log. Other schemes are refused (there is no variable to carry the secret)."""
     if tracking_uri is None:
         return None
     clean, user, password = split_credentials(tracking_uri)
+    hidden = hidden_secrets(clean)
+    if hidden:
+        raise StudyError(f"--tracking-uri {redact(tracking_uri)}: its {' and '.join(hidden)} would be saved "
+                         "in study.json; give the secret to the store's client another way (PGPASSWORD, "
+                         "~/.pgpass, MLFLOW_TRACKING_TOKEN)")
     if user is None and password is None:
         return tracking_uri
     scheme = clean.split(":", 1)[0].split("+", 1)[0].lower()

@@ -33,8 +33,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
 from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
-from record.store import (StoreError, StudyNotFound, adopt_artifact_root, experiment_id, read_rows,
-                          sqlite_path, sqlite_uri, unpack)
+from record.store import (StoreError, StudyNotFound, adopt_artifact_root, experiment_id, hidden_secrets,
+                          read_rows, redact, split_credentials, sqlite_path, sqlite_uri, unpack)
 from record.summary import SEEDS_KEY, SELECTION_KEY
 from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
@@ -165,7 +165,13 @@ def die_with_parent() -> None:
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    """The ``mlflow server`` command serving a store on host:port."""
+    """The ``mlflow server`` command serving a store on host:port. A command line is visible to
+    every user (``ps``): a URI that still holds a secret (:func:`record.store.redact`'s
+    positions) is refused; its credentials travel in the environment
+    (``study.folder.take_credentials``)."""
+    if split_credentials(tracking_uri)[1:] != (None, None) or hidden_secrets(tracking_uri):
+        raise SpecError(f"{redact(tracking_uri)}: a secret in the store's URI would be on the mlflow "
+                        "server's command line; give it by environment (PGUSER/PGPASSWORD, ~/.pgpass)")
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
             "--host", host, "--port", str(port), "--workers", "1"]
 

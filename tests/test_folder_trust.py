@@ -18,6 +18,7 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
 from record.layout import META_FILE  # noqa: E402
+from study.spec import SpecError  # noqa: E402
 from study.cli import main as study  # noqa: E402
 from test_study import SMOKE, write_spec  # noqa: E402
 
@@ -296,3 +297,50 @@ def test_every_command_that_makes_a_study_folder_checks_its_name(tmp_path: Path,
     assert len(err) == 1 and "--name" in err[0] and "a study name is one directory under --root" in err[0]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["nm.yaml"]  # no folder made anywhere
     assert not Path("/tmp/abs_study").exists()
+
+
+SECRET = "S3CRETpw"
+
+
+def files_holding(folder: Path, needle: str) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and needle.encode() in p.read_bytes())
+
+
+@pytest.mark.parametrize("uri", [f"postgresql://127.0.0.1:1/mlflow?user=u&password={SECRET}",
+                                 f"postgresql://127.0.0.1:1/mlflow?sslmode=disable&PASSWORD={SECRET}&user=u",
+                                 f"postgresql://u:{SECRET}@127.0.0.1:1/mlflow",
+                                 f"postgresql://127.0.0.1:1/mlflow?sslpassword={SECRET}",
+                                 f"postgresql://127.0.0.1:1/mlflow#{SECRET}",
+                                 f"http://127.0.0.1:1/?token={SECRET}"])
+def test_a_secret_anywhere_in_the_tracking_uri_stays_out_of_the_folder_and_the_output(tmp_path: Path,
+                                                                                     uri) -> None:
+    spec = write_spec(tmp_path, "sec", grid={"task": ["copy"], "variant": ["onestep"]}, overrides=SMOKE)
+    root = tmp_path / "s"
+    env_free = {k: v for k, v in os.environ.items() if k not in ("PGUSER", "PGPASSWORD")}
+    done = subprocess.run([sys.executable, *STUDY, "launch", str(spec), "--root", str(root), "--tracking-uri", uri],
+                          cwd=tmp_path, env={**env_free, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0  # no store answers there
+    assert SECRET not in done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr[-3000:]
+    assert files_holding(tmp_path, SECRET) == []  # study.json, Tune's files, logs: none holds it
+
+
+def test_study_ui_passes_a_saved_password_by_environment_never_on_the_command_line(capsys) -> None:
+    from study.folder import take_credentials
+    from study.ui import ui_command
+
+    saved = f"postgresql://127.0.0.1:5433/mlflow?user=u&password={SECRET}"  # an older study.json's
+    with pytest.raises(SpecError, match=r"\?user=\*\*\*&password=\*\*\*: a secret in the store's URI"):
+        ui_command(saved, "127.0.0.1", 5000)
+    before = {k: os.environ.get(k) for k in ("PGUSER", "PGPASSWORD")}
+    os.environ.pop("PGUSER", None), os.environ.pop("PGPASSWORD", None)
+    try:
+        cmd = ui_command(take_credentials(saved, sys.stderr), "127.0.0.1", 5000)
+        assert SECRET not in " ".join(cmd) and "postgresql://127.0.0.1:5433/mlflow" in cmd
+        assert os.environ["PGPASSWORD"] == SECRET and os.environ["PGUSER"] == "u"  # the child's environment
+    finally:
+        for k, v in before.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert SECRET not in capsys.readouterr().err
