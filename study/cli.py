@@ -62,6 +62,7 @@ from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
 from study.spec import SpecError, parse_only, parse_seeds
+from study.spec_schema import schema_text
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
                       health_url, save_view, serve, server_url, store_uri, ui_command)
@@ -150,6 +151,9 @@ def parser() -> Parser:
     ip.add_argument("--skip-other-studies", action="store_true",
                     help="leave the folders of other studies' runs (one worker's --out holding several "
                          "studies) for their own import, instead of refusing")
+
+    sub.add_parser("schema", help="print the JSON Schema of a study spec (ablations/spec.schema.json), "
+                                  "generated from the spec parser's keys")
 
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
@@ -264,6 +268,9 @@ def exit_code(summary: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
+    if args.cmd == "schema":
+        print(schema_text(), end="")
+        return 0
     if args.cmd in ("launch", "resume"):
         hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.Interrupt)
     else:  # the other commands handle signals as they did before _stop_while_starting
