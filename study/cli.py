@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             # a moved folder (a committed record): its own store, not the saved path
             meta = {**meta, "tracking_uri": current_store(meta["tracking_uri"], paths.dir)}
             rows, driver = study_status(meta, paths.dir)
-            print(format_status(rows, driver, meta["name"]))
+            # the resume command as it works when pasted here: the name, or the folder under --root
+            print(format_status(rows, driver, report_target(paths.dir, meta["name"])))
             print()
             print(format_results(cell_results(meta["tracking_uri"], meta["name"]),
                                  report_target(paths.dir, meta["name"])))

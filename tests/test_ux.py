@@ -292,7 +292,9 @@ def test_status_is_fast_marks_dead_driver_trials_stale_and_imports_nothing_heavy
     assert lines[2].split()[:6] == ["task=copy,variant=content", "1", "0", "0", "1", "0"]
     assert lines[3].split() == ["total", "2", "0", "1", "1", "0"]
     assert f"driver PID {dead.pid} on {socket.gethostname()} is dead" in lines[4]
-    assert "study resume rc_table2-smoke" in lines[4]
+    # the resume command works when pasted: under --root, the study's folder, not its bare name
+    resume = lines[4].split("resumable: ", 1)[1].split()
+    assert resume[:2] == ["study", "resume"] and Path(resume[2]).resolve() == d.resolve(), lines[4]
     assert lines[-1] == "heavy: []"
     # then the per-cell numbers (study.results): the finished seed of each cell, 25 % at len15
     assert lines[7].split() == ["task=copy,variant=onestep", "len15", "25.0", "0/1"]
