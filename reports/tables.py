@@ -9,6 +9,8 @@ over them (Dubois et al. Table 3 averages over three datasets and over the inter
 
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -433,6 +435,8 @@ def get_table(table_id: str) -> TableDef:
     try:
         return TABLES[table_id]
     except KeyError:
+        close = difflib.get_close_matches(str(table_id), sorted(TABLES), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(
-            f"unknown table id {table_id!r}; valid: {', '.join(sorted(TABLES))}"
+            f"unknown table id {table_id!r}{hint}; valid: {', '.join(sorted(TABLES))}"
         ) from None

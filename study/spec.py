@@ -25,7 +25,7 @@ from study.keys import cell_id, hparams_json, run_key
 from study.retention import DEFAULT_KEEP, KEEP_POLICIES
 from study.spec_checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RESOURCE_KEYS, SPECIAL_AXES,
                                TOP_KEYS, SpecError, check_int, check_list, check_mapping, check_number,
-                               check_study_name, check_unique, short_repr, spec_error)
+                               check_study_name, check_unique, did_you_mean, short_repr, spec_error)
 from study.spec_data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
 from study.spec_grid import expand_cells, parse_pack, parse_search, restrict_grid, validate_configs
 from study.spec_model import Cell, SearchSpec, StudySpec, TrialSpec
@@ -185,7 +185,8 @@ def resolve_spec(
     valid_tables = sorted(schema.TABLE_IDS)
     for table in tables:
         if table not in valid_tables:
-            raise spec_error(path, "tables", f"unknown table {table!r}", valid_tables)
+            raise spec_error(path, "tables", f"unknown table {table!r}{did_you_mean(table, valid_tables)}",
+                             valid_tables)
 
     overrides = check_mapping(path, "overrides", merged.get("overrides") or {})
     grid = check_mapping(path, "grid", merged.get("grid") or {})

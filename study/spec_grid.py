@@ -18,7 +18,7 @@ from locattn.tasks.config import task_defaults, task_kind
 from record import schema
 from study.keys import cell_id, format_value
 from study.spec_checks import (MAX_INT, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
-                               check_mapping, check_unique, short_repr, spec_error)
+                               check_mapping, check_unique, did_you_mean, short_repr, spec_error)
 from study.spec_model import Cell, SearchSpec
 
 
@@ -93,12 +93,13 @@ def expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
             valid = sorted(list_tasks())
             for v in values:
                 if v not in valid:
-                    raise spec_error(path, "grid.task", f"unknown task {v!r}", valid)
+                    raise spec_error(path, "grid.task", f"unknown task {v!r}{did_you_mean(v, valid)}", valid)
         elif key == "variant":
             valid = sorted(locattn.list_variants())
             for v in values:
                 if v not in valid:
-                    raise spec_error(path, "grid.variant", f"unknown variant {v!r}", valid)
+                    raise spec_error(path, "grid.variant", f"unknown variant {v!r}{did_you_mean(v, valid)}",
+                                     valid)
         elif key == "ablation":
             for i, v in enumerate(values):
                 if not isinstance(v, Mapping) or set(v) - {"name", "overrides"} or "name" not in v:

@@ -182,6 +182,6 @@ def test_bad_inputs_get_clear_messages(study_dir: Path, tmp_path: Path, capsys) 
     rc = main(["build", str(norun), "--table", "rc_table2"])
     assert rc == 2 and "has no runs yet" in capsys.readouterr().err
     rc = main(["build", str(study_dir), "--table", "rc_table99", "--out", str(tmp_path / "o")])
-    assert rc == 2 and "unknown table id 'rc_table99'; valid: dubois_interp, dubois_table3" in capsys.readouterr().err
+    assert rc == 2 and "unknown table id 'rc_table99' (did you mean rc_table9?); valid: dubois_interp, dubois_table3" in capsys.readouterr().err
     rc = main(["build", str(study_dir), "--format", "html", "--out", str(tmp_path / "o")])
     assert rc == 2 and "unknown format(s) html; valid: md, latex, csv" in capsys.readouterr().err
