@@ -1,6 +1,9 @@
-"""Every command in the README's fenced ``bash`` blocks works as written (issue 26, "done when").
+"""Every command in the fenced ``bash`` blocks of the README and of the docs pages works as
+written (issues 26 and 42). A ``bash`` block is a recipe to copy; templates with placeholders
+and session logs are ``text`` blocks.
 
-The commands are extracted from README.md, in order, and run with the project's console
+The commands are extracted from README.md, then from each page under docs/ (sorted by path),
+in order, and run with the project's console
 scripts in one scratch folder (with ``ablations/`` beside it, as in a clone), so that a later
 command sees what an earlier one wrote (``study status rc_table2-smoke`` after its launch).
 A command is left out only for a reason in :data:`SKIP`, each matching at least one command.
@@ -43,19 +46,25 @@ SKIP = (
     ("task.train_size=2000", "up to 100 epochs: tens of minutes on a CPU (its flags: tests/test_ux.py)"),
     ("--profile quick", "hours of training"),
     ("--profile paper", "days of training"),
+    ("ablations/spec.schema.json", "rewrites a committed file (tests/test_spec_schema.py checks it)"),
 )
 #: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
 #: ``slow``, which keeps them out of the default run).
-SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke",
-        "study launch ablations/rc_table2.yaml --profile smoke")
+SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke", "search_lr-smoke",
+        "study launch ablations/rc_table2.yaml --profile smoke",
+        "study launch ablations/search_lr.yaml --profile smoke")
 #: The MLflow server the README's Clusters section starts; the tests start one on a free port.
 SERVER = "http://127.0.0.1:5000"
 
 
-def readme_commands() -> list[str]:
-    """The commands of README.md's ``bash`` blocks, continuation lines joined, comments and
-    blank lines dropped."""
-    text = (ROOT / "README.md").read_text()
+#: The pages whose ``bash`` blocks run: the README first, then the docs site's pages.
+PAGES = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")))
+
+
+def readme_commands(page: str = "README.md") -> list[str]:
+    """The commands of a page's ``bash`` blocks, continuation lines joined, comments and blank
+    lines dropped."""
+    text = (ROOT / page).read_text()
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
@@ -66,19 +75,20 @@ def readme_commands() -> list[str]:
     return out
 
 
-COMMANDS = readme_commands()
+SOURCED = [(page, cmd) for page in PAGES for cmd in readme_commands(page)]
+COMMANDS = [cmd for _, cmd in SOURCED]
 
 
 def skip_reason(cmd: str) -> str | None:
     return next((why for needle, why in SKIP if needle in cmd), None)
 
 
-def _param(cmd: str):
+def _param(page: str, cmd: str):
     why = skip_reason(cmd)
     marks = [pytest.mark.skip(reason=why)] if why else []
     if not why and any(s in cmd for s in SLOW) and "--dry-run" not in cmd:
         marks += [pytest.mark.readme, pytest.mark.slow]
-    return pytest.param(cmd, marks=marks, id=cmd[:60])
+    return pytest.param(cmd, marks=marks, id=f"{page}:{cmd[:60]}")
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +151,11 @@ def test_every_skip_reason_still_matches_a_command() -> None:
     assert any(c.startswith("study launch ablations/rc_table2.yaml --profile smoke") for c in run)
     assert any(c.startswith("reports build studies/rc_table2-smoke") for c in run)
     assert sum(SERVER in c for c in run) == 3  # two reports build, one study launch
+    docs = [c for page, c in SOURCED if page != "README.md" and not skip_reason(c)]
+    assert any(c.startswith("study launch ablations/search_lr.yaml") for c in docs)
 
 
-@pytest.mark.parametrize("cmd", [_param(c) for c in COMMANDS])
+@pytest.mark.parametrize("cmd", [_param(page, c) for page, c in SOURCED])
 def test_readme_command_works_as_written(cmd: str, clone: Path, request) -> None:
     readme_cmd = cmd
     if SERVER in cmd:  # the server the README starts on port 5000: ours, on a free port
