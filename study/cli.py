@@ -61,7 +61,7 @@ from study.folder import load_meta, migrate, take_credentials
 from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
-from study.spec import SpecError, parse_only, parse_seeds
+from study.spec import SpecError, parse_only, parse_seeds, parse_sets
 from study.spec_schema import schema_text
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
@@ -97,6 +97,10 @@ def parser() -> Parser:
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     lp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     lp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
+    lp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="dotted config override applied after the profile's, e.g. --set optim.epochs=3 "
+                         "(repeatable; validated with the spec, saved in study.json, part of the "
+                         "study's spec: a study launched with other values is another study)")
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
@@ -302,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.address, tracking_uri=args.tracking_uri,
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
-                seeds=parse_seeds(args.seeds), train_path=args.train_path,
+                seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
                 time_limit=time_limit,
             )
             show_results(summary)

@@ -24,7 +24,7 @@ from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_er
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
 from study.retention import disk_line
-from study.spec import (SpecError, StudySpec, check_task_data, read_yaml, require_task_data,
+from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, widens)
 from study.ui import browse_advice
 
@@ -46,8 +46,11 @@ def launch(
     out: TextIO | None = None,
     yes: bool = False,
     time_limit: float | None = None,
+    sets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
+    ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
+    ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
     ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
     None keeps the study's saved choice (eager for a new study).
@@ -61,7 +64,7 @@ def launch(
     deadline = make_deadline(time_limit)
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
-    raw = read_yaml(spec_path)
+    raw = apply_sets(read_yaml(spec_path), profile, sets or {})  # --set: the last overrides
     spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only, seeds=seeds)
     where = "--name" if name else f"{spec_path}: name and profile"
     if not name:
@@ -132,6 +135,7 @@ def launch(
                 "profile": spec.profile,
                 "only": only or {},
                 **({"seeds": seeds} if seeds is not None else {}),
+                **({"set": dict(sets)} if sets else {}),
                 **({"train_path": train_path} if train_path not in (None, "eager") else {}),
                 "raw": raw,
                 "resolved": spec.resolved,

@@ -88,6 +88,43 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
     return only
 
 
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``["optim.epochs=3", "optim.lr=3e-4"]`` (from ``--set``) -> ``{"optim.epochs": 3, ...}``.
+
+    A value is read as JSON where it is JSON (numbers, ``true``, ``null``, ``[30, 100]``), else
+    kept as text, so ``3`` and ``3e-4`` are the numbers a spec would hold. The keys and values
+    are validated with the spec (:func:`resolve_spec`), as any override is."""
+    sets: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip() or not text.strip():
+            raise SpecError(f"--set {item!r}: expected KEY=VALUE with a dotted config key "
+                            "(e.g. --set optim.epochs=3)")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text.strip()
+        sets[key.strip()] = value
+    return sets
+
+
+def apply_sets(raw: Mapping[str, Any], profile: str | None, sets: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``sets`` as the last overrides: in the chosen profile's (or the default
+    profile's) ``overrides``, which merge over the spec's, else in the spec's own."""
+    out = copy.deepcopy(dict(raw))
+    if not sets:
+        return out
+    name = profile or out.get("default_profile")
+    profiles = out.get("profiles")
+    if isinstance(profiles, Mapping) and isinstance(profiles.get(name), Mapping):
+        body = dict(profiles[name])
+        body["overrides"] = {**(body.get("overrides") or {}), **sets}
+        out["profiles"] = {**profiles, name: body}
+    else:
+        out["overrides"] = {**(out.get("overrides") or {}), **sets}
+    return out
+
+
 #: Keys of a resolved spec that change no run: a study relaunched after an edit of these is the
 #: same study.
 COSMETIC_KEYS = ("description",)

@@ -1,0 +1,70 @@
+"""``study launch --set KEY=VALUE`` (issue 42): a budget or any dotted config field changed on
+the command line, validated with the spec, saved in study.json and part of the study's spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from study.cli import main as study_main
+from study.spec import apply_sets, parse_sets
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = str(ROOT / "ablations" / "rc_table2.yaml")
+
+
+def _launch(capsys, *args: str) -> tuple[int, str, str]:
+    code = study_main(["launch", SPEC, "--profile", "smoke", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_set_changes_the_budget_of_the_plan(tmp_path: Path, capsys) -> None:
+    code, out, _ = _launch(capsys, "--dry-run", "--root", str(tmp_path))
+    assert code == 0 and "up to 2 epochs per run" in out
+    code, out, err = _launch(capsys, "--dry-run", "--root", str(tmp_path), "--set", "optim.epochs=3",
+                             "--set", "task.train_size=32")
+    assert code == 0, err
+    assert "up to 3 epochs per run" in out
+
+
+@pytest.mark.parametrize("item, words", [
+    ("optim.epoch=3", ["unknown config key 'optim.epoch'", "'epochs'"]),
+    ("optim.epochs=1.5", ["optim.epochs"]),
+    ("optim.epochs", ["--set 'optim.epochs': expected KEY=VALUE"]),
+])
+def test_a_bad_set_is_one_line_and_creates_nothing(tmp_path: Path, capsys, item, words) -> None:
+    code, out, err = _launch(capsys, "--root", str(tmp_path), "--set", item)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert all(w in lines[0] for w in words), lines[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_sets_go_last_into_the_chosen_profile() -> None:
+    raw = {"overrides": {"optim.lr": 1e-3}, "default_profile": "quick",
+           "profiles": {"smoke": {"overrides": {"optim.epochs": 2}}, "quick": {"seeds": 3}}}
+    sets = parse_sets(["optim.epochs=3", "optim.lr=3e-4", "task.test_lengths=[15, 30]", "x.name=abc"])
+    assert sets == {"optim.epochs": 3, "optim.lr": 3e-4, "task.test_lengths": [15, 30], "x.name": "abc"}
+    smoke = apply_sets(raw, "smoke", {"optim.epochs": 3})
+    assert smoke["profiles"]["smoke"]["overrides"] == {"optim.epochs": 3}
+    assert apply_sets(raw, None, {"optim.epochs": 3})["profiles"]["quick"]["overrides"] == {"optim.epochs": 3}
+    assert apply_sets({"overrides": {"optim.lr": 1e-3}}, None, {"optim.lr": 0.1})["overrides"] == {"optim.lr": 0.1}
+    assert raw["profiles"]["smoke"]["overrides"] == {"optim.epochs": 2}  # not changed in place
+
+
+@pytest.mark.slow
+def test_a_launch_records_its_sets_and_other_sets_are_another_study(tmp_path: Path, capsys) -> None:
+    code, _, err = _launch(capsys, "--root", str(tmp_path), "--set", "optim.epochs=1")
+    assert code == 0, err
+    meta = json.loads((tmp_path / "rc_table2-smoke" / "study.json").read_text())
+    assert meta["set"] == {"optim.epochs": 1}
+    assert meta["resolved"]["overrides"]["optim.epochs"] == 1
+    configs = list((tmp_path / "rc_table2-smoke" / "runs").glob("*/config.json"))
+    assert len(configs) == 4
+    for cfg in configs:
+        assert json.loads(cfg.read_text())["optim"]["epochs"] == 1
+    code, _, err = _launch(capsys, "--root", str(tmp_path), "--set", "optim.epochs=2")
+    assert code == 2 and "was launched with a different spec or profile" in err, err
