@@ -28,6 +28,15 @@ from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_
                         resolve_spec, same_spec, size_warnings, widens)
 from study.ui import browse_advice
 
+
+def resume_command(study_dir: Path, max_concurrent: int | None, address: str | None) -> str:
+    """The ``study resume`` command a stopped driver prints, as it works when pasted: the study's
+    folder (so no ``--root``), the concurrency it was given, and the Ray cluster it joined (the
+    tracking URI is in study.json)."""
+    return (f"study resume {study_dir}" + (f" --max-concurrent {max_concurrent}" if max_concurrent is not None else "")
+            + (f" --address {address}" if address else ""))
+
+
 def launch(
     spec_path: str | Path,
     *,
@@ -415,8 +424,7 @@ def _run_locked(
                 f"{tracking_uri} (experiment {name!r})")
         # The resume command says the concurrency this driver was given: the study resumes with
         # the spec's otherwise, which may be more trials than the user chose to run at once.
-        again = f"study resume {paths.dir}" + (f" --max-concurrent {max_concurrent}"
-                                               if max_concurrent is not None else "")
+        again = resume_command(paths.dir, max_concurrent, address)
         if interrupted and interrupt.timed_out:
             limit_arg = limit_text(deadline[0])
             print(f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "

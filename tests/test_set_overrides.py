@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from study.cli import main as study_main
+from study.launch import resume_command
 from study.spec import apply_sets, parse_sets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,3 +69,10 @@ def test_a_launch_records_its_sets_and_other_sets_are_another_study(tmp_path: Pa
         assert json.loads(cfg.read_text())["optim"]["epochs"] == 1
     code, _, err = _launch(capsys, "--root", str(tmp_path), "--set", "optim.epochs=2")
     assert code == 2 and "was launched with a different spec or profile" in err, err
+
+
+def test_the_printed_resume_command_names_the_cluster_it_joined(tmp_path: Path) -> None:
+    d = tmp_path / "studies" / "t2"
+    assert resume_command(d, None, None) == f"study resume {d}"
+    assert resume_command(d, 1, "auto") == f"study resume {d} --max-concurrent 1 --address auto"
+    assert resume_command(d, None, "ray://head:10001").endswith(" --address ray://head:10001")
