@@ -40,6 +40,9 @@ TUNE_DIR = "tune"
 RUNS_DIR = "runs"
 TRIAL_FILE = "trial.json"
 """In a run folder: the trial and seed that own it, so a lost store can be rebuilt from it."""
+CODE_DIFF = "code.diff"
+"""Artifact of a run trained from uncommitted package code: ``git diff HEAD`` of
+:data:`record.writer.PACKAGE_DIRS` and the untracked files there."""
 RUN_ARTIFACTS = (ATTENTION_PNG, RESULT_FILE, ATTENTION_JSON, EXAMPLES_JSON)
 """The run-folder files logged to MLflow as artifacts (the JSON ones feed the exhibits)."""
 

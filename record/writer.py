@@ -112,6 +112,41 @@ def code_version(repo: str | Path | None = None) -> str:
     return (sha or "unknown") + ("+dirty" if dirty and sha else "")
 
 
+#: The package code a run's numbers rest on: a working tree that differs from its commit here is
+#: refused by ``study launch|resume`` unless ``--allow-dirty``.
+PACKAGE_DIRS = ("locattn", "study", "record", "reports")
+
+
+def code_diff(repo: str | Path | None = None) -> str:
+    """``git diff HEAD`` of :data:`PACKAGE_DIRS` in the checkout ``repo`` (this package's by
+    default), then each untracked file there in full; empty when that code is its commit's, or
+    outside a git checkout."""
+    repo = Path(repo or Path(__file__).resolve().parent.parent)
+    git = ["git", "-C", str(repo)]
+    try:
+        diff = subprocess.run([*git, "diff", "HEAD", "--", *PACKAGE_DIRS], capture_output=True,
+                              text=True, timeout=30).stdout
+        new = subprocess.run([*git, "ls-files", "--others", "--exclude-standard", "--", *PACKAGE_DIRS],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for name in new:
+        try:
+            diff += f"\n--- /dev/null\n+++ b/{name} (untracked)\n" + (repo / name).read_text(errors="replace")
+        except OSError:
+            diff += f"\n+++ b/{name} (untracked, unreadable)\n"
+    return diff
+
+
+def changed_files(diff: str) -> list[str]:
+    """The files a :func:`code_diff` names, in order."""
+    out = []
+    for line in diff.splitlines():
+        if line.startswith("+++ b/"):
+            out.append(line[6:].split(" (untracked")[0])
+    return list(dict.fromkeys(out))
+
+
 def package_versions() -> dict[str, str]:
     """Versions of the packages that change results or records."""
     out = {"python": sys.version.split()[0]}
@@ -275,6 +310,7 @@ class RecordWriter:
         location = self.client.get_experiment(self.experiment_id).artifact_location
         self.artifact_root = local_dir(location)
         self.code_version = code_version()
+        self.code_diff = code_diff() if self.code_version.endswith("+dirty") else ""
         self.versions = json.dumps(package_versions(), sort_keys=True)
         self.dirty: set[str] = set()  # run keys with buffered metrics
         self.t_open = self.last_flush = time.time()
@@ -319,9 +355,13 @@ class RecordWriter:
     def create_run(self, key: str, *, tags: Mapping[str, str], params: Mapping[str, Any],
                    name: str) -> RunState:
         """A new run under ``key`` with these tags, params (lists and dicts as JSON) and UI name."""
+        if self.code_diff:  # study launch|resume --allow-dirty: the run says so, and keeps the diff
+            tags = {**tags, schema.DIRTY: "true"}
         run = self.client.create_run(self.experiment_id, tags=dict(tags), run_name=name)
         for chunk in chunks(param_items(params), 100):
             self.client.log_batch(run.info.run_id, params=chunk, synchronous=True)
+        if self.code_diff:
+            self.client.log_text(run.info.run_id, self.code_diff, layout.CODE_DIFF)
         state = RunState(run_id=run.info.run_id, params_complete=True)
         self.runs[key] = state
         return state

@@ -307,6 +307,27 @@ def finite_metrics(runset: RunSet) -> pl.DataFrame:
     return runset.metrics.filter(pl.col("value").is_finite())
 
 
+def refuse_merged_cells(runs: pl.DataFrame, table: TableDef, group: Sequence[str]) -> None:
+    """No silent merge: the runs of one cell of ``table`` (its ``group`` of task, variant and
+    column params) must come from one grid cell of the study. A grid axis the table has no rows
+    or columns for (an ``ablation``, a dotted config path) would pool its arms' seeds into one
+    number; :class:`ReportsError` (one line, naming ``--table summary``) instead."""
+    if "cell" not in runs.columns:
+        return
+    merged = (runs.filter(pl.col("cell").is_not_null()).group_by(list(group))
+              .agg(pl.col("cell").unique().sort().alias("cells"))
+              .filter(pl.col("cells").list.len() > 1).sort(list(group)))
+    if merged.height == 0:
+        return
+    row = merged.row(0, named=True)
+    shared = set.intersection(*(set(c.split(",")) for c in row["cells"]))
+    arms = ["|".join(p for p in c.split(",") if p not in shared) for c in row["cells"]]
+    raise ReportsError(
+        f"table {table.id}: the runs of {row['task']} / {row['variant']} come from "
+        f"{len(arms)} grid cells ({', '.join(arms)}) that the table has no rows or columns for, "
+        f"and would merge into one number; show every cell with --table summary")
+
+
 def _test_result_choice(finished: pl.DataFrame, runset: RunSet, table: TableDef,
                         group: list[str]) -> pl.DataFrame:
     """Raffel & Ellis under their protocol: hparams groups ranked by the test result (smallest
@@ -349,6 +370,7 @@ def _units(runset: RunSet, table: TableDef) -> dict[tuple, _Unit]:
     runs = _table_runs(runset, table)
     if runs.height == 0:
         return {}
+    refuse_merged_cells(runs, table, group)
     finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
     if table_protocol(runset, table) == TEST_SELECTED_PROTOCOL:
         choice = _test_result_choice(finished, runset, table, group)

@@ -41,10 +41,14 @@ def provenance(runset: RunSet) -> Provenance:
         data_time = _dt.datetime.fromtimestamp(newest / 1000, tz=_dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
     versions = tuple(sorted(set(runs["code_version"].drop_nulls().to_list())))
+    trials = runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+    dirty = pl.col("code_version").fill_null("").str.ends_with("+dirty")
+    if "dirty" in runs.columns:
+        dirty = dirty | (pl.col("dirty").fill_null("") == "true")
     return Provenance(
         study=runset.study, source=runset.source, n_runs=runs.height,
         runs_hash=h.hexdigest(), run_code_versions=versions,
-        data_time=data_time,
+        data_time=data_time, n_dirty=trials.filter(dirty).height, n_trials=trials.height,
     )
 
 

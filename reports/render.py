@@ -53,6 +53,19 @@ class Provenance:
     """Distinct ``locattn.code_version`` tags of the runs."""
     data_time: str
     """End time of the newest run in the store (UTC): the time stamp of the data."""
+    n_dirty: int = 0
+    """Trial runs trained from uncommitted code (a ``+dirty`` code version or a ``locattn.dirty``
+    tag)."""
+    n_trials: int = 0
+    """Trial runs (all runs but the study's parent)."""
+
+    def dirty_text(self) -> str:
+        """The mark of a table built from runs of uncommitted code; empty when there is none."""
+        if not self.n_dirty:
+            return ""
+        return (f"UNCOMMITTED CODE: {self.n_dirty} of {self.n_trials} trial runs were trained from a working "
+                "tree whose code differed from its commit (+dirty): no commit holds the code "
+                "behind their numbers")
 
     def lines(self) -> list[str]:
         vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
@@ -60,6 +73,7 @@ class Provenance:
             f"study: {self.study} ({portable_uri(self.source)})",
             f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
             f"runs trained by code version(s) {vers}",
+            *([self.dirty_text()] if self.n_dirty else []),
             f"data time: {self.data_time} (end time of the newest run in the store, "
             "not the wall clock, so that the same runs give byte-identical files)",
         ]
@@ -313,6 +327,8 @@ def render_markdown(result: TableResult, provenance: Provenance, label: Labeler,
     t = result.table
     side = paper is not None and layout == "cells"
     out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", ""]
+    if provenance.n_dirty:  # visible, not only in the comment
+        out += [f"**{provenance.dirty_text()}.**", ""]
     sentences = caption_sentences(result, label)
     if side:
         sentences.append(side_by_side_sentence(t))

@@ -19,7 +19,7 @@ from record.store import StoreError, read_rows, redact, sqlite_uri, unpack
 # Tags read for every run: the run-record schema of docs/architecture.md §6.
 RUN_TAGS: tuple[str, ...] = (
     schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
-    schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL,
+    schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL, schema.DIRTY,
 )
 
 # Short column names in the runs frame for the tags above.
@@ -34,6 +34,7 @@ TAG_COLUMNS: dict[str, str] = {
     schema.CODE_VERSION: "code_version",
     schema.TABLES: "tables",
     schema.CELL: "cell",
+    schema.DIRTY: "dirty",
 }
 
 

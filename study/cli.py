@@ -101,6 +101,7 @@ def parser() -> Parser:
                     help="dotted config override applied after the profile's, e.g. --set optim.epochs=3 "
                          "(repeatable; validated with the spec, saved in study.json, part of the "
                          "study's spec: a study launched with other values is another study)")
+    lp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
@@ -111,6 +112,7 @@ def parser() -> Parser:
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     rp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
+    rp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
 
     sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
     sp.add_argument("study", help=STUDY_HELP)
@@ -183,6 +185,8 @@ ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead 
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
 TRAIN_PATHS = ("eager", "compiled", "fused")
+ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each run records the "
+                    "diff (artifact code.diff) and a locattn.dirty tag, and tables mark those runs")
 TRAIN_PATH_HELP = ("how each run's training step runs: eager; for the seq2seq models compiled "
                    "(torch.compile with C++ kernels: about 1.9x faster per CPU epoch, equal to eager "
                    "within rounding, a one-time compile per batch shape; needs g++; with "
@@ -307,14 +311,15 @@ def main(argv: list[str] | None = None) -> int:
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
                 seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
-                time_limit=time_limit,
+                time_limit=time_limit, allow_dirty=args.allow_dirty,
             )
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "resume":
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds, time_limit=time_limit,
-                             max_concurrent=args.max_concurrent, train_path=args.train_path)
+                             max_concurrent=args.max_concurrent, train_path=args.train_path,
+                             allow_dirty=args.allow_dirty)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":

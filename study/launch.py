@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from record import schema
 from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
+from record.writer import changed_files, code_diff, code_version
 from study import slices
 from study.cost import study_eta
 from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
@@ -37,6 +38,26 @@ def resume_command(study_dir: Path, max_concurrent: int | None, address: str | N
             + (f" --address {address}" if address else ""))
 
 
+#: Set by the test suite (tests/conftest.py), whose worktrees are dirty by design: the same as
+#: ``--allow-dirty`` for every launch and resume. Not for studies whose numbers are kept.
+ALLOW_DIRTY_ENV = "LOCATTN_ALLOW_DIRTY"
+
+
+def check_committed_code(allow_dirty: bool, repo: str | Path | None = None) -> None:
+    """Refuse, in one line naming the changed files, to train from package code that differs
+    from its commit (:func:`record.writer.code_diff` of ``repo``, this package's checkout by
+    default), unless ``allow_dirty`` (each run then records the diff and a ``locattn.dirty``
+    tag)."""
+    if allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1":
+        return
+    files = changed_files(code_diff(repo))
+    if files:
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise SpecError(f"the package code differs from commit {code_version(repo).split('+')[0][:12]} "
+                        f"({shown}): commit it, or pass --allow-dirty to record the diff with "
+                        "every run (tables then mark those runs)")
+
+
 def launch(
     spec_path: str | Path,
     *,
@@ -56,6 +77,7 @@ def launch(
     yes: bool = False,
     time_limit: float | None = None,
     sets: dict[str, Any] | None = None,
+    allow_dirty: bool = False,
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
@@ -68,7 +90,8 @@ def launch(
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
     (:mod:`study.slices`); the summary then has ``time_limit`` true. ``trainer``: the solo
     trainer this call's code chooses (``locattn.train.train`` when None; benchmarks pass a fake
-    one); it is not saved, and nothing in a study folder names one.
+    one); it is not saved, and nothing in a study folder names one. Package code that differs
+    from its commit is refused unless ``allow_dirty`` (:func:`check_committed_code`).
     """
     deadline = make_deadline(time_limit)
     out = out or sys.stdout
@@ -100,6 +123,7 @@ def launch(
             f"{spec_path}: a very large study ({'; '.join(big)}; dry-run cost "
             f"{cost[-1] if cost else '?'}); check with --dry-run, then pass --yes to launch it")
     require_task_data(spec)  # before anything is created or started
+    check_committed_code(allow_dirty)
     if not paths.meta.is_file():  # a new study: will its runs fit on the disk?
         disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
         if short:
@@ -241,10 +265,12 @@ def resume(
     max_concurrent: int | None = None,
     train_path: str | None = None,
     trainer: Any = None,
+    allow_dirty: bool = False,
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
-    (``time_limit``, ``max_concurrent``, ``train_path`` and ``trainer`` as in :func:`launch`; the spec's or
-    the study's saved choice by default)."""
+    (``time_limit``, ``max_concurrent``, ``train_path``, ``trainer`` and ``allow_dirty`` as in
+    :func:`launch`; the spec's or the study's saved choice by default)."""
+    check_committed_code(allow_dirty)
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
     out = out or sys.stdout

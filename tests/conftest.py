@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+# The suite runs from worktrees with uncommitted code by design: every launch and resume (in this
+# process and in the drivers it starts) takes --allow-dirty (study.launch.ALLOW_DIRTY_ENV).
+# tests/test_record_trust.py unsets it to test the refusal itself.
+os.environ["LOCATTN_ALLOW_DIRTY"] = "1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Give Ray's token authentication its token before pytest-xdist's workers start.
 

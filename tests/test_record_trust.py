@@ -207,3 +207,86 @@ def test_a_study_folder_reads_its_own_artifacts_wherever_it_lies(tmp_path: Path,
     if how == "copied":  # the original folder still reads its own
         again = MlflowClient(tracking_uri=saved).download_artifacts(run_id, "attention.png", str(tmp_path / "o"))
         assert Path(again).read_bytes() == b"original"
+
+
+@pytest.mark.parametrize("axis,arms", [
+    ("ablation", ("sigmoid", "relu")),                 # the issue's case
+    ("model.attention.step", ("sigmoid", "relu")),     # a dotted config path as a grid axis
+    ("optim.clip", ("1.0", "5.0")),                    # another axis no table knows
+])
+def test_a_grid_axis_a_paper_table_does_not_know_is_refused_not_merged(tmp_path: Path, axis: str,
+                                                                      arms: tuple[str, str]) -> None:
+    from reports.build import collect
+    from reports.store import ReportsError
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2, params={axis: arm},
+                     metrics={"best_selection_score": 0.5, KEY: 1.0 if arm == arms[0] else 0.5})
+            for arm in arms for s in range(2)]
+    write_with_client(uri, "s", runs, tables=["rc_table2"])
+    a, b = sorted(f"{axis}={arm}" for arm in arms)
+    with pytest.raises(ReportsError, match=rf"table rc_table2: .*2 grid cells \({a}, {b}\).*--table summary") as err:
+        collect(uri, "s")
+    assert "\n" not in str(err.value)
+    built = collect(uri, "s", tables=["summary"])  # the per-cell table shows both arms
+    assert sorted(s.cell for s in built.summary) == sorted(f"task=copy,variant=onestep,{axis}={a}" for a in arms)
+
+
+def git_repo(root: Path) -> Path:
+    """A checkout with committed package code (locattn/model.py)."""
+    import subprocess
+
+    (root / "locattn").mkdir(parents=True)
+    (root / "locattn" / "model.py").write_text("WIDTH = 1\n")
+    (root / "README.md").write_text("docs\n")
+    for cmd in (["init", "-q"], ["add", "-A"],
+                ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "c"]):
+        subprocess.run(["git", "-C", str(root), *cmd], check=True)
+    return root
+
+
+def test_training_from_uncommitted_package_code_is_refused_unless_allowed(tmp_path: Path, monkeypatch) -> None:
+    from study.launch import ALLOW_DIRTY_ENV, check_committed_code
+    from study.spec import SpecError
+
+    monkeypatch.delenv(ALLOW_DIRTY_ENV, raising=False)
+    repo = git_repo(tmp_path / "repo")
+    (repo / "README.md").write_text("other docs\n")  # not package code
+    check_committed_code(False, repo)
+    (repo / "locattn" / "model.py").write_text("WIDTH = 2\n")
+    (repo / "study").mkdir()
+    (repo / "study" / "new.py").write_text("X = 1\n")  # untracked package code counts too
+    with pytest.raises(SpecError, match=r"differs from commit [0-9a-f]{12} \(locattn/model.py, "
+                                        r"study/new.py\).*--allow-dirty") as err:
+        check_committed_code(False, repo)
+    assert "\n" not in str(err.value)
+    check_committed_code(True, repo)
+
+
+def test_a_dirty_run_keeps_its_diff_and_every_table_marks_it(tmp_path: Path) -> None:
+    from record.layout import CODE_DIFF
+    from record.writer import code_diff
+    from reports.build import collect
+    from reports.render import render_markdown
+
+    repo = git_repo(tmp_path / "repo")
+    (repo / "locattn" / "model.py").write_text("WIDTH = 2\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    w = RecordWriter(tracking_uri=uri, study="s", artifact_location=None, parent_tags={}).open()
+    w.code_diff = code_diff(repo)  # as open() finds it in a dirty checkout
+    state = w.create_run("k", tags={schema.RUN_KEY: "k", schema.ROLE: schema.ROLE_TRIAL}, params={}, name="k")
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(state.run_id).data.tags[schema.DIRTY] == "true"
+    diff = Path(client.download_artifacts(state.run_id, CODE_DIFF, str(tmp_path))).read_text()
+    assert "-WIDTH = 1" in diff and "+WIDTH = 2" in diff
+
+    uri2 = f"sqlite:///{tmp_path / 'table.db'}"  # a table over runs of which one is +dirty
+    ids = write_with_client(uri2, "t", [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2,
+                                                 metrics={"best_selection_score": 0.5, KEY: 1.0})
+                                        for s in range(2)], tables=["rc_table2"])
+    MlflowClient(tracking_uri=uri2).set_tag(ids[1], schema.CODE_VERSION, "abc+dirty")
+    built = collect(uri2, "t")
+    assert built.provenance.n_dirty == 1
+    text = render_markdown(built.results[0], built.provenance, str)
+    assert "**UNCOMMITTED CODE: 1 of 2 trial runs were trained" in text
+    assert any("UNCOMMITTED CODE" in ln for ln in built.provenance.lines())  # LaTeX and CSV headers
