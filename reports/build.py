@@ -21,7 +21,7 @@ from reports.exhibits import build_exhibits
 from reports.figures import study_figures
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
-from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary
+from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary, standalone_latex
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table
 from record import schema
@@ -195,6 +195,7 @@ def build_reports(
     figures: bool = False,
     summary: list[str] | None = None,
     warnings: list[str] | None = None,
+    standalone: bool = False,
 ) -> list[Path]:
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
@@ -211,6 +212,8 @@ def build_reports(
     appended to it. ``tables`` may name :data:`SUMMARY_ID` to write the per-cell summary beside
     the tables, which lists every cell, including those no table has a row for.
     ``warnings``: a line naming the cells whose runs no written table shows is appended to it.
+    ``standalone``: each ``.tex`` table is a document that compiles alone
+    (:func:`reports.render.standalone_latex`) instead of a fragment to ``\\input``.
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -233,6 +236,8 @@ def build_reports(
         for fmt in formats:
             fn, ext = RENDERERS[fmt]
             text = fn(result, built.provenance, paper_label, paper, layout)
+            if standalone and fmt == "latex":
+                text = standalone_latex(text)
             path = out / f"{result.table.id}.{ext}"
             path.write_text(text, encoding="utf-8")
             written.append(path)
@@ -248,6 +253,8 @@ def build_reports(
             path = out / f"{SUMMARY_ID}.{RENDERERS[fmt][1]}"
             text = render_summary(built.summary, keys, built.provenance, fmt,
                                   DEFAULT_SOLVED if solved_at is None else solved_at)
+            if standalone and fmt == "latex":
+                text = standalone_latex(text)
             path.write_text(text, encoding="utf-8")
             written.append(path)
     exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]

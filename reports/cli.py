@@ -50,6 +50,10 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                    help="refuse to write tables with missing or incomplete cells (exit 3, names the cells)")
     b.add_argument("--figures", action="store_true",
                    help="also draw the study's figures (PNG + PDF, under <out>/figures)")
+    b.add_argument("--standalone", action="store_true",
+                   help="write each LaTeX table as a document that compiles alone (pdflatex "
+                        "<table>.tex), on a landscape A3 page where a wide table keeps its size "
+                        "unless it is wider than the page (default: a fragment to \\input)")
 
 
 def parser() -> Parser:
@@ -96,6 +100,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             compare=args.compare or args.side_by_side,
             layout="cells" if args.side_by_side else "tables", strict=args.strict,
             figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
+            standalone=args.standalone,
         )
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

@@ -445,6 +445,36 @@ def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
     return out
 
 
+#: What :func:`standalone_latex` wraps a table in: a landscape A3 page (40 cm of line) and a
+#: ``\fitwidth`` that shrinks a table only when it is wider than the line, where the fragment's
+#: ``\resizebox`` always scales wide tables to a portrait line (a ``--solved`` table's numbers
+#: came out near 4 pt).
+STANDALONE_PREAMBLE = (
+    r"\documentclass{article}",
+    r"\usepackage[a3paper,landscape,margin=1.5cm]{geometry}",
+    r"\usepackage[T1]{fontenc}",
+    r"\usepackage{booktabs,graphicx,xcolor}",
+    r"\newsavebox{\fitbox}",
+    r"\newcommand{\fitwidth}[1]{\sbox{\fitbox}{#1}\ifdim\wd\fitbox>\linewidth"
+    r"\resizebox{\linewidth}{!}{\usebox{\fitbox}}\else\usebox{\fitbox}\fi}",
+    r"\pagestyle{empty}",
+    r"\begin{document}",
+)
+
+
+def standalone_latex(fragment: str) -> str:
+    r"""A LaTeX table fragment (:func:`render_latex`, :func:`render_summary`) as a document that
+    ``pdflatex`` compiles alone: its provenance comments first, then
+    :data:`STANDALONE_PREAMBLE`, the tables (each ``\resizebox{\linewidth}`` made a
+    ``\fitwidth``) and ``\end{document}``."""
+    lines = fragment.rstrip("\n").split("\n")
+    head = 0
+    while head < len(lines) and lines[head].startswith("%"):
+        head += 1
+    body = [ln.replace(r"\resizebox{\linewidth}{!}{%", r"\fitwidth{%") for ln in lines[head:]]
+    return "\n".join([*lines[:head], *STANDALONE_PREAMBLE, *body, r"\end{document}"]) + "\n"
+
+
 def lead_sentence(t: TableDef) -> str:
     """A caption's first sentence, as the papers write it: what the numbers are, then whose
     table it reproduces (no internal table id)."""

@@ -18,7 +18,7 @@ import pytest
 from reports.aggregate import holm_adjust, aggregate, wilcoxon_pair
 from reports.build import paper_label, provenance
 from reports.paper import load_paper_numbers
-from reports.render import render_csv, render_latex, render_markdown
+from reports.render import render_csv, render_latex, render_markdown, standalone_latex
 from reports.synth import SynthRun, runset_from_synth
 from reports.tables import TABLES, get_table
 
@@ -315,6 +315,38 @@ def test_latex_compiles(tid: str, tmp_path: Path) -> None:
            "\\usepackage{booktabs,graphicx,xcolor}\n\\begin{document}\n" + body
            + "\\end{document}\n")
     (tmp_path / "t.tex").write_text(doc, encoding="utf-8")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / "t.pdf").stat().st_size > 1000
+
+
+# --------------------------------------------------------------------------- --standalone
+
+
+def test_standalone_latex_is_a_whole_document_that_fits_wide_tables_without_shrinking_them() -> None:
+    rs, res = _result("rc_table4")
+    res = dataclasses.replace(res, solved_at=90.0)
+    fragment = render_latex(res, _prov(rs), paper_label, load_paper_numbers(res.table))
+    doc = standalone_latex(fragment)
+    lines = doc.splitlines()
+    head = [ln for ln in fragment.splitlines() if ln.startswith("%")]
+    assert lines[:len(head)] == head  # the provenance comments stay first
+    assert lines[len(head)] == r"\documentclass{article}" and lines[-1] == r"\end{document}"
+    assert r"\begin{document}" in lines and r"\resizebox{\linewidth}{!}{%" not in doc
+    assert doc.count(r"\fitwidth{%") == fragment.count(r"\resizebox{\linewidth}{!}{%") > 0
+    assert "(3/5)" in doc or "(5/5)" in doc  # the --solved counts are in it
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex not installed (apt-get install texlive-latex-base "
+                           "texlive-latex-recommended)")
+@pytest.mark.parametrize("tid", sorted(CASES))
+def test_standalone_latex_compiles_alone(tid: str, tmp_path: Path) -> None:
+    rs, res = _result(tid)
+    res = dataclasses.replace(res, solved_at=90.0)
+    (tmp_path / "t.tex").write_text(standalone_latex(render_latex(
+        res, _prov(rs), paper_label, load_paper_numbers(res.table))), encoding="utf-8")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:]
