@@ -164,6 +164,11 @@ def die_with_parent() -> None:
         pass
 
 
+#: ``mlflow server`` options that keep ``study ui``'s terminal for what matters: uvicorn's access
+#: log printed a line per request (104 lines for two page loads).
+QUIET_SERVER = ("--uvicorn-opts=--no-access-log",)
+
+
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
     """The ``mlflow server`` command serving a store on host:port. A command line is visible to
     every user (``ps``): a URI that still holds a secret (:func:`record.store.redact`'s
@@ -173,7 +178,7 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
         raise SpecError(f"{redact(tracking_uri)}: a secret in the store's URI would be on the mlflow "
                         "server's command line; give it by environment (PGUSER/PGPASSWORD, ~/.pgpass)")
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
-            "--host", host, "--port", str(port), "--workers", "1"]
+            "--host", host, "--port", str(port), "--workers", "1", *QUIET_SERVER]
 
 
 def current_store(tracking_uri: str, study_dir: Path) -> str:

@@ -11,6 +11,7 @@ import pytest
 from study.cli import main as study_main
 from study.launch import resume_command
 from study.spec import apply_sets, parse_sets
+from study.ui import ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "ablations" / "rc_table2.yaml")
@@ -76,3 +77,11 @@ def test_the_printed_resume_command_names_the_cluster_it_joined(tmp_path: Path) 
     assert resume_command(d, None, None) == f"study resume {d}"
     assert resume_command(d, 1, "auto") == f"study resume {d} --max-concurrent 1 --address auto"
     assert resume_command(d, None, "ray://head:10001").endswith(" --address ray://head:10001")
+
+
+def test_study_ui_runs_mlflow_server_without_a_line_per_request(tmp_path: Path) -> None:
+    """uvicorn's access log printed 104 lines for two page loads; with --no-access-log a real
+    server answered seven requests with no line (measured by hand: 0 'GET ' lines)."""
+    cmd = ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}", "127.0.0.1", 5000)
+    assert cmd[:4] == [cmd[0], "-m", "mlflow", "server"]
+    assert "--uvicorn-opts=--no-access-log" in cmd
