@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from locattn.training.attention import attention_record, longest_split, write_attention
 from locattn.training.checkpoint import CheckpointMismatchError, file_sha256, find_checkpoint, remove_checkpoint
+from locattn.training.compiles import share_compile_cache
 from locattn.training.files import CHECKPOINT_DIR
 from locattn.training.recorders import JsonlRecorder, MultiRecorder, NullRecorder, Recorder
 from locattn.training.results import (
@@ -53,6 +54,7 @@ __all__ = [
     "is_new_best",
     "load_result",
     "load_run_config",
+    "share_compile_cache",
     "longest_split",
     "remove_checkpoint",
     "score_test_splits",

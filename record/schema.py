@@ -51,8 +51,10 @@ TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_tab
 
 # test_loss / test_score: Raffel & Ellis runs under eval.regression_protocol=paper score the test
 # set after every epoch (there is no dev set). mix_gate: a Mix run's mean gate over the dev set.
+# compiles / compile_seconds: graphs torch.compile built or loaded in the epoch, and the wall
+# seconds of the steps that did (train_path=compiled).
 EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
-                 "test_loss", "test_score", "mix_gate")
+                 "test_loss", "test_score", "mix_gate", "compiles", "compile_seconds")
 # best_selection_score: the best value of the checkpoint-selection signal (dev accuracy, or minus
 # the dev loss under optim.select_on=dev_loss; higher is better).
 FINAL_METRICS = ("best_selection_score", "best_epoch", "epochs_run", "epochs_to_100")

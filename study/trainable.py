@@ -35,7 +35,7 @@ import torch
 from ray import tune
 
 from locattn.packed import train_packed
-from locattn.train import find_checkpoint, train as locattn_train
+from locattn.train import find_checkpoint, share_compile_cache, train as locattn_train
 
 from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
                               run_dir, trial_dirname, write_trial_file)
@@ -227,6 +227,7 @@ def run_trial(config: dict[str, Any], train: Any = None) -> None:
     """
     desc = TrialDescriptor.of(config)
     torch.set_num_threads(max(1, int(desc.cpus)))
+    share_compile_cache(Path(desc.study_dir) / "inductor_cache")  # train_path=compiled: one compile per study
     trial = Trial(desc)
     trial.restore()
     todo = trial.pending()

@@ -31,7 +31,7 @@ TRAINING_FLOORS = {
     "files": 0,
     "results": 1,
     "data": 2, "checkpoint": 2, "recorders": 2, "evaluate": 2, "examples": 2, "scoring": 2,
-    "attention": 2,
+    "attention": 2, "compiles": 2,
     "epoch": 3, "graphed": 3, "decode": 3,
     "seq2seq": 4, "packed": 4, "regression": 4,
     "run": 5,

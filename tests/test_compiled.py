@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ from locattn.tasks import load_task
 from locattn.train import train
 from locattn.training import checkpoint as ckpt
 from run_helpers import kill_after_epoch
-from locattn.training.epoch import RECOMPILE_LIMIT, ParamPack, batch_nll, compiled_batch_nll
+from locattn.training.compiles import (SHARED_CACHE_VAR, CompileWatch, compiled_frames, fixed_train_shape,
+                                      raise_on_recompile_limit, share_compile_cache)
+from locattn.training.epoch import RECOMPILE_LIMIT, ParamPack, batch_nll, compiled_batch_nll, fixed_shape_inputs
 from locattn.training import graphed
 from locattn.training.graphed import GraphedStep
 from locattn.training.seq2seq import Seq2SeqRun
@@ -50,8 +53,11 @@ def cfg(tmp: Path, path: str, seed: int = 0, **extra):
     return make_run_config(task="copy", variant="onestep", seed=seed, overrides=over)
 
 
+PER_PROCESS = ("epoch_seconds", "compiles", "compile_seconds")  # timings and this process's compiles
+
+
 def history(result) -> list[dict]:
-    return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in result.history]
+    return [{k: v for k, v in h.items() if k not in PER_PROCESS} for h in result.history]
 
 
 def test_every_thread_that_trains_compiled_gets_the_raised_recompile_limit() -> None:
@@ -118,6 +124,91 @@ def test_compiled_training_equals_eager_within_tolerance(tmp_path: Path) -> None
     assert compiled.test["iid"]["seq_acc"] == eager.test["iid"]["seq_acc"]
 
 
+RAGGED = {"task.train_size": 40, "task.train_lengths": (2, 4)}  # lengths vary; last batch of 8
+
+
+def test_a_padded_batch_has_the_loss_and_gradients_of_the_trimmed_one(tmp_path: Path) -> None:
+    """The compiled path pads every batch to the split's longest source and target and to the
+    full batch size (filler rows with an all-<pad> target): eagerly, the padded batch gives the
+    trimmed batch's summed loss and gradients within float32 rounding, with the same dropout
+    masks (dropout 0.5)."""
+    c = cfg(tmp_path, "eager", **RAGGED)
+    run = Seq2SeqRun(c, load_task(c.task, cache_dir=c.cache_dir), tmp_path / "run")
+    pad = run.ids["pad_id"]
+    S, T = fixed_train_shape(run.train_split)
+    b = run.train_split.batch(run.train_split.sorted_batches(8)[0])  # the 8 shortest sources
+    assert b.src.shape[0] == 8 and (b.src.shape[1], b.tgt_in.shape[1]) != (S, T)
+    model = ParamPack([run]).model.train()
+    noise = torch.rand(model.dropout_shape(b.src))
+    padded_noise = torch.cat([noise, noise.new_ones(noise.shape[0], S - b.src.shape[1], noise.shape[2])], 1)
+    padded_noise = torch.cat([padded_noise, padded_noise.new_ones(8, *padded_noise.shape[1:])])
+    out = []
+    for inputs, u in (((b.src, b.src_len, b.tgt_in, b.tgt_out), noise),
+                      (fixed_shape_inputs(b, S, T, 16, pad), padded_noise)):
+        model.zero_grad()
+        nll = batch_nll(model, None, *inputs, u, pad, 1)
+        nll.sum().backward()
+        out.append((nll.detach(), [p.grad.clone() for p in model.parameters()]))
+    (n0, g0), (n1, g1) = out
+    assert fixed_shape_inputs(b, S, T, 16, pad)[0].shape == (16, S)
+    assert torch.allclose(n1, n0, rtol=1e-6, atol=0) and float(n0[0]) > 1.0
+    for a, e in zip(g1, g0):
+        assert torch.allclose(a, e, rtol=0, atol=1e-5 * max(1.0, float(e.abs().max())))
+
+
+@pytest.mark.timeout(1200)  # a cold compile under load
+def test_a_compiled_run_compiles_once_and_records_it(tmp_path: Path) -> None:
+    """Batches trimmed to their own longest example gave one graph per batch shape: the epoch's
+    last, partial batch and every new longest source compiled again, in any epoch. Padded to one
+    shape per run, a run with ragged lengths and a partial last batch compiles in its first
+    epoch only, and its history records the compiles (``compiles``, ``compile_seconds``)."""
+    before = compiled_frames()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a recompile after epoch 1 warns
+        result = train(cfg(tmp_path, "compiled", **{**RAGGED, "optim.epochs": 2}), tmp_path / "run")
+    assert compiled_frames() - before == 1
+    assert [h["compiles"] for h in result.history] == [1.0, 0.0]
+    assert result.history[0]["compile_seconds"] > 0.0 == result.history[1]["compile_seconds"]
+
+
+def test_a_recompile_after_the_first_epoch_warns_with_its_reason() -> None:
+    watch = CompileWatch(label="probe")
+    fn = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    watch.start_epoch(1)
+    watch.call(fn, fn, torch.ones(3))
+    assert watch.metrics()["compiles"] == 1.0
+    watch.start_epoch(2)
+    with pytest.warns(RuntimeWarning, match=r"probe: epoch 2: torch.compile compiled again.*size"):
+        watch.call(fn, fn, torch.ones(4))
+
+
+def test_the_recompile_limit_fallback_to_eager_warns() -> None:
+    """Past dynamo's recompile limit the step runs eagerly for the rest of the run, with a
+    warning (dynamo itself would fall back silently)."""
+    watch = CompileWatch(label="probe")
+    fn = torch.compile(lambda x: x * 3, backend="eager", dynamic=False)
+    calls = []
+
+    def eager(x):
+        calls.append(x.shape[0])
+        return x * 3
+
+    old = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 1
+    try:
+        raise_on_recompile_limit()
+        watch.start_epoch(1)
+        watch.call(fn, eager, torch.ones(2))
+        with pytest.warns(RuntimeWarning, match="recompile limit.*train eagerly"):
+            out = watch.call(fn, eager, torch.ones(5))
+        assert torch.equal(out, torch.full((5,), 3.0)) and watch.eager
+        watch.call(fn, eager, torch.ones(2))
+        assert calls == [5, 2]
+    finally:
+        torch._dynamo.config.recompile_limit = old
+        torch._dynamo.config.fail_on_recompile_limit_hit = False
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # a cold compile under load
 def test_compiled_packed_equals_compiled_solo(tmp_path: Path) -> None:
@@ -159,8 +250,8 @@ def test_compiled_sigkill_then_resume_equals_uninterrupted(tmp_path: Path) -> No
     a = json.loads((tmp_path / "full" / "result.json").read_text())
     b = json.loads((tmp_path / "cut" / "result.json").read_text())
     assert len(a["history"]) == 4
-    assert [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in a["history"]] == \
-        [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in b["history"]]
+    assert [{k: v for k, v in h.items() if k not in PER_PROCESS} for h in a["history"]] == \
+        [{k: v for k, v in h.items() if k not in PER_PROCESS} for h in b["history"]]
     assert a["test"] == b["test"]
 
 
@@ -231,3 +322,16 @@ def test_the_compiled_graphed_step_equals_the_graphed_step_within_rounding(tmp_p
     moved = max(float((w_plain[k] - init[k]).abs().max()) for k in w_plain)
     apart = max(float((w_plain[k] - w_comp[k]).abs().max()) for k in w_plain)
     assert 0 < apart <= 0.01 * moved, (apart, moved)
+
+
+def test_a_study_shares_one_inductor_cache_unless_the_user_set_one(tmp_path: Path, monkeypatch) -> None:
+    """Every trial of a study points inductor's disk cache at the study folder, so the graphs
+    one trial compiled load in the next; a cache folder the user chose stays."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir  # here: inductor's own reader
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv(SHARED_CACHE_VAR, raising=False)
+    assert share_compile_cache(tmp_path / "a") == str(tmp_path / "a") == cache_dir()
+    assert share_compile_cache(tmp_path / "b") == str(tmp_path / "b")  # the next study's trial
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert share_compile_cache(tmp_path / "c") == str(tmp_path / "mine") == cache_dir()

@@ -8,7 +8,8 @@ Read them in this order (``tests/test_architecture.py`` checks the order):
 2. ``data`` (batching, data order), ``checkpoint`` (atomic, checksummed state; RNG seeding),
    ``recorders`` (progress without a tracking library), ``evaluate`` (teacher-forced dev
    scores, greedy decoding), ``examples`` (saved predictions), ``scoring`` (every test split
-   with every metric), ``attention`` (the traced example).
+   with every metric), ``attention`` (the traced example), ``compiles`` (the compiled step's
+   compiles, counted, and its one padded shape).
 3. ``epoch``: one training pass of a pack of K runs; a solo run is a pack of one.
 4. ``seq2seq`` (:class:`Seq2SeqRun`, one run's state and steps), ``packed`` (K runs of one cell
    trained together), ``regression`` (Raffel & Ellis).

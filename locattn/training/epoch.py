@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from locattn.models.functional import DropoutNoise
+from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
 from locattn.training.results import NonFiniteLossError
 
@@ -136,9 +137,11 @@ def compiled_batch_nll() -> Callable[..., torch.Tensor]:
     """:func:`batch_nll` under torch.compile (``train_path="compiled"``): the whole forward in one
     graph and its backward in another, C++ kernels from inductor. ``dynamic=False``: the graph,
     hence every rounding, depends on the batch shape only, never on which shapes came first, so
-    a resumed run computes what the uninterrupted one did. Graphs are cached on disk by inductor
-    (``TORCHINDUCTOR_CACHE_DIR``, default /tmp/torchinductor_$USER): a later process with the
-    same shapes loads them instead of compiling.
+    a resumed run computes what the uninterrupted one did. :func:`packed_train_epoch` pads every
+    batch of a run to one shape (:func:`~locattn.training.compiles.fixed_train_shape`, rows to
+    the batch size), so a run compiles once. Graphs are cached on disk by inductor
+    (``TORCHINDUCTOR_CACHE_DIR``, default /tmp/torchinductor_$USER; a study sets it to a folder
+    its trials share): a later process with the same shapes loads them instead of compiling.
 
     Dynamo's recompile limits are raised on every call, in the calling thread: torch keeps its
     config per thread, and a Ray actor reused for a second trial trains it in a new thread, where
@@ -158,12 +161,31 @@ def prepare_compile() -> None:
     torch._dynamo.config.accumulated_recompile_limit = max(
         torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT
     )
+    raise_on_recompile_limit()
 
 
 @functools.cache
 def _compiled_nll() -> Callable[..., torch.Tensor]:
     """The one compiled :func:`batch_nll` of the process (its graphs serve every thread)."""
     return torch.compile(batch_nll, dynamic=False, fullgraph=True)
+
+
+def fixed_shape_inputs(
+    b: Any, S: int, T: int, rows: int, pad: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A training batch padded to ``rows`` x source length ``S`` x target length ``T`` (the
+    compiled path's one shape): (src, src_len, tgt_in, tgt_out). Padded positions are masked as
+    in any batch (sources by length, targets by ``<pad>``, which the loss ignores); filler rows
+    repeat the first row's source and input with an all-``<pad>`` target, so they add exact zeros
+    to the loss and its gradient."""
+    fill = rows - b.src.shape[0]
+    src, src_len, tgt_in, tgt_out = _pad(b.src, S, pad), b.src_len, _pad(b.tgt_in, T, pad), _pad(b.tgt_out, T, pad)
+    if fill > 0:
+        src = torch.cat([src, src[:1].expand(fill, -1)])  # (rows, S)
+        src_len = torch.cat([src_len, src_len[:1].expand(fill)])  # (rows,)
+        tgt_in = torch.cat([tgt_in, tgt_in[:1].expand(fill, -1)])  # (rows, T)
+        tgt_out = torch.cat([tgt_out, tgt_out.new_full((fill, T), pad)])  # (rows, T)
+    return src, src_len, tgt_in, tgt_out
 
 
 def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> list[float]:
@@ -201,6 +223,10 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
     params = [[p for p in r.model.parameters() if p.requires_grad] for r in runs]
     compiled = cfg0.train_path == "compiled"
     nll_fn = compiled_batch_nll() if compiled else batch_nll
+    fixed = [fixed_train_shape(r.train_split) for r in runs] if compiled else []
+    if compiled:
+        for r in runs:
+            r.compile_watch.start_epoch(epoch)
     drop = model.dropout_p > 0
     try:
         for step, batches in enumerate(zip(*iters), start=1):
@@ -227,6 +253,8 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 group = [batches[k] for k in idx]
                 S = max(b.src.shape[1] for b in group)
                 T = max(b.tgt_in.shape[1] for b in group)
+                if compiled:  # alone: one shape for every batch of the run, so one graph
+                    S, T = fixed[idx[0]]
                 noise.generators = [gens[k] for k in idx]
                 noise.trim = [S - b.src.shape[1] for b in group]
                 src = torch.cat([_pad(b.src, S, pad) for b in group])  # (k*B, S)
@@ -240,8 +268,18 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 elif compiled:  # the same call as a packed replica's, so the same graph and kernels
                     sub = dict(zip(pack.names, pack.stacked))
                 u = noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)) if drop else None
-                nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx),
-                             teacher_forced=forced[idx[0]][step - 1])  # (k,)
+                tf = forced[idx[0]][step - 1]
+                if compiled:
+                    rows = cfg0.optim.batch_size
+                    src, src_len, tgt_in, tgt_out = fixed_shape_inputs(group[0], S, T, rows, pad)
+                    if u is not None and u.shape[0] < rows:  # filler rows: kept (their loss is 0)
+                        u = torch.cat([u, u.new_ones(rows - u.shape[0], *u.shape[1:])])
+                    nll = runs[idx[0]].compile_watch.call(
+                        nll_fn, batch_nll, model, sub, src, src_len, tgt_in, tgt_out, u, pad, 1,
+                        teacher_forced=tf)  # (1,)
+                else:
+                    nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx),
+                                 teacher_forced=tf)  # (k,)
                 for j, k in enumerate(idx):
                     loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
             losses = torch.stack(loss_parts)  # (K,)
@@ -286,5 +324,5 @@ class ReplicaFailed(Exception):
 
 __all__ = [
     "ParamPack", "ReplicaFailed", "batch_nll", "compiled_batch_nll", "epoch_dropout_noise",
-    "packed_train_epoch", "prepare_compile", "solo_train_epoch", "teacher_forcing_draws",
+    "fixed_shape_inputs", "packed_train_epoch", "prepare_compile", "solo_train_epoch", "teacher_forcing_draws",
 ]

@@ -15,6 +15,7 @@ from locattn.config import RunConfig, config_to_dict, run_identity
 from locattn.models import build_model
 from locattn.training import checkpoint as ckpt
 from locattn.training.attention import attention_record, longest_split, write_attention
+from locattn.training.compiles import CompileWatch
 from locattn.training.data import EncodedSplit
 from locattn.training.epoch import solo_train_epoch
 from locattn.training.evaluate import DevScores, greedy_decode, split_caps, teacher_forced
@@ -68,6 +69,8 @@ class Seq2SeqRun:
         self.history: list[dict[str, float]] = []
         self.stop_reason: str | None = None
         self._dev_caps: np.ndarray | None = None
+        # the compiled step's compiles in this process (train_path=compiled; epoch metrics)
+        self.compile_watch = CompileWatch(label=f"{cfg.task.name}/{cfg.variant} seed {cfg.seed} ({out_dir})")
         check_trace_choice(cfg.outputs.trace_split, cfg.outputs.trace_index, data)  # fail early
 
     # ---------------------------------------------------------------- checkpoint
@@ -183,6 +186,8 @@ class Seq2SeqRun:
         }
         if scores.mix_gate is not None:  # how much a Mix run relies on location: a gate stuck at 0 or 1 does not mix
             metrics["mix_gate"] = scores.mix_gate
+        if self.compile_watch.epochs and self.compile_watch.epoch == self.epoch:  # compiled this epoch
+            metrics.update(self.compile_watch.metrics())
         metrics["epoch_seconds"] = train_seconds + time.perf_counter() - start
         self.history.append({"epoch": self.epoch, **metrics})
         path = ckpt.save_checkpoint(self.out_dir, ckpt.checkpoint_meta(self.cfg, self.epoch), self.state())
