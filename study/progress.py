@@ -74,10 +74,11 @@ class ProgressLine(_TuneCallback):
         took = result.get("epoch_seconds")
         if self.eta is not None and result.get("kind") == "epoch" and isinstance(took, (int, float)):
             key = eta_key(TrialDescriptor.of(trial.config))
-            self.eta.observe(key, float(took))
+            compiling = float(result.get("compile_seconds") or 0.0)  # train_path=compiled: start-up, not epoch
+            self.eta.observe(key, float(took) - compiling)
             started = self.started.pop(trial.trial_id, None)
             if started is not None:  # its start-up: from its start to its first epoch, less that epoch
-                self.eta.observe(key, time.time() - started - float(took), startup=True)
+                self.eta.observe(key, time.time() - started - float(took) + compiling, startup=True)
         if result.get("kind") == "epoch" and result.get("seed") is not None:
             self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
                                                            self.epochs_per_trial)

@@ -411,3 +411,30 @@ def test_bench_gpu_writes_rows_per_pack_from_its_timings(tmp_path: Path) -> None
     assert set(back.rates) == set(CAL.rates) | {replace(row, **{k: float(f"{getattr(row, k):.4g}")
                                                                  for k in ("train", "dev", "test", "startup")})}
     assert main(["--device", "cpu", "--calibrate", str(path)]) == 2  # CPU numbers never become GPU rows
+
+
+def test_the_eta_counts_an_epochs_compile_seconds_as_start_up() -> None:
+    """A compiled run's first epoch holds its compile (``compile_seconds``): the ETA prices
+    that as start-up, so the epochs after it are not projected at the compile's cost."""
+    import io
+    from types import SimpleNamespace
+
+    from study.descriptor import TrialDescriptor
+    from study.progress import ProgressLine
+
+    desc = TrialDescriptor(study="s", study_dir="/tmp/s", cell="c", task="copy", variant="onestep",
+                           overrides={}, hparams={}, seeds=(0,), cpus=1, metric="m", train_fn="x:y")
+    eta = cost.StudyEta(costs={cost.eta_key(desc): CHEAP}, expected={cost.eta_key(desc): 1}, slots=1)
+    line = ProgressLine(study="s", total_trials=1, epochs_per_trial=4,
+                        counts=lambda ts: {"done": 0, "running": 1, "failed": 0, "pending": 0},
+                        seconds=0.0, out=io.StringIO(), eta=eta)
+    trial = SimpleNamespace(trial_id="t0", status="RUNNING", config={"trial": desc.to_dict()})
+    line.on_trial_result(0, [trial], trial, {"kind": "epoch", "seed": 0, "epoch": 1,
+                                             "epoch_seconds": 13.0, "compile_seconds": 10.0})
+    assert eta.measured == pytest.approx(3.0) and eta.epochs == 1  # not yet started: no start-up seen
+    line.on_trial_start(0, [trial], trial)
+    line.started["t0"] -= 20.0  # started 20 s before its first epoch ended
+    line.on_trial_result(0, [trial], trial, {"kind": "epoch", "seed": 0, "epoch": 1,
+                                             "epoch_seconds": 13.0, "compile_seconds": 10.0})
+    # the epoch 3 s, its start-up 20 - 13 + 10 = 17 s: the compile went to start-up
+    assert eta.measured == pytest.approx(3.0 + 3.0 + 17.0, abs=0.5) and eta.epochs == 3
