@@ -9,6 +9,10 @@ test scoring run per replica with the solo code in both cases). Prints CPU and w
 seed-epochs per core-second for both, the ratio (target >= 3 at K = 5), the largest
 difference of the per-replica mean training losses (they are the same runs: it exits 1 when one
 is above 1e-6), and peak RSS. ``--quick``: K = 2 on 200 training examples.
+
+``--ablation onestep,onestep_no_step3,onestep_no_sigmoid`` (Copy variants that differ only in
+switches, :data:`locattn.packed.SWITCH_FIELDS`) adds one line: the variants' K seeds each as one
+pack per variant against all of them as one pack (training pass, seed-epochs per core-second).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ablation", default=None, help="Copy variants packed together (comma-separated)")
     args = parse_args(parser, {"k": 2, "train_size": 200}, argv)
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
@@ -77,10 +82,47 @@ def main(argv: list[str] | None = None) -> int:
                   f"{rate_s:.3f} seed-epochs/core-s | packed cpu {p.cpu:.2f} s (wall {p.wall:.2f}) -> "
                   f"{rate_p:.3f} seed-epochs/core-s | speed-up x{rate_p / rate_s:.2f} | "
                   f"max |loss solo - packed| {diff:.2e} | maxrss {peak_rss_mb():.0f} MB", flush=True)
+        if args.ablation:
+            worst = max(worst, ablation_line(args, Path(tmp)))
     if worst > 1e-6:
         print(f"FAILED: packed and solo training losses differ by {worst:.2e} (> 1e-6)", file=sys.stderr)
         return 1
     return 0
+
+
+def ablation_line(args: argparse.Namespace, tmp: Path) -> float:
+    """One pack per variant against one pack of every variant's K seeds; the largest loss
+    difference between the two (the same runs)."""
+    variants = args.ablation.split(",")
+    over = {"num_threads": args.threads, "task.train_size": args.train_size, "task.dev_size": 200,
+            "task.test_size": 10}
+    cfgs = [make_run_config(task="copy", variant=v, seed=s, overrides=over) for v in variants for s in range(args.k)]
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+
+    def fresh() -> list[Seq2SeqRun]:
+        runs = [Seq2SeqRun(c, data, tmp / f"a{i}") for i, c in enumerate(cfgs)]
+        for r in runs:
+            r.epoch = 1
+        return runs
+
+    apart_t, one_t = [], []
+    for rep in range(args.repeats):
+        runs = fresh()
+        with timed() as t:
+            apart = [x for v in range(len(variants)) for x in packed_train_epoch(runs[v * args.k:(v + 1) * args.k], 1)]
+        apart_t.append(t)
+        runs = fresh()
+        with timed() as t:
+            one = packed_train_epoch(runs, 1)
+        one_t.append(t)
+    a, o = best(apart_t), best(one_t)
+    n = len(cfgs)
+    diff = max(abs(x - y) for x, y in zip(apart, one))
+    print(f"ablation copy/{'+'.join(variants)} x {args.k} seeds: {len(variants)} packs cpu {a.cpu:.2f} s "
+          f"(wall {a.wall:.2f}) -> {n / (a.cpu * args.threads):.3f} seed-epochs/core-s | one pack cpu "
+          f"{o.cpu:.2f} s (wall {o.wall:.2f}) -> {n / (o.cpu * args.threads):.3f} seed-epochs/core-s | "
+          f"x{a.cpu / o.cpu:.2f} | max |loss apart - together| {diff:.2e}", flush=True)
+    return diff
 
 
 if __name__ == "__main__":

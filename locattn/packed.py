@@ -13,13 +13,14 @@ from locattn.training.epoch import (
     packed_train_epoch,
     solo_train_epoch,
 )
-from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, check_packable, train_packed
+from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, SWITCH_FIELDS, check_packable, train_packed
 
 __all__ = [
     "PACKABLE_FAMILIES",
     "PACKABLE_FIELDS",
     "ParamPack",
     "ReplicaFailed",
+    "SWITCH_FIELDS",
     "check_packable",
     "epoch_dropout_noise",
     "packed_train_epoch",

@@ -25,12 +25,19 @@ from test_postgres_store import postgres_bin
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 480  # seconds; a quick run takes 5-140 s on a loaded 2-core machine
 #: Longer limits: bench_chaos --quick took about 290 s at load 10-26 (real drivers killed and resumed).
-TIMEOUTS = {"bench_chaos.py": 1000}
+TIMEOUTS = {"bench_chaos.py": 1000, "bench_whole_run.py": 1200}
+#: bench_whole_run --quick took 7.7 min at load 11: a cold compile (fresh inductor cache) in it.
 
 F = r"\d+\.\d+"  # a measured number
 
 # script, work-directory flag (or None), modules it needs, lines its output must contain
 CASES = [
+    ("bench_whole_run.py", None, (), [
+        rf"^eager\s+1 epochs: cpu\s+{F} s\s+wall\s+{F} s",
+        rf"^compiled cold\s+1 epochs: cpu\s+{F} s.*; compiles 1 \({F} s wall\)$",
+        rf"^compiled warm\s+2 epochs: cpu\s+{F} s.*\]; compiles 1 \({F} s wall\)$",
+        r"^compiled warm: (wins from|never wins)",
+    ]),
     ("bench_epoch.py", None, (), [
         r"^copy/onestep: train 1000, dev 200; per seed-epoch",
         r"^recopy/mono: train 1000, dev 200; per seed-epoch",

@@ -208,3 +208,32 @@ def test_packed_model_rows_equal_solo_models(tmp_path: Path, variant: str) -> No
     assert torch.allclose(packed[:4, :6], solo[0], atol=1e-5)
     assert torch.allclose(packed[4:, :3], solo[1], atol=1e-5)
     assert not math.isclose(float(solo[0][0, 0, 0]), float(solo[1][0, 0, 0]))
+
+
+def test_an_ablation_pack_equals_each_solo_run(tmp_path: Path) -> None:
+    """Table 4's OneStepAttn, -Step 3 (softstair) and -Sigmoid (raw step) have the same parameter
+    shapes and differ only in switches: one pack trains them, with a fourth replica that differs
+    in location_norm and step_temperature, and each replica equals its solo run to the bit
+    (train_size 200: the replicas' batches differ in length, so subsets of the pack run together
+    with their own switches)."""
+    extra = {"task.train_size": 200}
+    cfgs = [cfg(tmp_path, "onestep", 0, **extra), cfg(tmp_path, "onestep_no_step3", 1, **extra),
+            cfg(tmp_path, "onestep_no_sigmoid", 2, **extra),
+            cfg(tmp_path, "onestep", 3, **extra, **{"model.attention.location_norm": "softmax",
+                                                    "model.attention.step_temperature": 2.0})]
+    check_packable(cfgs)
+    solos = [train(c, tmp_path / f"solo{k}") for k, c in enumerate(cfgs)]
+    packed = train_packed(cfgs, [tmp_path / f"packed{k}" for k in range(len(cfgs))])
+    for s, p in zip(solos, packed):
+        assert_same_run(s, p)
+    assert len({round(r.history[-1]["train_loss"], 6) for r in packed}) == 4  # four different runs
+
+
+def test_packs_refuse_switches_that_change_a_shape_or_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"differs from cfgs\[0\] in \['model.attention.reference'\]"):
+        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "onestep_no_step2")])
+    with pytest.raises(ValueError, match=r"step \['mono', 'sigmoid'\]; steps that pack together"):
+        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "onestep", 1, **{"model.attention.step": "mono"})])
+    with pytest.raises(ValueError, match=r"train_path=eager and optim.train_step=eager.*'graphed'"):
+        check_packable([cfg(tmp_path, "onestep", **{"optim.train_step": "graphed"}),
+                        cfg(tmp_path, "onestep_no_step3", **{"optim.train_step": "graphed"})])

@@ -78,6 +78,15 @@ class ParamPack:
         solo.noise = noise
         self.names = [n for n, _ in runs[0].model.named_parameters()]
         self.replica_params = [dict(r.model.named_parameters()) for r in runs]
+        attender = getattr(self.model, "attender", None)
+        if len(runs) > 1 and hasattr(attender, "pack_switches"):  # ablation switches per replica
+            a = [r.cfg.model.attention for r in runs]
+            attender.pack_switches([x.step for x in a], [x.location_norm for x in a],
+                                   [x.step_temperature for x in a])
+        self.switches = [(f"attender.{n}", b) for n, b in attender.named_buffers()
+                         if n.startswith("replica_")] if attender is not None else []
+        """(name, (K,) buffer) of the switches that differ between replicas (a subset of the
+        replicas runs with their rows: see :func:`packed_train_epoch`)."""
         self.stacked: list[torch.nn.Parameter] = []
         for name in self.names:
             s = torch.nn.Parameter(torch.stack([p[name].detach() for p in self.replica_params]))
@@ -265,6 +274,7 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 if len(idx) < K:
                     sel = torch.tensor(idx, device=src.device)
                     sub = {name: p.index_select(0, sel) for name, p in zip(pack.names, pack.stacked)}
+                    sub.update({name: b.index_select(0, sel.to(b.device)) for name, b in pack.switches})
                 elif compiled:  # the same call as a packed replica's, so the same graph and kernels
                     sub = dict(zip(pack.names, pack.stacked))
                 u = noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)) if drop else None

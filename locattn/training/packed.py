@@ -1,8 +1,9 @@
 """Floor 4 of a training run: K runs of one cell (seeds, learning rates) trained as one pack.
 
-``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed`` and the
+``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed``, the
 per-replica optimizer fields :data:`PACKABLE_FIELDS` (learning rate, weight decay, clipping,
-schedule, patience, epochs, dev scoring). Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
+schedule, patience, epochs, dev scoring) and, on the eager path, the ablation switches
+:data:`SWITCH_FIELDS` that leave every parameter's shape equal. Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
 
 * it *is* a solo run object (:class:`~locattn.training.seq2seq.Seq2SeqRun`): its own model
   initialised from its seed, its own ``torch.optim.AdamW``, ``ReduceLROnPlateau``, best-model
@@ -28,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from locattn.config import PACKABLE_FIELDS, RunConfig, config_to_dict, flatten, identity_dict, run_identity
+from locattn.models.attention.location import PACKABLE_STEPS
 from locattn.models.config import packable_families
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
@@ -42,7 +44,14 @@ from locattn.training.seq2seq import Seq2SeqRun
 PACKABLE_FAMILIES = tuple(packable_families())
 """The built-in attention families whose modules are written for packed parameters (a plugin's
 declared packable counts too: ``check_packable`` asks the registry)."""
-_MAY_DIFFER = PACKABLE_FIELDS
+SWITCH_FIELDS = ("variant", "model.attention.step", "model.attention.location_norm",
+                 "model.attention.step_temperature")
+"""Model switches in which the runs of one eager pack may differ besides :data:`PACKABLE_FIELDS`:
+they leave every parameter's shape equal (location attention; the step among
+``locattn.models.attention.location.PACKABLE_STEPS``), and each replica keeps its own value in
+the packed model (``LocationAttender.pack_switches``). Table 4's OneStepAttn, -Step 3 and
+-Sigmoid pack together; -Step 2 (``reference: gated``) has two more step-head rows and does not."""
+_MAY_DIFFER = PACKABLE_FIELDS + SWITCH_FIELDS
 
 
 def _flat_identity(cfg: RunConfig) -> dict[str, Any]:
@@ -64,6 +73,17 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
         if cfg.device != cfgs[0].device:
             raise ValueError(f"cfgs[{i}].device={cfg.device!r} differs from cfgs[0].device={cfgs[0].device!r}")
     family = cfgs[0].model.attention.family
+    switched = sorted(f for f in SWITCH_FIELDS[1:] if len({flatten(identity_dict(c)).get(f) for c in cfgs}) > 1)
+    if switched:
+        c0 = cfgs[0]
+        if family != "location" or c0.train_path != "eager" or c0.optim.train_step != "eager":
+            raise ValueError(f"packed runs differ in {switched}: only location attention packs them, on "
+                             f"train_path=eager and optim.train_step=eager (got attention.family={family!r}, "
+                             f"train_path={c0.train_path!r}, optim.train_step={c0.optim.train_step!r})")
+        steps = {c.model.attention.step for c in cfgs}
+        if len(steps) > 1 and not steps <= set(PACKABLE_STEPS):
+            raise ValueError(f"packed runs differ in model.attention.step {sorted(steps)}; steps that pack "
+                             f"together: {list(PACKABLE_STEPS)} (mono has a parameter of its own)")
     if cfgs[0].model.kind != "seq2seq" or family not in packable_families():
         raise ValueError(
             f"model.kind={cfgs[0].model.kind!r}, attention.family={family!r} cannot be packed; "

@@ -59,6 +59,8 @@ from locattn.models.config import (
 from locattn.models.functional import gru_update, leaky_clamp, linear, per_row, softstair
 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
+PACKABLE_STEPS = ("sigmoid", "softstair", "raw", "relu")
+"""Step activations that may differ between the replicas of one pack (no parameter of their own)."""
 NORM_EPS = 1e-20
 """Added per position to the density sum by the reference's normalisation (``location_norm="sum"``)."""
 L1_EPS = 1e-12
@@ -176,10 +178,63 @@ class LocationAttender(Attender):
             self.mix_gate = None
             self.content = None
         self.pa_from_location = pa_from == "location"
+        # a pack of replicas with different switches (:meth:`pack_switches`); None: one value
+        for name in ("replica_step", "replica_norm", "replica_step_temperature"):
+            self.register_buffer(name, None, persistent=False)
+        self._step_kinds: tuple[str, ...] = ()
+        self._norm_kinds: tuple[str, ...] = ()
+
+    def pack_switches(self, steps: list[str], norms: list[str], step_temperatures: list[float]) -> None:
+        """Give a packed attender (K replicas stacked, :class:`~locattn.training.epoch.ParamPack`)
+        each replica's own step activation, ``location_norm`` and ``step_temperature``: switches
+        that leave every parameter's shape equal. A switch whose K values differ becomes a (K,)
+        buffer; ``forward`` then computes each activation or normalisation present and keeps,
+        row by row, the replica's own (``torch.where``: the row's value and gradient are those
+        of its solo run to the bit). Steps: :data:`PACKABLE_STEPS` (MonoAttn has a parameter of
+        its own). Raises ``ValueError`` naming the switch and value."""
+        if len(set(steps)) > 1:
+            bad = [s for s in steps if s not in PACKABLE_STEPS]
+            if bad:
+                raise ValueError(f"model.attention.step={bad[0]!r} cannot share a pack with other steps; "
+                                 f"packable steps: {list(PACKABLE_STEPS)}")
+            self._step_kinds = tuple(dict.fromkeys(steps))
+            self.replica_step = torch.tensor([self._step_kinds.index(s) for s in steps])
+            self._step = self._step_per_replica
+        if len(set(norms)) > 1:
+            self._norm_kinds = tuple(dict.fromkeys(norms))
+            self.replica_norm = torch.tensor([self._norm_kinds.index(n) for n in norms])
+            self._normalise = self._norm_per_replica
+        if len(set(step_temperatures)) > 1:
+            self.replica_step_temperature = torch.tensor(step_temperatures, dtype=torch.float32)
+
+    def _step_per_replica(self, x: Tensor) -> Tensor:
+        code = per_row(self.replica_step, x.shape[0], 0)  # (B,)
+        out = x
+        for i, kind in enumerate(self._step_kinds):
+            value = {"sigmoid": self._step_sigmoid, "softstair": softstair, "raw": self._step_raw,
+                     "relu": torch.relu}[kind](x)
+            out = value if i == 0 else torch.where(code == i, value, out)
+        return out
+
+    def _norm_per_replica(self, log_density: Tensor, memory: SourceMemory) -> Tensor:
+        code = per_row(self.replica_norm, log_density.shape[0], 0).unsqueeze(1)  # (B, 1)
+        out = log_density
+        for i, kind in enumerate(self._norm_kinds):
+            value = {"sum": self._norm_sum, "softmax": self._norm_softmax, "l1": self._norm_l1}[kind](
+                log_density, memory)
+            out = value if i == 0 else torch.where(code == i, value, out)
+        return out
 
     # -- step activations
+    def _beta(self, x: Tensor) -> Tensor | float:
+        """The step temperature for the rows of ``x`` (B,): a float, or (B,) in a pack of
+        replicas with different temperatures."""
+        if self.replica_step_temperature is None:
+            return self.step_temperature
+        return per_row(self.replica_step_temperature, x.shape[0], 0)
+
     def _step_sigmoid(self, x: Tensor) -> Tensor:
-        return torch.sigmoid(self.step_temperature * x)
+        return torch.sigmoid(self._beta(x) * x)
 
     @staticmethod
     def _step_raw(x: Tensor) -> Tensor:
@@ -187,11 +242,11 @@ class LocationAttender(Attender):
 
     def _step_mono_relu(self, x: Tensor) -> Tensor:
         s = torch.sigmoid(per_row(self.mono_gate, x.shape[0], 0))  # () or (B,) when packed
-        return s * torch.relu(x) + (1.0 - s) * torch.sigmoid(self.step_temperature * x)
+        return s * torch.relu(x) + (1.0 - s) * torch.sigmoid(self._beta(x) * x)
 
     def _step_mono_sigmoid(self, x: Tensor) -> Tensor:
         s = torch.sigmoid(per_row(self.mono_gate, x.shape[0], 0))  # () or (B,) when packed
-        return s * torch.sigmoid(self.step_temperature * x) + (1.0 - s) * torch.relu(x)
+        return s * torch.sigmoid(self._beta(x) * x) + (1.0 - s) * torch.relu(x)
 
     # -- lambda from the log-density (B, L)
     @staticmethod
