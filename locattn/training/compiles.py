@@ -54,6 +54,7 @@ class CompileWatch:
     epoch: int = 0
     eager: bool = False
     reasons: list[str] = field(default_factory=list)
+    compiling_since: float | None = None
 
     def start_epoch(self, epoch: int) -> None:
         """Reset the per-epoch counts before training epoch ``epoch``."""
@@ -80,7 +81,7 @@ class CompileWatch:
         if new:
             self.compiles += new
             self.total_compiles += new
-            self.compile_seconds += time.perf_counter() - start
+            self.compiling_since = start  # AOTAutograd compiles the backward at its first call
             reason = last_recompile_reason()
             self.reasons.append(reason)
             if self.epochs > 1:
@@ -88,6 +89,13 @@ class CompileWatch:
                               f"the first epoch ({new} graph(s); reason: {reason or 'unknown'})",
                               RuntimeWarning, stacklevel=2)
         return out
+
+    def step_done(self) -> None:
+        """After the step's backward: a step that compiled adds its seconds (forward, backward
+        and their compiles) to ``compile_seconds``."""
+        if self.compiling_since is not None:
+            self.compile_seconds += time.perf_counter() - self.compiling_since
+            self.compiling_since = None
 
     def metrics(self) -> dict[str, float]:
         """This epoch's ``compiles`` and ``compile_seconds`` (epoch metrics of the run record)."""

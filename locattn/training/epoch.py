@@ -79,8 +79,9 @@ class ParamPack:
         self.names = [n for n, _ in runs[0].model.named_parameters()]
         self.replica_params = [dict(r.model.named_parameters()) for r in runs]
         attender = getattr(self.model, "attender", None)
-        if len(runs) > 1 and hasattr(attender, "pack_switches"):  # ablation switches per replica
-            a = [r.cfg.model.attention for r in runs]
+        cfgs = [getattr(r, "cfg", None) for r in runs]  # a bare model holder has none: one cell
+        if len(runs) > 1 and hasattr(attender, "pack_switches") and None not in cfgs:  # per-replica switches
+            a = [c.model.attention for c in cfgs]
             attender.pack_switches([x.step for x in a], [x.location_norm for x in a],
                                    [x.step_temperature for x in a])
         self.switches = [(f"attender.{n}", b) for n, b in attender.named_buffers()
@@ -305,6 +306,9 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
             for s in pack.stacked:
                 s.grad = None
             losses.sum().backward()
+            if compiled:
+                for r in runs:
+                    r.compile_watch.step_done()
             pack.distribute_grads()
             for k, r in enumerate(runs):
                 torch.nn.utils.clip_grad_norm_(params[k], r.cfg.optim.clip)
