@@ -20,6 +20,12 @@ CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
 CFQ_ASSUMED_TOKENS = 80
 #: A generated split larger than this is priced from a sample of this many examples.
 SAMPLE_EXAMPLES = 20_000
+#: CPU seconds a compiled run (``train_path: compiled``) adds to its start-up when its graph is in
+#: inductor's disk cache (a study shares one), and when it is not (a cold compile): the fixed
+#: costs of whole Copy/OneStepAttn runs over eager's (benchmarks/bench_whole_run.py, see
+#: docs/performance.md §4e).
+COMPILE_LOAD_CPU_SECONDS = 8.0
+COMPILE_COLD_CPU_SECONDS = 142.0
 
 def variant_family(model: Any) -> str:
     """A model config's cost family: the attention family, ``+mix`` for mixed location
@@ -149,7 +155,14 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
         per_epoch = (cfg.task.train_size + cfg.task.dev_size) / 1000.0 * flat_seconds_per_1k_examples
         return RunCost(startup=0.0, epoch=per_epoch, epochs=cfg.optim.epochs, test=0.0, how="flat",
                        assumed=shape.assumed)
-    return RunCost(startup=rate.startup, epoch=shape.train * rate.train + shape.dev * rate.dev,
+    startup = rate.startup
+    if path == "compiled" and device == "cpu":  # its graph: loaded from the study's shared cache
+        startup += COMPILE_LOAD_CPU_SECONDS
+        shape = replace(shape, assumed="; ".join(filter(None, [shape.assumed, (
+            f"--train-path compiled: +{COMPILE_LOAD_CPU_SECONDS:.0f} s per run to load its graph from the "
+            f"study's inductor cache; the first run of a shape compiles it (~{COMPILE_COLD_CPU_SECONDS:.0f} "
+            f"CPU-s for Copy, not priced)")])))
+    return RunCost(startup=startup, epoch=shape.train * rate.train + shape.dev * rate.dev,
                    epochs=cfg.optim.epochs, test=shape.test * rate.test, how=how,
                    assumed=shape.assumed)
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from locattn.config import make_run_config
-from study import cost, slices
+from study import cost, runcost, slices
 from study.cost import (Calibration, CellCost, Rate, RunCost, TrialProgress, blend_ratio, eta_seconds,
                         format_eta, run_cost, run_shape, trial_left, variant_family)
 from study.spec import load_spec
@@ -102,8 +102,11 @@ def test_a_train_path_is_priced_by_its_own_rows_else_by_eager_ones_and_says_so(t
     # a path the table has no row of for this task or family: the eager rows, and an ASSUMED line
     compiled = replace(cfg("copy", "onestep", **{"optim.epochs": 1}), train_path="compiled")
     rc = run_cost(compiled, cal)
-    assert rc.how == "measured" and rc.epoch == pytest.approx(run_cost(cfg("copy", "onestep", **{"optim.epochs": 1}), cal).epoch)
-    assert rc.assumed == "--train-path compiled priced at eager rates (no compiled row for task copy)"
+    eager = run_cost(cfg("copy", "onestep", **{"optim.epochs": 1}), cal)
+    assert rc.how == "measured" and rc.epoch == pytest.approx(eager.epoch)
+    assert rc.assumed.startswith("--train-path compiled priced at eager rates (no compiled row for task copy); "
+                                 "--train-path compiled: +")
+    assert rc.startup == pytest.approx(eager.startup + runcost.COMPILE_LOAD_CPU_SECONDS)  # its graph's load
     # another task of a family with fused rows: eager rows too (a path's gain depends on the lengths)
     var = replace(cfg("raffel_add", "ffattn", **{"task.variable_length": True, "optim.epochs": 1}), train_path="fused")
     assert cal.priced_path("cpu", "raffel_add@variable", "feedforward", "fused") == "eager"
@@ -423,7 +426,7 @@ def test_the_eta_counts_an_epochs_compile_seconds_as_start_up() -> None:
     from study.progress import ProgressLine
 
     desc = TrialDescriptor(study="s", study_dir="/tmp/s", cell="c", task="copy", variant="onestep",
-                           overrides={}, hparams={}, seeds=(0,), cpus=1, metric="m", train_fn="x:y")
+                           overrides={}, hparams={}, seeds=(0,), cpus=1, metric="m")
     eta = cost.StudyEta(costs={cost.eta_key(desc): CHEAP}, expected={cost.eta_key(desc): 1}, slots=1)
     line = ProgressLine(study="s", total_trials=1, epochs_per_trial=4,
                         counts=lambda ts: {"done": 0, "running": 1, "failed": 0, "pending": 0},
