@@ -197,10 +197,8 @@ def register_variant(name: str, *, label: str, parent: str | None = None,
                      delta: Mapping[str, Any] | None = None, doc: str = "") -> Entry:
     """Register a named model preset: ``parent``'s model (None: ``ModelConfig()``) with the dotted
     ``delta`` applied (``{"attention.family": "localp", "attention.options": {"width": 5}}``).
-    The parent must be registered first; the delta is checked when the preset is first built."""
-    if parent is not None and parent not in _ENTRIES["variant"]:
-        raise PluginError(f"register_variant({name!r}): parent {parent!r} is not a registered "
-                          "variant" + _hint(parent, _ENTRIES["variant"]))
+    The parent and the delta are checked when the preset is first built
+    (:func:`locattn.get_variant`)."""
     return _register("variant", name, None, label, doc,
                      {"parent": parent, "delta": MappingProxyType(dict(delta or {}))})
 

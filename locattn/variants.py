@@ -118,6 +118,9 @@ def _preset(key: str) -> ModelConfig:
     if key not in _PRESETS:
         entry = registry.get("variant", key)
         parent = entry.meta["parent"]
+        if parent is not None and not registry.has("variant", parent):
+            raise ValueError(f"variant {key!r} (registered by {entry.module!r}): "
+                             + registry.unknown_message("variant", parent, "its parent"))
         base = ModelConfig() if parent is None else _preset(parent)
         try:
             _PRESETS[key] = derive(base, entry.meta["delta"])

@@ -102,6 +102,8 @@ def parser() -> Parser:
                          "(repeatable; validated with the spec, saved in study.json, part of the "
                          "study's spec: a study launched with other values is another study)")
     lp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
+    lp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                    help=PLUGIN_HELP)
 
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
@@ -113,6 +115,9 @@ def parser() -> Parser:
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     rp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
     rp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
+    rp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                    help=PLUGIN_HELP + "; a plugin study.json names is imported only when installed "
+                         "or named here")
 
     sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
     sp.add_argument("study", help=STUDY_HELP)
@@ -187,6 +192,8 @@ PROGRESS_HELP = "seconds between progress lines (default 10)"
 TRAIN_PATHS = ("eager", "compiled", "fused")
 ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each run records the "
                     "diff (artifact code.diff) and a locattn.dirty tag, and tables mark those runs")
+PLUGIN_HELP = ("import this plugin module first, on the driver and in every trial: attenders, "
+               "tasks, variants (repeatable; installed plugins load on their own)")
 TRAIN_PATH_HELP = ("how each run's training step runs: eager; for the seq2seq models compiled "
                    "(torch.compile with C++ kernels: about 1.9x faster per CPU epoch, equal to eager "
                    "within rounding, a one-time compile per batch shape; needs g++; with "
@@ -311,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                 progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
                 seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
-                time_limit=time_limit, allow_dirty=args.allow_dirty,
+                time_limit=time_limit, allow_dirty=args.allow_dirty, plugins=args.plugins,
             )
             show_results(summary)
             return exit_code(summary)
@@ -319,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                              progress_seconds=args.progress_seconds, time_limit=time_limit,
                              max_concurrent=args.max_concurrent, train_path=args.train_path,
-                             allow_dirty=args.allow_dirty)
+                             allow_dirty=args.allow_dirty, plugins=args.plugins)
             show_results(summary)
             return exit_code(summary)
         if args.cmd == "status":

@@ -179,8 +179,10 @@ class RayStart:
         return self.started
 
 
-def init_ray(address: str | None = None, resume: str = "") -> RayStart:
-    """Start a private local Ray on loopback, or join ``address``.
+def init_ray(address: str | None = None, resume: str = "",
+             runtime_env: dict[str, Any] | None = None) -> RayStart:
+    """Start a private local Ray on loopback, or join ``address`` (with the job's
+    ``runtime_env``: a study's plugins, :func:`study.plugins.runtime_env`).
 
     Without an address this never joins a Ray that is already running on the host (a
     neighbour's ``ray start``, another study's driver): ``ray.init()`` alone would connect to
@@ -224,7 +226,8 @@ def init_ray(address: str | None = None, resume: str = "") -> RayStart:
     os.chdir(REPO_ROOT)
     try:
         if address:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            ray.init(address=address, log_to_driver=False, configure_logging=False,
+                     runtime_env=runtime_env)
             return RayStart(started=True)
         try:
             context = ray.init(

@@ -24,6 +24,7 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
+from study.plugins import export_to_workers, import_named, runtime_env, spec_plugins, trusted_for_resume
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, widens)
@@ -78,10 +79,13 @@ def launch(
     time_limit: float | None = None,
     sets: dict[str, Any] | None = None,
     allow_dirty: bool = False,
+    plugins: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
     ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
+    The spec's ``plugins:`` and ``plugins`` (``--plugin``) are imported first, here and in
+    every trial (:mod:`study.plugins`).
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
     ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
     None keeps the study's saved choice (eager for a new study).
@@ -96,7 +100,10 @@ def launch(
     deadline = make_deadline(time_limit)
     out = out or sys.stdout
     spec_path = Path(spec_path).resolve()
-    raw = apply_sets(read_yaml(spec_path), profile, sets or {})  # --set: the last overrides
+    raw = read_yaml(spec_path)
+    plugin_names = [*import_named(spec_plugins(raw, spec_path), f"{spec_path}: plugins"),
+                    *import_named(plugins, "--plugin")]
+    raw = apply_sets(raw, profile, sets or {})  # --set: the last overrides
     spec = resolve_spec(raw, path=str(spec_path), profile=profile, only=only, seeds=seeds)
     where = "--name" if name else f"{spec_path}: name and profile"
     if not name:
@@ -178,7 +185,7 @@ def launch(
             write_meta(paths, meta)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
-                    trainer=trainer)
+                    trainer=trainer, plugins=plugin_names)
     finally:
         lock.release()
 
@@ -266,10 +273,13 @@ def resume(
     train_path: str | None = None,
     trainer: Any = None,
     allow_dirty: bool = False,
+    plugins: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
     (``time_limit``, ``max_concurrent``, ``train_path``, ``trainer`` and ``allow_dirty`` as in
-    :func:`launch`; the spec's or the study's saved choice by default)."""
+    :func:`launch`; the spec's or the study's saved choice by default). A plugin its
+    ``study.json`` names is imported only when installed or named again in ``plugins``
+    (``--plugin``): a folder never names code that runs."""
     check_committed_code(allow_dirty)
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
@@ -278,6 +288,8 @@ def resume(
     _, user, password = split_credentials(meta["tracking_uri"])
     if user or password:  # a study.json written before credentials were stripped
         meta["tracking_uri"] = take_credentials(meta["tracking_uri"], out)
+    named = spec_plugins(meta["raw"], paths.meta)
+    plugin_names = import_named(trusted_for_resume(named, plugins, paths.meta), "--plugin")
     try:
         spec = spec_from_meta(meta)
     except SpecError as exc:  # e.g. a study widened before the widening saved its YAML
@@ -300,7 +312,7 @@ def resume(
         _set_train_path(paths, meta, train_path, out)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
-                    trainer=trainer)
+                    trainer=trainer, plugins=plugin_names)
     finally:
         lock.release()
 
@@ -340,6 +352,7 @@ def _run_locked(
     interrupt: Interrupt,
     deadline: tuple[float, float] | None = None,
     trainer: Any = None,
+    plugins: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
@@ -383,7 +396,9 @@ def _run_locked(
         if fixed:
             print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
                   "(from their run directories)", file=out)
-        ray_start = init_ray(address, resume=f"`study resume {paths.dir}`: the study is kept")
+        export_to_workers(list(plugins))  # a local Ray's workers inherit it
+        ray_start = init_ray(address, resume=f"`study resume {paths.dir}`: the study is kept",
+                             runtime_env=runtime_env(list(plugins)) if address else None)
         if lock is not None and ray_start.session_dir:  # our private Ray: its helpers are ours
             lock.write(ray_session=ray_start.session_dir)
         # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/

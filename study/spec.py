@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,6 +29,7 @@ from study.spec_checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RES
                                check_study_name, check_unique, did_you_mean, short_repr, spec_error)
 from study.spec_data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
 from study.spec_grid import expand_cells, parse_pack, parse_search, restrict_grid, validate_configs
+from study.plugins import import_named, spec_plugins
 from study.spec_model import Cell, SearchSpec, StudySpec, TrialSpec
 from study.spec_yaml import read_yaml
 
@@ -54,9 +56,12 @@ def _merge(base: dict, profile: dict) -> dict:
 def load_spec(
     path: str | Path, profile: str | None = None, only: Mapping[str, list] | None = None
 ) -> StudySpec:
-    """Load, validate and resolve a spec file with a profile (default: ``default_profile``)."""
+    """Load, validate and resolve a spec file with a profile (default: ``default_profile``),
+    importing the plugins its ``plugins:`` names (the user names the file)."""
     path = str(Path(path).resolve())
-    return resolve_spec(read_yaml(path), path=path, profile=profile, only=only)
+    raw = read_yaml(path)
+    import_named(spec_plugins(raw, path), f"{path}: plugins")
+    return resolve_spec(raw, path=path, profile=profile, only=only)
 
 
 def parse_seeds(text: str | None) -> int | list[int] | None:
@@ -192,11 +197,18 @@ def resolve_spec(
     seeds: int | list[int] | None = None,
 ) -> StudySpec:
     """Validate a raw spec mapping and apply a profile (and an ``--only`` subset of the grid, and
-    ``--seeds`` in place of the profile's seeds)."""
+    ``--seeds`` in place of the profile's seeds). The plugins of its ``plugins:`` key must be
+    imported already (:func:`load_spec` and ``study launch`` import them; a resume, only trusted
+    ones: :mod:`study.plugins`)."""
     raw = dict(raw)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         raise spec_error(path, unknown[0], "unknown key", sorted(TOP_KEYS))
+    plugins = spec_plugins(raw, path)
+    for module in plugins:
+        if module not in sys.modules:
+            raise SpecError(f"{path}: plugins: {module!r} is not imported (`study launch` imports a "
+                            "spec's plugins; `study resume` only installed ones and --plugin's)")
     profiles = check_mapping(path, "profiles", raw.get("profiles", {}))
     for pname, pbody in profiles.items():
         check_study_name(pname, f"{path}: profiles:")  # the default study name ends with it
@@ -208,7 +220,7 @@ def resolve_spec(
         profile = raw.get("default_profile", "quick" if "quick" in profiles else None)
     if profile is not None and profile not in profiles:
         raise spec_error(path, "profile", f"unknown profile {profile!r}", sorted(profiles))
-    base = {k: v for k, v in raw.items() if k not in ("profiles", "default_profile")}
+    base = {k: v for k, v in raw.items() if k not in ("profiles", "default_profile", "plugins")}
     merged = _merge(base, profiles[profile] or {}) if profile is not None else base
 
     name = merged.get("name", Path(path).stem)
@@ -309,6 +321,8 @@ def resolve_spec(
         resolved["keep"] = keep
     if pack_axes:
         resolved["pack"] = list(pack_axes)
+    if plugins:  # likewise
+        resolved["plugins"] = plugins
     return StudySpec(
         path=path,
         name=name,

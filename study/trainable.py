@@ -39,6 +39,7 @@ from locattn.train import find_checkpoint, share_compile_cache, train as locattn
 
 from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
                               run_dir, trial_dirname, write_trial_file)
+from study.plugins import import_in_worker
 from study.retention import prune_finished_run, study_keep
 from study.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_DIRNAME, current_trial_dir,
                                earlier_trial_dirs, newest_checkpoint, read_complete, restore_run_checkpoint, stage_checkpoint,
@@ -225,6 +226,7 @@ def run_trial(config: dict[str, Any], train: Any = None) -> None:
     are recorded, then the trial raises that seed's error so Tune retries or records it. A solo
     trial trains them one after another; a failing seed ends the trial at once.
     """
+    import_in_worker()  # the study's plugins register before any config resolves
     desc = TrialDescriptor.of(config)
     torch.set_num_threads(max(1, int(desc.cpus)))
     share_compile_cache(Path(desc.study_dir) / "inductor_cache")  # train_path=compiled: one compile per study

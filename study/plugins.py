@@ -1,0 +1,104 @@
+"""A study's plugins: which modules the driver and every trial worker import, and the trust rule.
+
+A spec names plugin modules under ``plugins:`` (importable module names); ``--plugin`` names more
+on the command line; installed distributions declare the entry-point group ``locattn.plugins``
+and load on their own (:mod:`locattn.registry`). The driver imports them before any config
+resolves and hands the list to the trial workers in :data:`PLUGINS_ENV` (a local Ray's workers
+inherit the environment; on a cluster it travels in the job's ``runtime_env`` with the plugins'
+code as ``py_modules``).
+
+A study folder never names code that runs: ``study resume`` imports a plugin that its
+``study.json`` names only when it is installed (an entry point) or named again by ``--plugin``;
+otherwise it stops in one line, importing nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from locattn import registry
+from study.spec_checks import SpecError
+
+PLUGINS_ENV = "LOCATTN_PLUGINS"
+"""The environment variable (comma-separated module names) that tells a trial worker which
+plugin modules to import before it resolves a config."""
+
+
+def spec_plugins(raw: Mapping[str, Any], path: str | Path) -> list[str]:
+    """The ``plugins:`` list of a raw spec, checked: a list of importable module names."""
+    value = raw.get("plugins", [])
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{path}: plugins: expected a list of module names (e.g. [my_attn]), "
+                        f"got {value!r}")
+    for name in value:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise SpecError(f"{path}: plugins: {name!r} is not an importable module name")
+    return list(dict.fromkeys(value))
+
+
+def import_named(modules: Iterable[str], source: str) -> list[str]:
+    """Import ``modules`` (a spec's or the command line's: the user runs them); a plugin that
+    fails is a :class:`SpecError`, one line naming it and the cause."""
+    names = list(dict.fromkeys(modules))
+    try:
+        registry.import_plugins(names, source=source)
+    except registry.PluginError as exc:
+        raise SpecError(str(exc)) from None
+    return names
+
+
+def trusted_for_resume(named: Iterable[str], given: Iterable[str], where: str | Path) -> list[str]:
+    """The plugins a resume may import: every module the study folder names must be installed
+    (an entry point of ``locattn.plugins``) or named again on the command line (``given``).
+    Otherwise a :class:`SpecError` in one line; nothing is imported here."""
+    installed = {m.split(".")[0] for m in registry.installed_plugins().values()}
+    given = list(given)
+    for name in named:
+        if name.split(".")[0] not in installed and name not in given:
+            raise SpecError(
+                f"{where}: the study names plugin {name!r}, which is not an installed plugin "
+                f"(entry-point group {registry.ENTRY_POINT_GROUP}); a study folder never names code "
+                f"that runs: resume with --plugin {name} if you trust it")
+    return list(dict.fromkeys([*named, *given]))
+
+
+def export_to_workers(modules: list[str]) -> None:
+    """Tell trial workers started after this call which plugins to import (:data:`PLUGINS_ENV`)."""
+    if modules:
+        os.environ[PLUGINS_ENV] = ",".join(modules)
+    else:
+        os.environ.pop(PLUGINS_ENV, None)
+
+
+def import_in_worker() -> None:
+    """A trial worker's first step: import the plugins the driver named (:data:`PLUGINS_ENV`);
+    entry-point plugins load on their own."""
+    names = [n for n in os.environ.get(PLUGINS_ENV, "").split(",") if n]
+    registry.import_plugins(names, source=PLUGINS_ENV)
+
+
+def runtime_env(modules: list[str]) -> dict[str, Any] | None:
+    """The job ``runtime_env`` that brings the plugins to a cluster's workers: their code as
+    ``py_modules`` (each plugin's top-level module or package, and those its registrations'
+    lazy targets live in) and :data:`PLUGINS_ENV`; None without plugins."""
+    tops = dict.fromkeys(m.split(".")[0] for m in modules)
+    for kind in registry.KINDS:
+        for entry in registry.entries(kind, discover=False).values():
+            if not entry.builtin and entry.plugin:
+                tops.setdefault(entry.plugin)
+    if not tops:
+        return None
+    shipped = []
+    for top in tops:
+        shipped.append(sys.modules.get(top) or importlib.import_module(top))
+    return {"py_modules": shipped, "env_vars": {PLUGINS_ENV: ",".join(modules)}}
+
+
+__all__ = ["PLUGINS_ENV", "export_to_workers", "import_in_worker", "import_named",
+           "runtime_env", "spec_plugins", "trusted_for_resume"]

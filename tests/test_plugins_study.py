@@ -1,0 +1,119 @@
+"""Plugins through `study launch`, real local Ray: a module outside the repository named only in a
+spec's `plugins:`, the worked example installed through its entry point, the resume trust rule,
+and a plugin that fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.plugin_helpers import write_plugin
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "locattn-localp"
+TINY = ("overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
+        "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
+
+
+def run(args: list[str], pythonpath: list[Path], cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, pythonpath)]))
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def finished_configs(study: Path) -> dict[str, dict]:
+    out = {}
+    for result in sorted((study / "runs").glob("*/result.json")):
+        cfg = json.loads((result.parent / "config.json").read_text())
+        out[f"{cfg['task']['name']}/{cfg['variant']}"] = cfg
+    return out
+
+
+def fake_install(site: Path) -> Path:
+    """The example as `pip install -e examples/locattn-localp` leaves it, without touching the
+    venv: its distribution metadata (with the entry point) in a folder on PYTHONPATH."""
+    info = site / "locattn_localp-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: locattn-localp\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[locattn.plugins]\nlocalp = locattn_localp\n")
+    return site
+
+
+def test_a_spec_plugin_outside_the_repo_trains_and_a_resume_trusts_only_what_it_is_told(tmp_path):
+    ext = write_plugin(tmp_path / "elsewhere", "plug_study")
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("name: mine\nplugins: [plug_study]\n"
+                    "grid: {task: [copy], variant: [plug_study, content]}\nseeds: 1\n" + TINY)
+    proc = run(["study.cli", "launch", str(spec), "--root", str(tmp_path / "studies")], [ext])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = tmp_path / "studies" / "mine"
+    configs = finished_configs(study)
+    assert sorted(configs) == ["copy/content", "copy/plug_study"]
+    assert configs["copy/plug_study"]["model"]["attention"] == {
+        **configs["copy/plug_study"]["model"]["attention"], "family": "plug_study",
+        "options": {"temperature": 2.0}}
+    meta = json.loads((study / "study.json").read_text())
+    assert meta["resolved"]["plugins"] == ["plug_study"]
+
+    # the folder names the plugin, but a resume imports it only when told to
+    proc = run(["study.cli", "resume", str(study)], [ext])
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "names plugin 'plug_study', which is not an installed plugin" in err[0]
+    assert "resume with --plugin plug_study if you trust it" in err[0]
+    proc = run(["study.cli", "resume", str(study), "--plugin", "plug_study"], [ext])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_a_plugin_that_fails_is_one_line_and_nothing_is_recorded(tmp_path):
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "plug_fails.py").write_text("raise ImportError('needs cuda_magic')\n")
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nplugins: [plug_fails]\ngrid: {task: [copy], variant: [content]}\n"
+                    "seeds: 1\n" + TINY)
+    proc = run(["study.cli", "launch", str(spec), "--root", str(tmp_path / "studies")],
+               [tmp_path / "ext"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"study launch: {spec}: plugins: plugin 'plug_fails' failed to import: "
+        "ImportError: needs cuda_magic"]
+    assert not (tmp_path / "studies").exists()
+
+
+def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
+    site = fake_install(tmp_path / "site")
+    paths = [EXAMPLE, site]
+    listed = run(["locattn", "list", "attenders", "localp"], paths)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[:4] == ["localp", "Local-p", "plugin", "locattn_localp"]
+    root = tmp_path / "studies"
+    proc = run(["study.cli", "launch", str(EXAMPLE / "spec.yaml"), "--profile", "smoke", "--root",
+                str(root), "--only", "task=addition,copy", "--only", "variant=localp,content"], paths)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    configs = finished_configs(root / "locattn-localp-smoke")
+    assert sorted(configs) == ["addition/content", "addition/localp", "copy/content", "copy/localp"]
+    assert configs["addition/localp"]["model"]["attention"]["options"] == {"window": 3}
+    report = run(["study.cli", "report", str(root / "locattn-localp-smoke")], paths)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    summary = (root / "locattn-localp-smoke" / "reports" / "summary.md").read_text()
+    assert "task=addition,variant=localp" in summary and "task=copy,variant=localp" in summary
+
+
+@pytest.mark.parametrize("entry", ["localp"])
+def test_the_example_registers_without_torch(entry):
+    code = ("import sys\nclass B:\n    def find_spec(self, n, p=None, t=None):\n"
+            "        if n.split('.')[0] == 'torch': raise ImportError('blocked')\n"
+            "sys.meta_path.insert(0, B())\nimport locattn_localp\n"
+            "from locattn.config import make_run_config\n"
+            f"print(make_run_config(task='addition', variant='{entry}').model.attention.options)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{EXAMPLE}"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "{'window': 3}"
