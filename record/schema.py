@@ -33,6 +33,7 @@ N_RUNS = "locattn.n_runs"  # (parent) MLflow trial runs expected
 RESUMED_FROM = "locattn.resumed_from"  # (trial) epoch the latest attempt resumed from (0 = fresh)
 NODE_ID = "locattn.node_id"  # (trial) Ray node id of the latest attempt
 ATTEMPTS = "locattn.attempts"  # (trial) failures so far (Tune retries)
+PLUGINS = "locattn.plugins"  # (trial) JSON {plugin: {distribution, version, sha256}} of the plugins its config uses
 PACKED_WITH = "locattn.packed_with"  # (trial) seeds trained together in one packed model, "0,1,2"
 
 STATUS_FINISHED = "finished"

@@ -24,7 +24,8 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
-from study.plugins import export_to_workers, import_named, runtime_env, spec_plugins, trusted_for_resume
+from study.plugins import (check_sources, export_to_workers, import_named, runtime_env, spec_plugin_sources,
+                           spec_plugins, trusted_for_resume)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, widens)
@@ -85,7 +86,8 @@ def launch(
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
     ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
     The spec's ``plugins:`` and ``plugins`` (``--plugin``) are imported first, here and in
-    every trial (:mod:`study.plugins`).
+    every trial (:mod:`study.plugins`); resuming a study whose plugins' source changed is refused
+    unless ``allow_dirty``, as for the package's own uncommitted code.
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
     ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
     None keeps the study's saved choice (eager for a new study).
@@ -143,6 +145,8 @@ def launch(
     try:
         if paths.meta.is_file():
             meta = load_meta(paths)
+            check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
+                          allow_dirty)
             relocate(paths, meta, out)
             if widens(meta["resolved"], spec.resolved):
                 _widen(paths, meta, spec, raw, only or {}, seeds, out)
@@ -180,6 +184,7 @@ def launch(
                 "raw": raw,
                 "resolved": spec.resolved,
                 "tracking_uri": tracking_uri or paths.default_tracking_uri(),
+                **({"plugin_sources": sources} if (sources := spec_plugin_sources(spec.cells)) else {}),
                 "created": time.time(),
             }
             write_meta(paths, meta)
@@ -304,6 +309,8 @@ def resume(
         ) from None
     require_task_data(spec)
     check_train_path_fits(spec, train_path or meta.get("train_path"))
+    check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
+                  allow_dirty)
     lock = StudyLock(paths, out).acquire()
     try:
         relocate(paths, meta, out)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from locattn import registry
+from locattn.config import make_run_config
 from study.spec_checks import SpecError
 
 PLUGINS_ENV = "LOCATTN_PLUGINS"
@@ -83,6 +84,45 @@ def import_in_worker() -> None:
     registry.import_plugins(names, source=PLUGINS_ENV)
 
 
+def config_plugins(family: str, task: str, variant: str) -> dict[str, dict[str, str]]:
+    """{plugin: {"distribution", "version", "sha256"}} of the plugins a run's attention family,
+    task and variant come from (``{}`` for a built-in run): the provenance each run records
+    (``locattn.plugins`` tag), as the package's own commit is recorded."""
+    out: dict[str, dict[str, str]] = {}
+    for kind, name in (("attender", family), ("task", task), ("variant", variant)):
+        if not registry.has(kind, name):
+            continue
+        entry = registry.get(kind, name)
+        if not entry.builtin and entry.plugin and entry.plugin not in out:
+            prov = registry.provenance(entry.plugin)
+            out[entry.plugin] = {k: prov[k] for k in ("distribution", "version", "sha256")}
+    return out
+
+
+def spec_plugin_sources(cells: Iterable[Any]) -> dict[str, str]:
+    """{plugin: sha256 of its source} over a spec's cells (their resolved configs)."""
+    out: dict[str, str] = {}
+    for cell in cells:
+        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        for plugin, prov in config_plugins(cfg.model.attention.family, cfg.task.name,
+                                           cfg.variant).items():
+            out[plugin] = prov["sha256"]
+    return dict(sorted(out.items()))
+
+
+def check_sources(saved: Mapping[str, str], current: Mapping[str, str], where: str | Path,
+                  allow: bool) -> None:
+    """Refuse (one line) a resume whose plugins' source changed since the study was launched,
+    unless ``allow`` (``--allow-dirty``, the flag for the package's own uncommitted code)."""
+    for plugin, sha in saved.items():
+        now = current.get(plugin)
+        if now is not None and now != sha and not allow:
+            raise SpecError(
+                f"{where}: plugin {plugin!r} changed since this study's runs were trained (source "
+                f"sha256 {sha[:12]} then, {now[:12]} now); restore it, launch under another --name, "
+                "or pass --allow-dirty to mix both in one study")
+
+
 def runtime_env(modules: list[str]) -> dict[str, Any] | None:
     """The job ``runtime_env`` that brings the plugins to a cluster's workers: their code as
     ``py_modules`` (each plugin's top-level module or package, and those its registrations'
@@ -100,5 +140,5 @@ def runtime_env(modules: list[str]) -> dict[str, Any] | None:
     return {"py_modules": shipped, "env_vars": {PLUGINS_ENV: ",".join(modules)}}
 
 
-__all__ = ["PLUGINS_ENV", "export_to_workers", "import_in_worker", "import_named",
+__all__ = ["PLUGINS_ENV", "check_sources", "config_plugins", "export_to_workers", "spec_plugin_sources", "import_in_worker", "import_named",
            "runtime_env", "spec_plugins", "trusted_for_resume"]

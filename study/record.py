@@ -22,6 +22,7 @@ from record.store import redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
+from study.plugins import config_plugins
 from study.spec import hparams_json
 from study.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
 
@@ -209,6 +210,9 @@ class RecordCallback(_TuneCallback):
         }
         if t.packed:
             tags[schema.PACKED_WITH] = ",".join(str(s) for s in t.seeds)
+        plugins = config_plugins(str(flat["model.attention.family"]), t.task, t.variant)
+        if plugins:  # only then: a built-in run's tags are as before
+            tags[schema.PLUGINS] = json.dumps(plugins, sort_keys=True)
         name = run_name(task=t.task, variant=t.variant, seed=seed, hparams=hp, cell=t.cell)
         return w.create_run(key, tags=tags, params=flat, name=name)
 

@@ -4,6 +4,7 @@ and a plugin that fails."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from record import schema
 from tests.plugin_helpers import write_plugin
+from tests.study_helpers import trial_run_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "locattn-localp"
@@ -69,6 +72,25 @@ def test_a_spec_plugin_outside_the_repo_trains_and_a_resume_trusts_only_what_it_
     assert len(err) == 1 and "names plugin 'plug_study', which is not an installed plugin" in err[0]
     assert "resume with --plugin plug_study if you trust it" in err[0]
     proc = run(["study.cli", "resume", str(study), "--plugin", "plug_study"], [ext])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    # each run of the plugin records its name, distribution and source hash; a built-in's does not
+    rows = {r["tags"][schema.VARIANT]: r["tags"] for r in trial_run_rows(study / "mlflow.db")}
+    assert schema.PLUGINS not in rows["content"]
+    prov = json.loads(rows["plug_study"][schema.PLUGINS])
+    assert set(prov) == {"plug_study", "plug_study_impl"}
+    assert prov["plug_study_impl"]["sha256"] == hashlib.sha256(
+        b"plug_study_impl.py\0" + (ext / "plug_study_impl.py").read_bytes() + b"\0").hexdigest()
+    assert meta["plugin_sources"] == {k: v["sha256"] for k, v in prov.items()}
+
+    # the plugin's source changes: a resume refuses in one line unless told otherwise
+    impl = ext / "plug_study_impl.py"
+    impl.write_text(impl.read_text() + "\n# tuned\n")
+    proc = run(["study.cli", "resume", str(study), "--plugin", "plug_study"], [ext])
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "plugin 'plug_study_impl' changed since this study's runs were trained" in err[0]
+    proc = run(["study.cli", "resume", str(study), "--plugin", "plug_study", "--allow-dirty"], [ext])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 

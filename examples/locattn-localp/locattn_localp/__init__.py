@@ -21,6 +21,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r}; valid: ['window']")
     window = options.get("window", DEFAULT_WINDOW)
+    if isinstance(window, str) and window.isdigit():  # from the command line: --set ...window=5
+        window = int(window)
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     return {"window": window}
