@@ -24,8 +24,8 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
-from study.plugins import (check_sources, export_to_workers, import_named, runtime_env, spec_plugin_sources,
-                           spec_plugins, trusted_for_resume)
+from study.plugins import (check_sources, export_to_workers, import_named, runtime_env, solo_note,
+                           spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, widens)
@@ -424,6 +424,8 @@ def _run_locked(
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                     **counts, "interrupted": False}
         check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
+        if solo_note(spec):
+            print(f"[study {name}] {solo_note(spec)}", file=out)
         eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
                                             epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,

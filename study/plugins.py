@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from locattn import registry
 from locattn.config import make_run_config
+from locattn.models.config import packable_families
 from study.spec_checks import SpecError
 
 PLUGINS_ENV = "LOCATTN_PLUGINS"
@@ -110,6 +111,22 @@ def spec_plugin_sources(cells: Iterable[Any]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def solo_note(spec: Any) -> str:
+    """One line when a spec whose trials get a GPU (which pack on their own) runs solo because a
+    cell's attention family cannot pack (a plugin's: only families declared packable pack);
+    ``""`` otherwise."""
+    if spec.gpus <= 0 or spec.packed:
+        return ""
+    packable = set(packable_families())
+    for cell in spec.cells:
+        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        family = cfg.model.attention.family
+        if cfg.model.kind == "seq2seq" and family not in packable:
+            return (f"cell {cell.cell}: attention.family {family!r} cannot pack (packable: "
+                    f"{', '.join(sorted(packable))}); every trial of this study trains solo")
+    return ""
+
+
 def check_sources(saved: Mapping[str, str], current: Mapping[str, str], where: str | Path,
                   allow: bool) -> None:
     """Refuse (one line) a resume whose plugins' source changed since the study was launched,
@@ -141,4 +158,4 @@ def runtime_env(modules: list[str]) -> dict[str, Any] | None:
 
 
 __all__ = ["PLUGINS_ENV", "check_sources", "config_plugins", "export_to_workers", "spec_plugin_sources", "import_in_worker", "import_named",
-           "runtime_env", "spec_plugins", "trusted_for_resume"]
+           "runtime_env", "solo_note", "spec_plugins", "trusted_for_resume"]

@@ -139,3 +139,21 @@ def test_the_example_registers_without_torch(entry):
                           env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{EXAMPLE}"}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "{'window': 3}"
+
+
+def test_a_gpu_spec_with_a_plugin_that_cannot_pack_says_so_in_one_line_and_runs_solo(tmp_path, monkeypatch):
+    from study.plugins import solo_note
+    from study.spec import load_spec
+
+    ext = write_plugin(tmp_path / "ext", "plug_solo")
+    monkeypatch.syspath_prepend(str(ext))
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text("name: gpu\nplugins: [plug_solo]\ngrid: {task: [copy], variant: [content, plug_solo]}\n"
+                    "seeds: 2\nresources: {cpus: 1, gpus: 0.5}\n")
+    loaded = load_spec(spec)
+    assert not loaded.packed
+    assert solo_note(loaded) == ("cell task=copy,variant=plug_solo: attention.family 'plug_solo' cannot "
+                                 "pack (packable: content, location, positional); every trial of this "
+                                 "study trains solo")
+    spec.write_text(spec.read_text().replace("content, plug_solo", "content"))
+    assert load_spec(spec).packed and solo_note(load_spec(spec)) == ""
