@@ -584,8 +584,9 @@ class RecordWriter:
             mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
         self.set_tags(self.parent_id, {schema.STATUS: status})
         self.client.set_terminated(self.parent_id, mlflow_status)
-        for key, state in self.runs.items():  # the cells' runs end with the study's
+        for key, state in self.runs.items():  # the cells' runs end with the study's, tagged alike
             if is_cell_key(key):
+                self.set_tags(state.run_id, {schema.STATUS: status})
                 self.client.set_terminated(state.run_id, mlflow_status)
         if status == schema.STATUS_INTERRUPTED:  # its trial runs stopped with it: none left RUNNING
             for key, state in self.runs.items():

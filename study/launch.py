@@ -28,7 +28,7 @@ from study.plugins import (check_sources, export_to_workers, import_named, runti
                            spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
-                        resolve_spec, same_spec, size_warnings, widens)
+                        resolve_spec, same_spec, size_warnings, spec_changes, widens)
 from study.ui import browse_advice
 
 
@@ -58,6 +58,19 @@ def check_committed_code(allow_dirty: bool, repo: str | Path | None = None) -> N
         raise SpecError(f"the package code differs from commit {code_version(repo).split('+')[0][:12]} "
                         f"({shown}): commit it, or pass --allow-dirty to record the diff with "
                         "every run (tables then mark those runs)")
+
+
+#: Tune's experiment state, one file per driver (about 37 KB a trial); a study never restores it
+#: (every launch and resume builds a new Tuner), so only the newest driver's is kept.
+TUNE_STATE_GLOB = "experiment_state-*.json"
+
+
+def prune_tune_state(tune_dir: Path) -> int:
+    """Delete the experiment state files earlier drivers left in ``tune_dir``; returns how many."""
+    old = sorted(tune_dir.glob(TUNE_STATE_GLOB)) if tune_dir.is_dir() else []
+    for path in old:
+        path.unlink(missing_ok=True)
+    return len(old)
 
 
 def launch(
@@ -151,9 +164,11 @@ def launch(
             if widens(meta["resolved"], spec.resolved):
                 _widen(paths, meta, spec, raw, only or {}, seeds, out)
             elif not same_spec(meta["resolved"], spec.resolved):
+                changed = spec_changes(meta["resolved"], spec.resolved)
+                shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
                 raise SpecError(
                     f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-                    f"profile ({meta['spec_path']}, profile {meta['profile']}, --only "
+                    f"profile (changed: {shown}) ({meta['spec_path']}, profile {meta['profile']}, --only "
                     f"{_only_text(meta.get('only'))}{_seeds_text(meta)}); resume it with `study "
                     f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
                     "or more --seeds, or launch under another --name"
@@ -431,6 +446,7 @@ def _run_locked(
                                             epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
                                             seconds=progress_seconds, out=out, t0=t_start, eta=eta,
                                             over=recorder.trial_over)]
+        prune_tune_state(paths.tune)
         tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
                                 max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks,
                                 trainer=trainer)

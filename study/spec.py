@@ -36,7 +36,7 @@ from study.spec_yaml import read_yaml
 __all__ = [
     "SIZE_LIMITS", "Cell", "SearchSpec", "SpecError", "StudySpec", "TrialSpec", "cell_id",
     "check_study_name", "check_task_data", "hparams_json", "load_spec", "parse_only", "read_yaml",
-    "require_task_data", "resolve_spec", "run_key", "same_spec", "size_warnings", "widens",
+    "require_task_data", "resolve_spec", "run_key", "same_spec", "size_warnings", "spec_changes", "widens",
 ]
 
 
@@ -153,6 +153,28 @@ def same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether resolved specs ``old`` and ``new`` are the same study, also when one names an
     override or the search metric by its former name, or has another description."""
     return _current_names(old) == _current_names(new)
+
+
+def spec_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between resolved specs ``old`` and ``new`` (as :func:`same_spec` compares
+    them), one ``key: old -> new`` per changed field, dotted into nested mappings (``absent``
+    for a field one side lacks), in key order."""
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(d, Mapping) or not d:
+            return {prefix: d}
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+
+    a, b = flat(_current_names(old)), flat(_current_names(new))
+    missing = object()
+
+    def text(d: dict[str, Any], k: str) -> str:
+        return "absent" if k not in d else repr(d[k])
+
+    return [f"{k}: {text(a, k)} -> {text(b, k)}"
+            for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
 
 
 def widens(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -290,3 +290,34 @@ def test_a_dirty_run_keeps_its_diff_and_every_table_marks_it(tmp_path: Path) -> 
     text = render_markdown(built.results[0], built.provenance, str)
     assert "**UNCOMMITTED CODE: 1 of 2 trial runs were trained" in text
     assert any("UNCOMMITTED CODE" in ln for ln in built.provenance.lines())  # LaTeX and CSV headers
+
+
+def test_a_changed_spec_names_each_changed_field_with_its_old_and_new_value() -> None:
+    from study.spec import resolve_spec, same_spec, spec_changes
+
+    base = {"name": "t", "description": "d", "tables": [], "grid": {"task": ["copy"], "variant": ["onestep"]},
+            "seeds": 2, "overrides": {"optim.epochs": 1, "task.train_size": 32}}
+    old = resolve_spec(base, path="t.yaml").resolved
+    new = resolve_spec({**base, "seeds": 3, "overrides": {"optim.epochs": 2, "task.train_size": 32,
+                                                           "optim.lr": 0.01}}, path="t.yaml").resolved
+    assert not same_spec(old, new)
+    assert spec_changes(old, new) == ["overrides.optim.epochs: 1 -> 2", "overrides.optim.lr: absent -> 0.01",
+                                      "seeds: [0, 1] -> [0, 1, 2]"]
+    assert spec_changes(old, resolve_spec({**base, "description": "other"}, path="t.yaml").resolved) == []
+
+
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_every_run_a_stop_ends_carries_the_same_status_tag(tmp_path: Path, interrupted: bool) -> None:
+    """A study stopped by a signal (or finished): its parent, its cells' runs and its running
+    trial runs end with one status tag each, matching MLflow's status."""
+    uri, study = store(tmp_path, 0.5, "best_selection_score")
+    w = RecordWriter(tracking_uri=uri, study=study, artifact_location=None,
+                     parent_tags={schema.N_RUNS: "6"}).open()  # (open logs the cell's run)
+    w.finish_parent(interrupted=interrupted)
+    client = MlflowClient(tracking_uri=uri)
+    runs = {r.info.run_id: r for r in client.search_runs([w.experiment_id])}
+    want = (schema.STATUS_INTERRUPTED, "KILLED") if interrupted else (schema.STATUS_FINISHED, "FINISHED")
+    cells = [r for r in runs.values() if r.data.tags.get(schema.ROLE) == schema.ROLE_CELL]
+    assert cells
+    for run in [runs[w.parent_id], *cells]:
+        assert (run.data.tags.get(schema.STATUS), run.info.status) == want, run.data.tags.get(schema.ROLE)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.agreement import NONTRIVIAL, TOLERANCE, agreement, compare_arms
+from reports.agreement import NONTRIVIAL, agreement, compare_arms, tolerance
 from reports.build import collect
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
@@ -22,7 +22,8 @@ RECORDS = Path(__file__).resolve().parent.parent / "results" / "record"
 @pytest.mark.parametrize("study,table,expected", [
     ("rc_table4-quick-v3", "rc_table4", (50, 96, 18, 53)),
     ("rc_table3_scan-quick", "rc_table3", (5, 6, 4, 5)),
-    ("rc_table2-quick-v2", "rc_table9", (126, 144, None, None)),  # edit distance: no % count
+    # edit distance: no % count; within 10 % of the target length (126 with 10 tokens anywhere)
+    ("rc_table2-quick-v2", "rc_table9", (92, 144, None, None)),
 ])
 def test_counts_on_committed_records(study: str, table: str, expected: tuple) -> None:
     result = collect(RECORDS / study, tables=[table]).results[0]
@@ -30,13 +31,13 @@ def test_counts_on_committed_records(study: str, table: str, expected: tuple) ->
     a = agreement(result, paper)
     assert (a.within, a.compared, a.nontrivial_within, a.nontrivial) == expected
     # the same counts by brute force over the cells
-    diffs = [(p.value, paper_diff(result.table, result.stat, result.cell(r, c), p))
+    diffs = [(p.value, paper_diff(result.table, result.stat, result.cell(r, c), p), c)
              for (r, c), p in paper.items() if (r, c) in result.cells]
-    diffs = [(v, d) for v, d in diffs if d is not None]
+    diffs = [(v, d, c) for v, d, c in diffs if d is not None]
     assert a.compared == len(diffs)
-    assert a.within == sum(abs(d) <= TOLERANCE for _, d in diffs)
+    assert a.within == sum(tolerance(result.table, c, v, d) for v, d, c in diffs)
     if a.nontrivial is not None:
-        assert a.nontrivial == sum(v > NONTRIVIAL for v, _ in diffs)
+        assert a.nontrivial == sum(v > NONTRIVIAL for v, _, _ in diffs)
         assert a.nontrivial < a.compared  # trivial cells exist and are left out of the first count
 
 

@@ -70,6 +70,7 @@ def test_a_launch_records_its_sets_and_other_sets_are_another_study(tmp_path: Pa
         assert json.loads(cfg.read_text())["optim"]["epochs"] == 1
     code, _, err = _launch(capsys, "--root", str(tmp_path), "--set", "optim.epochs=2")
     assert code == 2 and "was launched with a different spec or profile" in err, err
+    assert "changed: overrides.optim.epochs: 1 -> 2" in err, err  # the field, old and new
 
 
 def test_the_printed_resume_command_names_the_cluster_it_joined(tmp_path: Path) -> None:

@@ -556,6 +556,8 @@ def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_p
     # a resume with nothing to do writes no metric row (it once logged every summary again)
     assert sqlite3.connect(study_dir / "mlflow.db").execute(count).fetchone() == rows
     assert duplicate_metric_rows(study_dir / "mlflow.db") == []
+    # one Tune experiment state (the last driver's), not one per launch and resume
+    assert len(list((study_dir / "tune").glob("experiment_state-*.json"))) == 1
 
 
 @pytest.mark.timeout(1200)  # a cold compile of the tiny graph under load
