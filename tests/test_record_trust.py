@@ -22,6 +22,12 @@ from reports.synth import SynthRun, write_with_client
 from reports.tables import get_table
 from study.results import cell_results, format_results
 
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch) -> None:
+    """MLflow puts the artifacts of a store without an artifact location in ./mlruns: here."""
+    monkeypatch.chdir(tmp_path)
+
+
 LOW, HIGH = {"optim.lr": 0.001}, {"optim.lr": 0.003}
 KEY = "test.len15.seq_acc"
 
