@@ -16,7 +16,6 @@ from typing import Any, TextIO
 from record import schema
 from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
-from record.writer import changed_files, code_diff, code_version
 from study import slices
 from study.cost import study_eta
 from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
@@ -52,6 +51,9 @@ def check_committed_code(allow_dirty: bool, repo: str | Path | None = None) -> N
     tag)."""
     if allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1":
         return
+    # record.writer imports MLflow: kept off `study status` and the other light commands
+    from record.writer import changed_files, code_diff, code_version
+
     files = changed_files(code_diff(repo))
     if files:
         shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
