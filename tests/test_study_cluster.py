@@ -91,3 +91,36 @@ def test_lost_worker_node_trial_resumes_from_checkpoint_elsewhere(tmp_path: Path
     steps = [s for s, _ in run["metrics"]["train_loss"]]
     assert steps == list(range(1, int(run["metrics"]["epochs_run"][0][1]) + 1))  # each once
     assert int(run["tags"][schema.ATTEMPTS]) >= 1
+
+
+@pytest.mark.cluster
+def test_a_spec_plugin_reaches_the_workers_of_a_cluster_through_the_runtime_env(tmp_path: Path) -> None:
+    """The plugin is on the driver's PYTHONPATH only: the workers get it from the job's
+    runtime_env (py_modules), and its runs finish there."""
+    from ray.cluster_utils import Cluster
+
+    from plugin_helpers import write_plugin
+
+    ext = write_plugin(tmp_path / "only_on_the_driver", "plug_cluster")
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    spec = tmp_path / "plug.yaml"
+    spec.write_text("name: plug\nplugins: [plug_cluster]\n"
+                    "grid: {task: [copy], variant: [plug_cluster]}\nseeds: 1\n"
+                    "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
+                    "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
+    root = tmp_path / "s"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "study.cli", "launch", str(spec), "--root", str(root),
+             "--address", cluster.address],
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ext)])),
+            capture_output=True, text=True, timeout=500)
+    finally:
+        cluster.shutdown()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = trial_runs(root / "plug" / "mlflow.db").values()
+    assert run["status"] == "FINISHED"
+    assert "plug_cluster_impl" in run["tags"][schema.PLUGINS]
