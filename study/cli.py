@@ -281,12 +281,22 @@ def exit_code(summary: dict[str, Any]) -> int:
     return 1 if summary.get("errors") or summary.get("runs_unfinished") else 0
 
 
+def _end_dry_run(signum: int, frame: object) -> None:
+    """A signal to ``study launch --dry-run``: one line and exit 130 now (it writes nothing),
+    not at the end of a plan that may take minutes."""
+    os.write(2, f"study launch --dry-run: stopped by {signal.Signals(signum).name}; nothing was written\n".encode())
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
     if args.cmd == "schema":
         print(schema_text(), end="")
         return 0
-    if args.cmd in ("launch", "resume"):
+    if args.cmd == "launch" and args.dry_run:  # nothing to keep safe: Ctrl-C ends it at once
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _end_dry_run)
+    elif args.cmd in ("launch", "resume"):
         hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.Interrupt)
     else:  # the other commands handle signals as they did before _stop_while_starting
         for sig, previous in _STARTING.items():

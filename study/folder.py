@@ -59,7 +59,7 @@ def read_meta(paths: StudyPaths) -> dict[str, Any]:
         raise StudyError(f"{paths.meta}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
         meta = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested beyond Python's stack
         what = "empty" if not text.strip() else f"corrupt ({exc})"
         raise StudyError(
             f"{paths.meta}: {what}; the runs and the store are untouched: restore the file, or "

@@ -372,7 +372,7 @@ def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
             body = json.loads((out_dir / layout.TRIAL_FILE).read_text())
             desc = TrialDescriptor.of({"trial": body["trial"], "search": body.get("search") or {}})
             seed = int(body["seed"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             continue
         if (seed, key) not in desc.run_keys:
             continue

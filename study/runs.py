@@ -42,14 +42,14 @@ def read_folder(path: Path) -> RunFolder:
         name = run_name(task=trial["task"], variant=trial["variant"], seed=seed, hparams=hparams,
                         cell=trial.get("cell", ""))
         cell = str(trial.get("cell", ""))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         name, cell, seed = "?", "?", None
     if (path / RESULT_FILE).is_file():
         state = "finished"
     else:
         try:
             state = f"epoch {int(json.loads((path / CHECKPOINT_DIR / CHECKPOINT_META).read_text())['epoch'])}"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             state = "started"
     return RunFolder(key=path.name, name=name, cell=cell, seed=seed, state=state)
 

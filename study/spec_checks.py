@@ -72,6 +72,27 @@ MAX_SEEDS = 10_000_000
 MAX_SEED = 2**32 - 1
 #: Largest integer any spec field or override may hold (a C ``int64``: torch, Ray and SQLite).
 MAX_INT = 2**63 - 1
+#: Most cells a grid may have (the product of its axis lengths, checked before any cell is
+#: built) and most (cell, hparams point) configs a spec may resolve: the paper's largest study
+#: has a few hundred; 10^6 cells took a dry run 12 minutes and 10^9 ran out of memory.
+MAX_CELLS = 20_000
+#: Largest spec file read (the shipped specs are a few kB; a 100 MB one took 69 s and 550 MB).
+MAX_SPEC_BYTES = 1 << 20
+#: The documented range of each numeric config field a spec can set, checked on every
+#: resolved config: ``dotted key: (least, greatest)`` (a list field: each item). Any other
+#: number is finite and at most :data:`MAX_INT` (an int) or :data:`MAX_FLOAT` in magnitude.
+NUMERIC_RANGES: dict[str, tuple[float, float]] = {
+    "seed": (0, 2**32 - 1),
+    "optim.epochs": (1, 10_000_000),
+    "optim.batch_size": (1, 1 << 20),
+    "optim.lr": (0.0, 100.0),
+    "optim.patience": (0, 100_000),
+    "task.train_size": (0, 100_000_000),
+    "task.dev_size": (0, 100_000_000),
+    "task.test_size": (0, 100_000_000),
+    "task.test_lengths": (1, 100_000),
+}
+MAX_FLOAT = 1e12
 
 
 
@@ -139,6 +160,22 @@ def check_number(path: str, key: str, value: Any, minimum: float = 0.0) -> float
         raise spec_error(path, key, f"expected a finite number >= {minimum}, got {short_repr(value)}")
     return float(value)
 
+
+
+def check_range(where: str, key: str, value: Any) -> None:
+    """A :class:`SpecError` naming ``key``, its value and its range unless the number (or each
+    item of a list) lies in :data:`NUMERIC_RANGES`' range for ``key`` (or, for another key, is
+    at most :data:`MAX_INT` / :data:`MAX_FLOAT` in magnitude); anything not a number passes."""
+    least, most = NUMERIC_RANGES.get(key, (-MAX_FLOAT, MAX_FLOAT))
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if isinstance(v, int) and key not in NUMERIC_RANGES:
+            least, most = -MAX_INT, MAX_INT
+        if isinstance(v, float) and not math.isfinite(v):
+            raise SpecError(f"{where}: {key}={v!r} is not a finite number")
+        if not least <= v <= most:
+            raise SpecError(f"{where}: {key}={short_repr(v)}: out of its range {least:,} to {most:,}")
 
 
 def check_unique(path: str, key: str, texts: list[str], values: list) -> None:

@@ -17,8 +17,8 @@ from locattn.tasks import list_tasks
 from locattn.tasks.config import task_defaults, task_kind
 from record import schema
 from study.keys import cell_id, format_value
-from study.spec_checks import (MAX_INT, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
-                               check_mapping, check_unique, did_you_mean, short_repr, spec_error)
+from study.spec_checks import (MAX_CELLS, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
+                               check_mapping, check_range, check_unique, did_you_mean, spec_error)
 from study.spec_model import Cell, SearchSpec
 
 
@@ -115,6 +115,10 @@ def expand_cells(path: str, grid: dict, overrides: dict) -> list[Cell]:
         if key != "ablation":  # two equal values would be one cell, run once and counted twice
             check_unique(path, f"grid.{key}", [format_value(v) for v in values], values)
         axes[key] = values
+    n_cells = math.prod(len(v) for v in axes.values())  # before any cell is built
+    if n_cells > MAX_CELLS:
+        sizes = " x ".join(f"{k} {len(v):,}" for k, v in axes.items())
+        raise spec_error(path, "grid", f"{n_cells:,} cells ({sizes}); a grid has at most {MAX_CELLS:,}")
     cells = []
     keys = list(axes)
     for combo in itertools.product(*axes.values()):
@@ -198,6 +202,10 @@ def validate_configs(
 ) -> None:
     """Resolve every (cell, hparams point) config once and check it: values finite and kept,
     the model kind fits the task, and packable when trials pack."""
+    n_configs = len(cells) * math.prod(len(v) for v in hparams.values() if isinstance(v, list))
+    if n_configs > MAX_CELLS:
+        raise spec_error(path, "hparams", f"{n_configs:,} configs ({len(cells):,} cells x the hparams "
+                         f"axes' product); a spec resolves at most {MAX_CELLS:,}")
     points = [dict(zip(hparams, v)) for v in itertools.product(*hparams.values())] or [{}]
     if search is not None:
         probe = {}
@@ -211,7 +219,7 @@ def validate_configs(
             overrides = {**cell.overrides, **point}
             try:
                 cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:  # int(inf): OverflowError
                 raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
             _check_values(path, cell, overrides, cfg)
             _check_kind(path, cell, cfg)
@@ -225,12 +233,7 @@ def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any)
     (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
     flat = flatten(config_to_dict(cfg))
     for key, value in flat.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"{path}: cell {cell.cell}: {key}={value!r} is not a finite number")
-        for v in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(v, int) and abs(v) > MAX_INT:
-                raise SpecError(f"{path}: cell {cell.cell}: {key}={short_repr(v)}: larger than "
-                                f"{MAX_INT:,}")
+        check_range(f"{path}: cell {cell.cell}", key, value)
     for key, given in overrides.items():
         if key not in flat or isinstance(given, bool) or not isinstance(given, (int, float)):
             continue

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from study.spec_checks import MAX_YAML_DEPTH, TOP_KEYS, SpecError
+from study.spec_checks import MAX_SPEC_BYTES, MAX_YAML_DEPTH, TOP_KEYS, SpecError
 
 
 def _spec_loader() -> type:
@@ -55,6 +55,9 @@ def read_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise SpecError(f"{path}: no such spec file")
     try:
+        size = p.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(f"{path}: {size:,} bytes; a spec file is at most {MAX_SPEC_BYTES:,}")
         blob = p.read_bytes()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
@@ -71,6 +74,8 @@ def read_yaml(path: str | Path) -> dict:
         raise SpecError(f"{path}: {exc}") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to read") from None
+    except ValueError as exc:  # an integer of over 4,300 digits (Python's int-from-text limit)
+        raise SpecError(f"{path}: a value it holds cannot be read: {str(exc).split(';')[0]}") from None
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())
         raise SpecError(f"{path}: not valid YAML: {first}") from None

@@ -344,3 +344,118 @@ def test_study_ui_passes_a_saved_password_by_environment_never_on_the_command_li
         for k, v in before.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     assert SECRET not in capsys.readouterr().err
+
+
+BIG_INT = "9" * 5000
+NUMBERS = [("optim.epochs", ".inf", "cannot convert float infinity"),
+           ("optim.epochs", BIG_INT, "cannot be read"),
+           ("optim.lr", "1.0e308", "optim.lr=1e+308: out of its range"),
+           ("optim.batch_size", str(2**63 - 1), "optim.batch_size=9223372036854775807: out of its range"),
+           ("optim.epochs", str(10**12), "optim.epochs=1000000000000: out of its range"),
+           ("task.test_lengths", "[1000000000]", "task.test_lengths=1000000000: out of its range"),
+           ("task.train_size", "1.0e15", "task.train_size"),
+           ("optim.lr", ".nan", "lr must be > 0, got nan")]
+
+
+def spec_text(overrides: str = "", grid: str = "{task: [copy], variant: [onestep]}", seeds: str = "1") -> str:
+    return (f"name: b\nseeds: {seeds}\nresources: {{cpus: 1}}\ngrid: {grid}\n"
+            + (f"overrides:\n  {overrides}\n" if overrides else ""))
+
+
+@pytest.mark.parametrize("key,value,says", NUMBERS, ids=[f"{k}={v[:12]}" for k, v, _ in NUMBERS])
+def test_a_number_out_of_its_range_is_one_line_before_any_work(tmp_path: Path, capsys, key, value, says) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text(f"{key}: {value}"))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and str(spec) in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("seeds", ["[.inf]", "[-1]", str(10**12), "[4294967296]"])
+def test_a_seed_out_of_its_range_is_one_line(tmp_path: Path, capsys, seeds) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text(seeds=seeds))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seeds" in err[0], err
+
+
+@pytest.mark.parametrize("axes,says", [
+    ({"optim.lr": 1000, "optim.batch_size": 1000}, "1,000,000 cells"),
+    ({"optim.lr": 1000, "optim.batch_size": 1000, "optim.clip": 1000}, "1,000,000,000 cells"),
+])
+def test_a_grid_bomb_is_counted_as_the_product_of_its_axes_before_any_cell_is_built(tmp_path: Path, capsys,
+                                                                                   axes, says) -> None:
+    import yaml
+
+    grid = {"task": ["copy"], "variant": ["onestep"]}
+    grid.update({k: [round(1e-4 * (i + 1), 8) if k != "optim.batch_size" else i + 1 for i in range(n)]
+                 for k, n in axes.items()})
+    spec = tmp_path / "b.yaml"
+    spec.write_text(yaml.safe_dump({"name": "b", "seeds": 1, "grid": grid}))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "at most 20,000" in err[0], err
+
+
+def test_an_hparams_product_is_counted_before_any_config_is_resolved(tmp_path: Path, capsys) -> None:
+    import yaml
+
+    spec = tmp_path / "b.yaml"
+    spec.write_text(yaml.safe_dump({"name": "b", "seeds": 1, "grid": {"task": ["copy"], "variant": ["onestep"]},
+                                    "hparams": {"optim.lr": [1e-4 * (i + 1) for i in range(300)],
+                                                "optim.batch_size": list(range(1, 301))}}))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "90,000 configs" in err[0], err
+
+
+def test_a_spec_file_over_its_size_cap_is_refused_unread(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text() + "description: |\n" + ("  " + "x" * 1000 + "\n") * 2000)
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a spec file is at most 1,048,576" in err[0], err
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+def test_json_nested_200000_deep_is_one_line_or_a_folder_read_as_unreadable(exported, capsys) -> None:
+    study_dir, export = exported
+    meta = (study_dir / META_FILE).read_text()
+    (study_dir / META_FILE).write_text(DEEP)
+    assert study(["status", str(study_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "corrupt" in err[0], err
+    (study_dir / META_FILE).write_text(meta)
+    run = study_dir / "runs" / "0123456789abcdef"
+    run.mkdir(parents=True)
+    (run / "trial.json").write_text(DEEP)
+    assert study(["runs", str(study_dir)]) == 0  # the folder is listed as unreadable ("?")
+    assert "0123456789abcdef" in capsys.readouterr().out
+    (export / "manifest.json").write_text(DEEP)
+    done = run_in(export, "-m", "locattn.offline", ".", "--out", str(study_dir.parent / "R"))
+    assert done.returncode != 0 and "not JSON" in one_line(done)
+
+
+def test_ctrl_c_ends_a_long_dry_run_at_once(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import yaml
+
+    spec = tmp_path / "b.yaml"  # 10,000 cells: the plan takes minutes
+    spec.write_text(yaml.safe_dump({"name": "b", "seeds": 1, "grid": {
+        "task": ["copy"], "variant": ["onestep"], "optim.lr": [round(1e-5 * (i + 1), 8) for i in range(100)],
+        "optim.batch_size": list(range(1, 101))}}))
+    proc = subprocess.Popen([sys.executable, *STUDY, "launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # past the imports, into the plan
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)  # before: 43 s after the signal, at the plan's end
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["study launch --dry-run: stopped by SIGINT; nothing was written"]
