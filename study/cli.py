@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"there (experiment {meta['name']!r}); no local server is needed")
                 return 0
             # credentials (an older study.json's) go to the server by environment, not its command line
-            store = take_credentials(store_uri(meta["tracking_uri"], paths.dir), sys.stderr)
+            store = take_credentials(store_uri(meta["tracking_uri"], paths.dir, meta["name"]), sys.stderr)
             check_port(args.host, args.port)
             base = f"http://{browse_host(args.host)}:{args.port}"
             view = save_view(store, meta["name"])

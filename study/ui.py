@@ -34,7 +34,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from record import schema
 from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
 from record.store import (StoreError, StudyNotFound, adopt_artifact_root, experiment_id, hidden_secrets,
-                          read_rows, redact, split_credentials, sqlite_path, sqlite_uri, unpack)
+                          read_rows, redact, split_credentials, sqlite_path, sqlite_uri, superseded_runs,
+                          unpack)
 from record.summary import SEEDS_KEY, SELECTION_KEY
 from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
@@ -197,9 +198,12 @@ def current_store(tracking_uri: str, study_dir: Path) -> str:
     return tracking_uri
 
 
-def store_uri(tracking_uri: str, study_dir: Path) -> str:
+def store_uri(tracking_uri: str, study_dir: Path, study: str | None = None) -> str:
     """The store ``study ui`` serves (:func:`current_store`); a SQLite store that exists nowhere
-    is refused, since ``mlflow server`` would create an empty one at the stale path."""
+    is refused, since ``mlflow server`` would create an empty one at the stale path. With
+    ``study``, runs of that study superseded by another run of their identity (a deleted run
+    revived by a restore, :func:`record.store.superseded`) are deleted again first, so that the
+    UI counts each identity once, as status and the tables do."""
     uri = current_store(tracking_uri, study_dir)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
@@ -212,6 +216,16 @@ def store_uri(tracking_uri: str, study_dir: Path) -> str:
         for old in adopt_artifact_root(db, Path(study_dir) / ARTIFACTS_DIR):
             print(f"study ui: artifact paths {old} now read from {Path(study_dir) / ARTIFACTS_DIR}",
                   file=sys.stderr)
+    exp = experiment_id(uri, study) if study is not None else None
+    duplicates = superseded_runs(uri, exp) if exp is not None else []
+    if duplicates:
+        from mlflow.tracking import MlflowClient  # `study ui` starts an MLflow server anyway
+
+        client = MlflowClient(tracking_uri=uri)
+        for run_id in duplicates:
+            client.delete_run(run_id)
+        print(f"study ui: {len(duplicates)} run(s) deleted again: another run of their identity was "
+              f"recorded after they were deleted ({', '.join(duplicates)})", file=sys.stderr)
     return uri
 
 
