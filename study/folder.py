@@ -69,6 +69,12 @@ def read_meta(paths: StudyPaths) -> dict[str, Any]:
     if missing:
         raise StudyError(f"{paths.meta}: corrupt (missing {', '.join(missing)}); restore the file, or "
                          f"launch the spec again under this --name to rewrite it")
+    types = {"name": str, "spec_path": str, "tracking_uri": str, "raw": dict, "resolved": dict,
+             "profile": (str, type(None))}
+    wrong = [f"{k} is {type(meta[k]).__name__}" for k, t in types.items() if not isinstance(meta[k], t)]
+    if wrong:
+        raise StudyError(f"{paths.meta}: corrupt ({', '.join(wrong)}); restore the file, or launch the "
+                         "spec again under this --name to rewrite it")
     return meta
 
 

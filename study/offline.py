@@ -115,6 +115,8 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
         if stray:
             raise SpecError(f"--seeds: {', '.join(map(str, stray))} not a seed of study {meta['name']!r} "
                             f"(its seeds: {', '.join(map(str, spec.seeds))})")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecError(f"--out {out_dir}: a file, not a folder; export into a new folder")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise SpecError(f"{out_dir}: not empty; export into a new folder")
     lock = StudyLock(paths, out).acquire()  # never while a driver trains these runs

@@ -109,8 +109,8 @@ def check_address(address: str) -> None:
     if address in ("auto", "local"):
         return
     client = address.startswith("ray://")
-    parts = urlsplit(address if "://" in address else f"ray://{address}")
-    try:
+    try:  # urlsplit itself refuses some (ray://[::1: "Invalid IPv6 URL")
+        parts = urlsplit(address if "://" in address else f"ray://{address}")
         host, port = parts.hostname, parts.port
     except ValueError as exc:
         raise SpecError(f"--address {address}: {exc}") from None

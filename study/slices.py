@@ -24,6 +24,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 
+#: Longest ``--time-limit`` (a year): a longer one is a typo, not a plan.
+MAX_TIME_LIMIT = 366 * 86400
+
+
 def parse_time_limit(text: str) -> float:
     """Seconds in ``9m``, ``1h30m``, ``90s``, ``2.5h``, ``600`` (plain seconds) or SLURM's
     ``[[D-]HH:]MM:SS``; ValueError with the accepted forms otherwise."""
@@ -38,9 +42,12 @@ def parse_time_limit(text: str) -> float:
         if m:
             d, h, mi, s = (int(g) if g else 0 for g in m.groups())
             seconds = float(((d * 24 + h) * 60 + mi) * 60 + s)
-    if seconds is None or seconds <= 0:
+    if seconds is None or not 0 < seconds < float("inf"):
         raise ValueError(f"--time-limit {text!r}: expected a positive duration such as 9m, 1h30m, "
                          "90s, 600 (seconds) or SLURM's [[D-]HH:]MM:SS")
+    if seconds > MAX_TIME_LIMIT:
+        raise ValueError(f"--time-limit {text!r}: {seconds:.3g} s; at most {MAX_TIME_LIMIT // 86400} days "
+                         "(leave it out for no limit)")
     return seconds
 
 

@@ -126,6 +126,9 @@ def check_mapping(path: str, key: str, value: Any) -> dict:
     """A mapping value as a dict, else a :class:`SpecError` naming the key."""
     if not isinstance(value, Mapping):
         raise spec_error(path, key, f"expected a mapping, got {type(value).__name__} {value!r}")
+    for k in value:  # YAML reads `1:` as an int key, `~:` as None
+        if not isinstance(k, str) or not k:
+            raise spec_error(path, key, f"key {short_repr(k)} is not a name (a dotted config path or a spec key)")
     return dict(value)
 
 

@@ -37,6 +37,9 @@ def _spec_loader() -> type:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = loader.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool, type(None))):  # a list or mapping as a key
+                raise SpecError(f"line {key_node.start_mark.line + 1}: a key is a name, not a "
+                                f"{type(key).__name__}")
             if key in seen:
                 raise SpecError(
                     f"duplicate key {key!r} (lines {seen[key]} and {key_node.start_mark.line + 1}); "

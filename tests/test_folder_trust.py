@@ -459,3 +459,58 @@ def test_ctrl_c_ends_a_long_dry_run_at_once(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=20)  # before: 43 s after the signal, at the plan's end
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines() == ["study launch --dry-run: stopped by SIGINT; nothing was written"]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--address", "ray://[::1"], "--address ray://[::1: Invalid IPv6 URL"),
+    (["--address", "[::1"], "--address [::1:"),
+    (["--time-limit", "99999999999999999999h", "--dry-run"], "at most 366 days"),
+    (["--time-limit", "inf", "--dry-run"], "expected a positive duration"),
+])
+def test_a_bad_launch_argument_is_one_line(tmp_path: Path, capsys, args, says) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text())
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("key", ["1", "~", "2.5"])
+def test_an_override_key_that_is_not_a_name_is_one_line(tmp_path: Path, capsys, key) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text(f"{key}: 2"))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "overrides: key" in err[0] and "is not a name" in err[0], err
+
+
+def test_export_to_a_file_is_one_line(exported, tmp_path: Path, capsys) -> None:
+    study_dir, _ = exported
+    target = tmp_path / "a_file"
+    target.write_text("mine")
+    assert study(["export", str(study_dir), "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a file, not a folder" in err[0], err
+    assert target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("field,value", [("tracking_uri", 5), ("tracking_uri", None), ("name", ["x"]),
+                                         ("raw", "text"), ("profile", 3)])
+@pytest.mark.parametrize("command", ["status", "resume", "migrate"])
+def test_a_study_json_field_of_the_wrong_type_is_one_line(exported, capsys, field, value, command) -> None:
+    study_dir, _ = exported
+    meta = json.loads((study_dir / META_FILE).read_text())
+    (study_dir / META_FILE).write_text(json.dumps({**meta, field: value}))
+    assert study([command, str(study_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"corrupt ({field} is" in err[0], err
+
+
+@pytest.mark.parametrize("key", ["[a]", "{a: 1}"])
+def test_a_list_or_mapping_as_a_key_is_one_line(tmp_path: Path, capsys, key) -> None:
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text(f"? {key}\n  : 2"))
+    assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a key is a name" in err[0], err
