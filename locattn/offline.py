@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                         "torch.compile of the step, eager and graphed alike (needs g++ on a CPU)")
     args = p.parse_args(argv)
     if args.deadline is not None and not 0 < args.deadline < float("inf"):  # nan, inf, <= 0
-        p.error(f"--deadline {args.deadline:g}: must be a number of seconds > 0")
+        print(f"python -m locattn.offline: --deadline {args.deadline:g}: must be a number of seconds > 0",
+              file=sys.stderr)  # one line, not argparse's usage block
+        return 2
     if args.train_path == "compiled":  # before any run starts: no compiler is one line, not a traceback
         try:
             prepare_compile()

@@ -108,6 +108,11 @@ CASES = [
         rf'"finished_at_kill": \d+, "resume_wall_s": {F}',
         r'"resume_record": \{"runs": 10, "finished": 10, "duplicates": 0, "train_loss_points": 30\}',
     ]),
+    ("bench_bad_inputs.py", "--root", ("mlflow", "ray"), [
+        r"^setup: a study, its export and a worker's run folder in \d+\.\d+ s$",
+        r"^total\s+14\s+14\s+0\s+0\s+0$",
+        r"^every bad input answered in one line, nothing lost$",
+    ]),
     ("bench_chaos.py", "--root", ("mlflow", "ray"), [
         r"^reference study: 4 runs, \d+ s$",
         r"^cycles \d+, injected \{'driver_kills': \d+, 'worker_kills': \d+, 'early_kills': [1-9]\d*, .*\}, "

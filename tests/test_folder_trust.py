@@ -514,3 +514,11 @@ def test_a_list_or_mapping_as_a_key_is_one_line(tmp_path: Path, capsys, key) -> 
     assert study(["launch", str(spec), "--root", str(tmp_path / "r"), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a key is a name" in err[0], err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+def test_a_worker_deadline_that_is_not_a_duration_is_one_line(exported, tmp_path: Path, value) -> None:
+    _, export = exported
+    done = run_in(export, "-m", "locattn.offline", ".", "--out", str(tmp_path / "R"), "--deadline", value)
+    assert done.returncode == 2
+    assert "--deadline" in one_line(done) and not (tmp_path / "R").exists()
