@@ -508,6 +508,7 @@ def test_a_study_widened_after_its_yaml_grew_resumes(ray_address, tmp_path: Path
     assert json.loads(meta_path.read_text())["raw"] == yaml.safe_load(spec.read_text())
     again = resume(study_dir, progress_seconds=60)
     assert again["errors"] == 0 and again["runs_finished"] == 2
+    assert duplicate_metric_rows(study_dir / "mlflow.db") == []  # widened, then resumed: each row once
 
     meta = json.loads(meta_path.read_text())  # as the widening wrote it before it saved the YAML
     meta_path.write_text(json.dumps({**meta, "raw": launch_time_yaml}))
