@@ -75,6 +75,8 @@ SHAPES: dict[str, dict[str, Any]] = {
              "properties": {k: {"type": "number", "minimum": 0} for k in sorted(COST_KEYS)},
              "additionalProperties": False},
     "keep": {"enum": list(KEEP_POLICIES)},
+    "plugins": {"type": ["array", "null"],
+                "items": {"type": "string", "pattern": r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"}},
 }
 
 

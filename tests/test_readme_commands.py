@@ -46,6 +46,8 @@ SKIP = (
     ("task.train_size=2000", "up to 100 epochs: tens of minutes on a CPU (its flags: tests/test_ux.py)"),
     ("--profile quick", "hours of training"),
     ("--profile paper", "days of training"),
+    ("locattn-localp", "needs the example plugin pip-installed (tests/test_plugins_study.py installs it "
+                       "in a scratch site and runs these commands)"),
     ("ablations/spec.schema.json", "rewrites a committed file (tests/test_spec_schema.py checks it)"),
 )
 #: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
@@ -97,6 +99,7 @@ def clone(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("clone")
     (d / "ablations").symlink_to(ROOT / "ablations")
     (d / "README.md").symlink_to(ROOT / "README.md")
+    (d / "examples").symlink_to(ROOT / "examples")
     return d
 
 
