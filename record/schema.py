@@ -34,6 +34,7 @@ RESUMED_FROM = "locattn.resumed_from"  # (trial) epoch the latest attempt resume
 NODE_ID = "locattn.node_id"  # (trial) Ray node id of the latest attempt
 ATTEMPTS = "locattn.attempts"  # (trial) failures so far (Tune retries)
 PLUGINS = "locattn.plugins"  # (trial) JSON {plugin: {distribution, version, sha256}} of the plugins its config uses
+LABELS = "locattn.labels"  # (parent) JSON {"task": {name: label}, "variant": {name: label}} of its cells, recorded at launch
 PACKED_WITH = "locattn.packed_with"  # (trial) seeds trained together in one packed model, "0,1,2"
 
 STATUS_FINISHED = "finished"

@@ -19,7 +19,8 @@ from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, SELECTION_KEY, Ce
                                aggregate, cell_summaries, headline_keys)
 from reports.exhibits import build_exhibits
 from reports.figures import study_figures
-from reports.labels import paper_label
+from reports.grid import GRID_ID, render_grid
+from reports.labels import StudyLabels, paper_label
 from reports.paper import load_paper_numbers
 from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary, standalone_latex
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
@@ -63,6 +64,19 @@ def _params_needed(tables: Sequence[TableDef]) -> list[str]:
         if t.epoch_param:  # Raffel & Ellis: epochs are counted in the paper's 1,000 updates
             keys[t.epoch_param] = None
     return list(keys)
+
+
+def study_labels(runset: RunSet) -> StudyLabels:
+    """The labels the study's parent run recorded at launch (``locattn.labels``), else the
+    registry's."""
+    return StudyLabels.from_tags(recorded_labels(runset))
+
+
+def recorded_labels(runset: RunSet) -> list[str]:
+    """The ``locattn.labels`` tags of the study's parent runs (none in a store from before)."""
+    if "labels" not in runset.runs.columns:
+        return []
+    return runset.runs.filter(pl.col("role") == schema.ROLE_STUDY)["labels"].drop_nulls().to_list()
 
 
 def tables_of_study(runset: RunSet) -> list[str]:
@@ -203,7 +217,9 @@ def build_reports(
     (``sqlite:///...``, ``postgresql://...``, ``http://host:port``; then ``study`` is required).
     ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag, and a
     study that names none (a search study) gets ``summary.<ext>``: per cell the chosen
-    hyperparameters, their median dev score and the medians of the headline metric.
+    hyperparameters, their median dev score and the medians of the headline metric; when its
+    parent run recorded its labels (``locattn.labels``), also ``grid.<ext>``, the variant x task
+    grid under those labels (:mod:`reports.grid`).
     ``layout``: with ``compare``, ``tables`` (ours, paper, difference as separate tables) or
     ``cells`` ("ours / paper" in each cell of one table).
     ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or
@@ -229,13 +245,14 @@ def build_reports(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    labels = study_labels(built.runset)
     for result in built.results:
         paper = load_paper_numbers(result.table) if compare else None
         if paper and summary is not None:
             summary.append(agreement(result, paper).sentence())
         for fmt in formats:
             fn, ext = RENDERERS[fmt]
-            text = fn(result, built.provenance, paper_label, paper, layout)
+            text = fn(result, built.provenance, labels.variant, paper, layout)
             if standalone and fmt == "latex":
                 text = standalone_latex(text)
             path = out / f"{result.table.id}.{ext}"
@@ -256,6 +273,16 @@ def build_reports(
             if standalone and fmt == "latex":
                 text = standalone_latex(text)
             path.write_text(text, encoding="utf-8")
+            written.append(path)
+        # A study launched with recorded labels also gets its variant x task grid under them.
+        for fmt in formats if recorded_labels(built.runset) else ():
+            text = render_grid(built.summary, keys, labels, built.provenance, fmt,
+                               DEFAULT_SOLVED if solved_at is None else solved_at)
+            if text is None:
+                break
+            path = out / f"{GRID_ID}.{RENDERERS[fmt][1]}"
+            path.write_text(standalone_latex(text) if standalone and fmt == "latex" else text,
+                            encoding="utf-8")
             written.append(path)
     exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]
     if exhibit_ids:

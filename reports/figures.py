@@ -25,7 +25,7 @@ from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from record import schema
 from reports.aggregate import SELECTION_KEY, aggregate, finite_metrics
-from reports.labels import paper_label
+from reports.labels import StudyLabels
 from reports.store import read_runs, resolve_source
 from reports.tables import DUBOIS_INTERP_SPLITS, get_table
 
@@ -344,6 +344,8 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
                                                             "optim.updates_per_epoch"])
     out = Path(out_dir) / "figures"
     written: list[Path] = []
+    parents = rs.runs.filter(pl.col("role") == schema.ROLE_STUDY)
+    labels = StudyLabels.from_tags(parents["labels"].to_list() if "labels" in parents.columns else [])
     tasks = sorted(set(rs.runs["task"].drop_nulls().to_list()))
     for task in tasks:
         if task.startswith("raffel"):
@@ -352,10 +354,10 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
                   "seqAccBE": length_frame(rs, task, "seq_acc_be")}
         if all(f.height == 0 for f in frames.values()):
             continue
-        fig = length_curves(frames, title=task_label(task), label=paper_label)
+        fig = length_curves(frames, title=labels.task(task), label=labels.variant)
         written += save_figure(fig, out / f"length_{task}")
     if any(t.startswith("raffel") for t in tasks):
         df = raffel_frame(rs)
         if df.height:
-            written += save_figure(raffel_accuracy_curves(df, label=paper_label), out / "raffel_accuracy")
+            written += save_figure(raffel_accuracy_curves(df, label=labels.variant), out / "raffel_accuracy")
     return written

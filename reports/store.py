@@ -20,6 +20,7 @@ from record.store import StoreError, read_rows, redact, sqlite_uri, unpack
 RUN_TAGS: tuple[str, ...] = (
     schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
     schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL, schema.DIRTY,
+    schema.LABELS,
 )
 
 # Short column names in the runs frame for the tags above.
@@ -35,6 +36,7 @@ TAG_COLUMNS: dict[str, str] = {
     schema.TABLES: "tables",
     schema.CELL: "cell",
     schema.DIRTY: "dirty",
+    schema.LABELS: "labels",
 }
 
 

@@ -23,8 +23,8 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
-from study.plugins import (check_sources, export_to_workers, import_named, runtime_env, solo_note,
-                           spec_plugin_sources, spec_plugins, trusted_for_resume)
+from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
+                           solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
@@ -402,6 +402,7 @@ def _run_locked(
         artifact_location=None if is_server(tracking_uri) else paths.artifacts.as_uri(),
         parent_tags={
             schema.TABLES: ",".join(spec.tables),
+            schema.LABELS: labels_tag(spec.cells),
             schema.PROFILE: spec.profile,
             schema.SPEC_PATH: meta["spec_path"],
             schema.N_TRIALS: str(spec.n_trials()),

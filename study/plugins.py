@@ -15,6 +15,7 @@ otherwise it stops in one line, importing nothing.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any, Iterable, Mapping
 
 from locattn import registry
 from locattn.config import make_run_config
+from locattn.labels import task_label
 from locattn.models.config import packable_families
+from locattn.variants import PAPER_LABELS
 from study.spec_checks import SpecError
 
 PLUGINS_ENV = "LOCATTN_PLUGINS"
@@ -109,6 +112,15 @@ def spec_plugin_sources(cells: Iterable[Any]) -> dict[str, str]:
                                            cfg.variant).items():
             out[plugin] = prov["sha256"]
     return dict(sorted(out.items()))
+
+
+def labels_tag(cells: Iterable[Any]) -> str:
+    """The parent run's ``locattn.labels`` tag: JSON ``{"task": {name: label}, "variant": {name:
+    label}}`` of the cells' registered labels (built-ins' and plugins'), so that a report prints a
+    spec-only plugin's rows under its own labels without importing it."""
+    tasks = {c.task: task_label(c.task) for c in cells}
+    variants = {c.variant: PAPER_LABELS.get(c.variant, c.variant) for c in cells}
+    return json.dumps({"task": tasks, "variant": variants}, sort_keys=True)
 
 
 def solo_note(spec: Any) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,14 @@ def finished_configs(study: Path) -> dict[str, dict]:
         cfg = json.loads((result.parent / "config.json").read_text())
         out[f"{cfg['task']['name']}/{cfg['variant']}"] = cfg
     return out
+
+
+def pdf_text(path: Path) -> str:
+    """The strings a matplotlib PDF draws: its kerned ``[(Lo) 0.2 (cal-p)] TJ`` runs, joined."""
+    streams = re.findall(rb"stream\r?\n(.*?)\r?\nendstream", path.read_bytes(), re.S)
+    runs = re.findall(rb"\[([^\]]*)\]\s*TJ", b"\n".join(zlib.decompress(s) for s in streams), re.S)
+    return "\n".join(re.sub(rb"\\(.)", rb"\1", b"".join(re.findall(rb"\(((?:\\.|[^\\)])*)\)", r)))
+                     .decode("latin-1") for r in runs)
 
 
 def fake_install(site: Path) -> Path:
@@ -93,6 +103,14 @@ def test_a_spec_plugin_outside_the_repo_trains_and_a_resume_trusts_only_what_it_
     proc = run(["study.cli", "resume", str(study), "--plugin", "plug_study", "--allow-dirty"], [ext])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
+    # the report runs without the plugin (a folder names no code): its launch recorded the labels
+    proc = run(["study.cli", "report", str(study), "--figures"], [])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    grid = (study / "reports" / "grid.md").read_text()
+    assert "\n| Variant | Copy iid.seq_acc | Copy len15.seq_acc |\n" in grid
+    assert "\n| Tempered (plug_study) | " in grid and "\n| Content | " in grid
+    assert "Tempered (plug_study)" in pdf_text(study / "reports" / "figures" / "length_copy.pdf")
+
 
 def test_a_plugin_that_fails_is_one_line_and_nothing_is_recorded(tmp_path):
     (tmp_path / "ext").mkdir()
@@ -126,6 +144,10 @@ def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     summary = (root / "locattn-localp-smoke" / "reports" / "summary.md").read_text()
     assert "task=addition,variant=localp" in summary and "task=copy,variant=localp" in summary
+    grid = (root / "locattn-localp-smoke" / "reports" / "grid.md").read_text()
+    assert ("| Variant | Copy iid.seq_acc | Copy len15.seq_acc | Addition iid.seq_acc | "
+            "Addition len15.seq_acc |") in grid
+    assert "\n| Local-p | " in grid and "\n| Content | " in grid
 
 
 @pytest.mark.parametrize("entry", ["localp"])

@@ -1,0 +1,84 @@
+"""The variant x task grid of a study that names no paper table: rows are variants and columns
+are (task, test split), every one under its registered label (:class:`reports.labels.StudyLabels`),
+so a plugin's rows sit beside the built-ins' as in a paper table.
+
+Each cell is the summary's number (:func:`reports.aggregate.cell_summaries`): the median over the
+chosen hyperparameters' finished seeds of the headline metric, with (k/n) seeds solved.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from reports.aggregate import CellSummary
+from reports.labels import StudyLabels
+from reports.render import LATEX_PLACEMENT, MISSING, Provenance, latex_escape
+
+GRID_ID = "grid"
+"""The file stem of the grid (``grid.md``, ``grid.tex``, ``grid.csv``)."""
+
+
+def _axes(cell: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in cell.split(",") if "=" in part)
+
+
+def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
+              ) -> tuple[list[str], list[list[str]]] | None:
+    """Header and text rows of the grid; None when the cells are not told apart by task and
+    variant alone (another axis, or no task/variant in the cell id)."""
+    place: dict[tuple[str, str], CellSummary] = {}
+    for s in summaries:
+        axes = _axes(s.cell)
+        if set(axes) != {"task", "variant"}:
+            return None
+        place[(axes["task"], axes["variant"])] = s
+    tasks = list(dict.fromkeys(t for t, _ in place))
+    variants = list(dict.fromkeys(v for _, v in place))
+    columns = [(t, k) for t in tasks for k in keys
+               if any(k in s.medians for (t2, _), s in place.items() if t2 == t)]
+    head = ["Variant", *(f"{labels.task(t)} {k.removeprefix('test.')}" for t, k in columns)]
+    rows = []
+    for v in variants:
+        row = [labels.variant(v)]
+        for t, k in columns:
+            s = place.get((t, v))
+            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{s.n - s.diverged.get(k, 0)})"
+                       if s is not None and k in s.medians else MISSING)
+        rows.append(row)
+    return head, rows
+
+
+def render_grid(summaries: list[CellSummary], keys: list[str], labels: StudyLabels,
+                provenance: Provenance, fmt: str, solved_at: float) -> str | None:
+    """The grid as Markdown (``md``), LaTeX (``latex``) or CSV (``csv``) text; None as
+    :func:`grid_rows`."""
+    made = grid_rows(summaries, keys, labels)
+    if made is None:
+        return None
+    head, rows = made
+    caption = (f"Study {provenance.study}: per variant and task, the median over seeds of each "
+               f"test split at the hyperparameters chosen on dev; (k/n): k of n seeds reached "
+               f"{solved_at:g} % or more.")
+    if fmt == "csv":
+        buf = io.StringIO()
+        buf.writelines(f"# {ln}\n" for ln in provenance.lines())
+        csv.writer(buf, lineterminator="\n").writerows([head, *rows])
+        return buf.getvalue()
+    if fmt == "latex":
+        out = [f"% {ln}" for ln in provenance.lines()]
+        out += [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
+                rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{GRID_ID}}}",
+                rf"\begin{{tabular}}{{l{'r' * (len(head) - 1)}}}", r"\toprule",
+                " & ".join(latex_escape(h) for h in head) + r" \\", r"\midrule"]
+        out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
+        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+        return "\n".join(out) + "\n"
+    out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", "", caption, "",
+           "| " + " | ".join(h.replace("|", "\\|") for h in head) + " |",
+           "|:--|" + "|".join("--:" for _ in head[1:]) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["GRID_ID", "grid_rows", "render_grid"]
