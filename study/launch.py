@@ -331,6 +331,13 @@ def resume(
     lock = StudyLock(paths, out).acquire()
     try:
         relocate(paths, meta, out)
+        db = sqlite_path(meta["tracking_uri"])
+        if db is not None and not db.is_file() and db.parent.resolve() != paths.dir.resolve():
+            # a store study.json names elsewhere that is gone: creating it (and its directories)
+            # would start an empty record there; the study's own folder is where a lost store is rebuilt
+            raise StudyError(f"{paths.meta}: its store {db} does not exist; resume records only into an "
+                             f"existing store or the study's own folder ({paths.db}): restore it, or "
+                             f"`study launch <spec> --name {meta['name']} --tracking-uri <store>`")
         if user or password:
             write_meta(paths, meta)
         _set_train_path(paths, meta, train_path, out)

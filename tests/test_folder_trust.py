@@ -1,7 +1,9 @@
 """Every folder a study receives is data, never code (issue 45): a study folder, an export
 folder or a run folder from elsewhere is read, and nothing in it is imported or called, no path
 in it reaches outside it, and a bad one is refused in one line. Real folders, real commands
-(``study`` and ``python -m locattn.offline`` in subprocesses, run from inside the folder)."""
+(``study`` and ``python -m locattn.offline`` in subprocesses, run from inside the folder).
+The ones that need a trained worker folder or a Ray are in the ``faults`` tier; the kinds are
+replayed together by ``benchmarks/bench_bad_inputs.py`` (the ``bench`` tier)."""
 
 from __future__ import annotations
 
@@ -109,6 +111,7 @@ PROBE = ("import importlib.util, ray\n"
          "    ray.shutdown()\n")
 
 
+@pytest.mark.faults
 def test_the_drivers_working_directory_is_not_on_the_workers_path(tmp_path: Path) -> None:
     folder = tmp_path / "sent"
     folder.mkdir()
@@ -229,6 +232,7 @@ def tampered(trained, tmp_path: Path) -> tuple[Path, Path]:
     return runs, folder
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("kind", ["dir_link", "file_link", "dev_zero", "fifo", "sparse", "run_link"])
 def test_import_copies_only_regular_files_and_names_the_offender_in_one_line(trained, tmp_path: Path,
                                                                               kind) -> None:
@@ -271,6 +275,7 @@ def epoch_of(folder: Path) -> int:
     return int(torch.load(folder / "checkpoint" / "state.pt", weights_only=True)["history"][-1]["epoch"])
 
 
+@pytest.mark.faults
 def test_import_never_replaces_a_checkpoint_further_along_with_an_older_one(trained, tmp_path: Path) -> None:
     root, study_dir, stopped, further = trained
     (key,) = [p.name for p in further.iterdir() if p.is_dir()]
@@ -522,3 +527,17 @@ def test_a_worker_deadline_that_is_not_a_duration_is_one_line(exported, tmp_path
     done = run_in(export, "-m", "locattn.offline", ".", "--out", str(tmp_path / "R"), "--deadline", value)
     assert done.returncode == 2
     assert "--deadline" in one_line(done) and not (tmp_path / "R").exists()
+
+
+@pytest.mark.parametrize("where", ["new_dir", "existing_dir"])
+def test_resume_refuses_a_store_study_json_names_that_does_not_exist(exported, tmp_path: Path, where) -> None:
+    study_dir, _ = exported
+    parent = tmp_path / ("nowhere" if where == "new_dir" else "elsewhere")
+    if where == "existing_dir":
+        parent.mkdir()
+    meta = json.loads((study_dir / META_FILE).read_text())
+    (study_dir / META_FILE).write_text(json.dumps({**meta, "tracking_uri": f"sqlite:///{parent / 'mlflow.db'}"}))
+    done = run_in(study_dir, *STUDY, "resume", ".")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "does not exist; resume records only into an existing store" in one_line(done)
+    assert parent.exists() == (where == "existing_dir") and not (parent / "mlflow.db").exists()
