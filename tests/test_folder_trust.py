@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,17 @@ def run_in(cwd: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedP
     """A command run from inside ``cwd`` (as a user who cd'ed into a folder they were sent)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, preexec_fn=cap_file_size)
+
+
+#: Largest file a command under test may write: the import tests link ``/dev/zero`` and make
+#: sparse files, so a regression would otherwise fill the shared disk (it dies by SIGXFSZ).
+FILE_SIZE_CAP = 2 << 30
+
+
+def cap_file_size() -> None:
+    """``preexec_fn`` of :func:`run_in`: cap every file the child writes at :data:`FILE_SIZE_CAP`."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -541,3 +552,14 @@ def test_resume_refuses_a_store_study_json_names_that_does_not_exist(exported, t
     assert done.returncode == 2, done.stderr[-3000:]
     assert "does not exist; resume records only into an existing store" in one_line(done)
     assert parent.exists() == (where == "existing_dir") and not (parent / "mlflow.db").exists()
+
+
+def test_a_command_under_test_cannot_write_a_file_over_the_cap(tmp_path: Path) -> None:
+    """The guard the link and sparse-file tests rely on: a child of :func:`run_in` that writes
+    past :data:`FILE_SIZE_CAP` is stopped there, not left to fill the disk."""
+    big = tmp_path / "big"
+    code = (f"import os\nfd = os.open({str(big)!r}, os.O_WRONLY | os.O_CREAT)\n"
+            f"os.lseek(fd, {FILE_SIZE_CAP}, 0)\nos.write(fd, b'x')\n")
+    done = run_in(tmp_path, "-c", code)
+    assert done.returncode != 0  # SIGXFSZ, or EFBIG where the signal is ignored
+    assert big.stat().st_size <= FILE_SIZE_CAP
