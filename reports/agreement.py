@@ -94,32 +94,37 @@ def tolerance(table: TableDef, column: str, paper_value: float, diff: float, *, 
     return abs(diff) <= TOLERANCE
 
 
-def agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) -> Agreement:
-    """Count agreement of ``result`` with ``paper`` (keyed by (variant, column key)), each cell
-    by its metric's tolerance (:func:`tolerance`). A Raffel & Ellis cell where one side reached
-    100 % and the other never did is compared, and disagrees."""
-    compared = within = nontrivial = nontrivial_within = 0
+def cell_agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) -> dict[tuple[str, str], tuple[bool, bool]]:
+    """Per compared cell (variant, column key): (agrees by the metric's tolerance
+    (:func:`tolerance`), non-trivial: an accuracy the paper reports above :data:`NONTRIVIAL` %).
+    A Raffel & Ellis cell where one side reached 100 % and the other never did is compared, and
+    disagrees. Cells without a result of ours, or without a published number, are absent."""
+    out = {}
     accuracy = is_accuracy(result)
     for (row, col), p in paper.items():
         if (row, col) not in result.cells:
             continue
         cell = result.cell(row, col)
         if result.table.kind == "epochs_or_accuracy" and not cell.missing and cell.greyed != p.greyed:
-            compared += 1  # never reached the criterion on one side only: a disagreement
+            out[(row, col)] = (False, False)  # never reached the criterion on one side only
             continue
         d = paper_diff(result.table, result.stat, cell, p)
         if d is None:
             continue
-        ok = tolerance(result.table, col, p.value, d, greyed=p.greyed)
-        compared += 1
-        within += ok
-        if accuracy and p.value > NONTRIVIAL:
-            nontrivial += 1
-            nontrivial_within += ok
+        out[(row, col)] = (tolerance(result.table, col, p.value, d, greyed=p.greyed),
+                           accuracy and p.value > NONTRIVIAL)
+    return out
+
+
+def agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) -> Agreement:
+    """Count agreement of ``result`` with ``paper`` (keyed by (variant, column key)), each cell
+    by its metric's tolerance (:func:`cell_agreement`)."""
+    cells = cell_agreement(result, paper).values()
+    accuracy = is_accuracy(result)
     return Agreement(
-        table=result.table.id, compared=compared, within=within,
-        nontrivial=nontrivial if accuracy else None,
-        nontrivial_within=nontrivial_within if accuracy else None,
+        table=result.table.id, compared=len(cells), within=sum(ok for ok, _ in cells),
+        nontrivial=sum(nt for _, nt in cells) if accuracy else None,
+        nontrivial_within=sum(ok and nt for ok, nt in cells) if accuracy else None,
         published=len(paper), rule=TOLERANCE_RULES.get(result.table.metric, ""),
     )
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
+from reports.aggregate import TableResult
 from reports.agreement import is_accuracy, success_test, verdict
 from reports.build import collect
 from reports.labels import paper_label
@@ -34,15 +35,12 @@ from reports.paper import load_paper_numbers
 from reports.render import paper_diff
 
 
-def rows(record: Path, table: str, *, budget: str, threshold: float,
-         only_disagreeing: bool, pooled: tuple[Path, ...] = ()) -> list[str]:
-    """Markdown table rows (header first) for one table of one study record (and the records
-    ``pooled`` with it, seeds added per cell)."""
-    result = collect(record, tables=[table]).results[0]
-    if not is_accuracy(result):
-        raise SystemExit(f"{table}: success rates apply to accuracy tables only")
+def pool_seeds(result: TableResult, record: Path, pooled: tuple[Path, ...]) -> None:
+    """Add, in place, the seeds of each record in ``pooled`` (more seeds of the same runs) to
+    the same cells of ``result`` (built from ``record``), the median recomputed. A seed found in
+    two records is refused (SystemExit naming the cell and the seeds)."""
     for other in pooled:
-        more = collect(other, tables=[table]).results[0]
+        more = collect(other, tables=[result.table.id]).results[0]
         for key, extra in more.cells.items():
             if not extra.seeds:
                 continue
@@ -56,6 +54,16 @@ def rows(record: Path, table: str, *, budget: str, threshold: float,
             merged = tuple(sorted(seeds.items()))
             base = cell if cell is not None else extra
             result.cells[key] = replace(base, seeds=merged, median=statistics.median(v for _, v in merged))
+
+
+def rows(record: Path, table: str, *, budget: str, threshold: float,
+         only_disagreeing: bool, pooled: tuple[Path, ...] = ()) -> list[str]:
+    """Markdown table rows (header first) for one table of one study record (and the records
+    ``pooled`` with it, seeds added per cell)."""
+    result = collect(record, tables=[table]).results[0]
+    if not is_accuracy(result):
+        raise SystemExit(f"{table}: success rates apply to accuracy tables only")
+    pool_seeds(result, record, pooled)
     paper = load_paper_numbers(result.table)
     col_label = {c.key: f"{g.label} {c.label}".strip() for p in result.table.panels
                  for g in p.groups for c in g.columns}
