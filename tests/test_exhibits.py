@@ -240,7 +240,8 @@ def test_dubois_interp_from_the_store(studies) -> None:
 
 def test_a_moved_record_reads_its_artifacts_from_its_own_folder(tmp_path: Path) -> None:
     """A committed record's store names the folder it was recorded in; the exhibits read the
-    artifacts beside the store once that folder is gone, and the recorded path while it exists."""
+    artifacts beside the store whenever they hold the run's folder (issue 41: a moved or copied
+    folder reads its own files), and the recorded path only where the folder lacks them."""
     import sqlite3
 
     from record.store import sqlite_uri
@@ -259,5 +260,7 @@ def test_a_moved_record_reads_its_artifacts_from_its_own_folder(tmp_path: Path) 
     uri = sqlite_uri(record / "mlflow.db")
     here = (record / "artifacts").resolve().as_uri()
     assert artifact_uris(uri, ["r1"]) == {"r1": f"{here}/r1/artifacts"}
-    gone.mkdir(parents=True)  # the recorded folder exists again: it wins
+    gone.mkdir(parents=True)  # the recorded folder exists again: a copy still reads its own files
+    assert artifact_uris(uri, ["r1"]) == {"r1": f"{here}/r1/artifacts"}
+    (record / "artifacts" / "r1" / "artifacts").rmdir()  # ... unless it does not hold the run's
     assert artifact_uris(uri, ["r1"]) == {"r1": f"{gone.as_uri()}/r1/artifacts"}
