@@ -163,8 +163,9 @@ def register_attender(name: str, target: Any, *, label: str, doc: str = "",
     (:class:`locattn.models.attention.Attender`). ``options``, a torch-free function, checks
     ``model.attention.options`` at config time: it returns the options (with defaults filled in
     or not) or raises ``ValueError``; without it an attender takes no options. ``packable``
-    declares that the family's modules are written for packed parameters (built-ins only today:
-    a plugin attender trains solo). ``model_kind``: ``seq2seq`` or ``regressor``.
+    declares that the family's modules are written for packed parameters (every weight applied
+    through :mod:`locattn.models.functional`, docs/howto/own-attender.md): packs (``pack_seeds``,
+    ``pack``, a GPU spec) then train it; an undeclared family trains solo. ``model_kind``: ``seq2seq`` or ``regressor``.
     """
     if model_kind not in ("seq2seq", "regressor"):
         raise PluginError(f"register_attender({name!r}): model_kind={model_kind!r}; valid: "

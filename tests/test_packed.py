@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,3 +240,44 @@ def test_packs_refuse_switches_that_change_a_shape_or_the_path(tmp_path: Path) -
     with pytest.raises(ValueError, match=r"train_path=eager and optim.train_step=eager.*'graphed'"):
         check_packable([cfg(tmp_path, "onestep", **{"optim.train_step": "graphed"}),
                         cfg(tmp_path, "onestep_no_step3", **{"optim.train_step": "graphed"})])
+
+
+PACK_A_PLUGIN = """
+import json, sys
+from pathlib import Path
+import locattn_localp  # registers `localp` (declared packable) in this process only
+from locattn.config import make_run_config
+from locattn.packed import check_packable, train_packed
+from locattn.train import train
+tmp, over = Path(sys.argv[1]), json.loads(sys.argv[2])
+cfgs = [make_run_config(task="copy", variant="localp", seed=s, overrides=over) for s in (0, 1, 2)]
+check_packable(cfgs)
+solos = [train(c, tmp / f"solo{c.seed}") for c in cfgs]
+packed = train_packed(cfgs, [tmp / f"pack{c.seed}" for c in cfgs])
+keep = lambda r: {"identity": r.run_identity, "best_epoch": r.best_epoch, "epochs": r.epochs_run,
+                  "stop": r.stop_reason, "test": r.test, "by_length": r.by_length,
+                  "history": [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in r.history]}
+print(json.dumps({"solo": [keep(r) for r in solos], "packed": [keep(r) for r in packed]}))
+"""
+
+
+def test_a_plugin_attender_declared_packable_trains_packed_equal_to_solo(tmp_path: Path) -> None:
+    """The worked example's local-p attender (examples/locattn-localp), registered with
+    ``packable=True``: three seeds trained as one pack equal their solo runs to the bit, losses,
+    metrics and every parameter. In a subprocess, so this pytest process keeps the built-in
+    packable families (other tests name them)."""
+    root = Path(__file__).resolve().parents[1]
+    over = {**TINY, "task.train_size": 200, "cache_dir": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", PACK_A_PLUGIN, str(tmp_path), json.dumps(over)], capture_output=True,
+        text=True, timeout=600, cwd=root,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "examples" / "locattn-localp")])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert runs["packed"] == runs["solo"]
+    assert len({r["history"][-1]["train_loss"] for r in runs["packed"]}) == 3  # three different runs
+    for seed in (0, 1, 2):
+        solo = torch.load(tmp_path / f"solo{seed}" / "best_model.pt", weights_only=True)
+        packed = torch.load(tmp_path / f"pack{seed}" / "best_model.pt", weights_only=True)
+        assert "attender.w_p.weight" in solo and solo.keys() == packed.keys()
+        assert all(torch.equal(solo[k], packed[k]) for k in solo)

@@ -150,6 +150,24 @@ def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
     assert "\n| Local-p | " in grid and "\n| Content | " in grid
 
 
+def test_the_example_attender_trains_packed_through_study_launch(tmp_path):
+    """local-p declares itself packable: a spec naming the example only in `plugins:` packs its
+    seeds (`pack_seeds: true`), and every seed is recorded as its own run, packed with the others."""
+    spec = tmp_path / "packed.yaml"
+    spec.write_text("name: packed\nplugins: [locattn_localp]\npack_seeds: true\n"
+                    "grid: {task: [copy], variant: [localp, content]}\nseeds: 2\n" + TINY)
+    proc = run(["study.cli", "launch", str(spec), "--root", str(tmp_path / "studies")], [EXAMPLE])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = tmp_path / "studies" / "packed"
+    assert json.loads((study / "study.json").read_text())["resolved"]["pack_seeds"] is True
+    rows = trial_run_rows(study / "mlflow.db")
+    runs = sorted((r["tags"][schema.VARIANT], r["tags"][schema.SEED],
+                   r["tags"].get(schema.PACKED_WITH), r["status"]) for r in rows)
+    assert runs == [(variant, seed, "0,1", "FINISHED") for variant in ("content", "localp")
+                    for seed in ("0", "1")]
+    assert len(list((study / "runs").glob("*/result.json"))) == 4
+
+
 @pytest.mark.parametrize("entry", ["localp"])
 def test_the_example_registers_without_torch(entry):
     code = ("import sys\nclass B:\n    def find_spec(self, n, p=None, t=None):\n"
@@ -164,6 +182,7 @@ def test_the_example_registers_without_torch(entry):
 
 
 def test_a_gpu_spec_with_a_plugin_that_cannot_pack_says_so_in_one_line_and_runs_solo(tmp_path, monkeypatch):
+    from locattn.models.config import packable_families
     from study.plugins import solo_note
     from study.spec import load_spec
 
@@ -174,8 +193,10 @@ def test_a_gpu_spec_with_a_plugin_that_cannot_pack_says_so_in_one_line_and_runs_
                     "seeds: 2\nresources: {cpus: 1, gpus: 0.5}\n")
     loaded = load_spec(spec)
     assert not loaded.packed
+    packable = sorted(packable_families())  # the built-ins, and localp where CI installed the example
+    assert {"content", "location", "positional"} <= set(packable) and "plug_solo" not in packable
     assert solo_note(loaded) == ("cell task=copy,variant=plug_solo: attention.family 'plug_solo' cannot "
-                                 "pack (packable: content, location, positional); every trial of this "
+                                 f"pack (packable: {', '.join(packable)}); every trial of this "
                                  "study trains solo")
     spec.write_text(spec.read_text().replace("content, plug_solo", "content"))
     assert load_spec(spec).packed and solo_note(load_spec(spec)) == ""
