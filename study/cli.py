@@ -53,6 +53,7 @@ from types import ModuleType
 from typing import Any
 
 from locattn.cliparse import Parser, closest_path, parse
+from locattn.folders import FolderError
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, slices
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             args.study = meta["name"]
             args.out = args.out or str(paths.dir / "reports")
             return cli.run_build(args, prog="study report")
-    except SpecError as exc:
+    except (SpecError, FolderError) as exc:  # FolderError: a study folder that names a path outside it
         print(f"study {args.cmd}: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from locattn.config import make_run_config, run_identity
+from locattn.folders import confined
 from locattn.train import load_result
 from record import layout, schema
 from record.layout import TRIAL_FILE
@@ -36,8 +37,13 @@ def trial_dirname(trial_id: str) -> str:
 
 
 def run_dir(study_dir: str | Path, key: str) -> Path:
-    """Per-run output directory (absolute, under the study directory)."""
-    return Path(study_dir).resolve() / layout.RUNS_DIR / key
+    """Per-run output directory ``<study>/runs/<key>`` (absolute, links resolved).
+
+    Raises :class:`locattn.folders.FolderError` (one line) unless ``key`` is a run key and the
+    folder resolves inside the study directory: a run folder, or ``runs/`` itself, that links
+    out of the study is refused, since a study folder may come from elsewhere (issue 45)."""
+    root = Path(study_dir).resolve()
+    return confined(confined(root, layout.RUNS_DIR, what=f"study {root}"), key, what=f"study {root}", key=True)
 
 
 @dataclass(frozen=True, kw_only=True)

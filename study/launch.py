@@ -26,6 +26,7 @@ from study.preflight import check_train_path_fits
 from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
                            solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
+from study.runs import run_folders
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
 from study.ui import browse_advice
@@ -423,6 +424,7 @@ def _run_locked(
     try:
         # The record first: finished runs the store lost (a deleted mlflow.db, another store,
         # a study copied without tune/) are re-recorded from their run directories.
+        run_folders(paths.dir)  # one linking out of the study: refused before the store opens
         recorder.open()
         fixed = reconcile(recorder, paths.dir)
         if fixed:

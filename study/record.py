@@ -23,6 +23,7 @@ from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
 from study.plugins import config_plugins
+from study.runs import run_folders
 from study.spec import hparams_json
 from study.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
 
@@ -357,13 +358,13 @@ def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
     says) is a finished run. If the store has no finished run under its key (the store was
     deleted, replaced, or the study was copied without it), the run is written now: tags,
     params, every epoch of its history, final metrics, artifacts, status. Returns how many.
+    An entry not named as a run key is skipped unread; a run folder (or ``runs/``) that links
+    out of the study raises :class:`locattn.folders.FolderError` before any run is recorded.
     """
+    out_dirs = run_folders(study_dir)  # every one checked before any is read or the store opened
     recorder.open()
     fixed = 0
-    runs_root = Path(study_dir) / layout.RUNS_DIR
-    if not runs_root.is_dir():
-        return 0
-    for out_dir in sorted(runs_root.iterdir()):
+    for out_dir in out_dirs:
         key = out_dir.name
         state = recorder.runs.get(key)
         if state is not None and state.status == schema.STATUS_FINISHED:

@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from locattn.folders import RUN_KEY
 from record.layout import CHECKPOINT_DIR, CHECKPOINT_META, RESULT_FILE, RUNS_DIR, TRIAL_FILE
+from study.descriptor import run_dir
 from study.naming import run_name
 
 
@@ -54,10 +56,21 @@ def read_folder(path: Path) -> RunFolder:
     return RunFolder(key=path.name, name=name, cell=cell, seed=seed, state=state)
 
 
-def list_runs(study_dir: Path) -> list[RunFolder]:
-    """Every run folder of the study, sorted by cell, then seed, then name."""
+def run_folders(study_dir: str | Path) -> list[Path]:
+    """The study's run folders, ``<study>/runs/<key>``, in key order, each through the one check
+    (:func:`study.descriptor.run_dir`); an entry not named as a run key is left out unread.
+    :class:`locattn.folders.FolderError` (one line) if one, or ``runs/``, links out of the study."""
     root = Path(study_dir) / RUNS_DIR
-    folders = [read_folder(p) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return [run_dir(study_dir, p.name) for p in sorted(root.iterdir()) if RUN_KEY.fullmatch(p.name)]
+
+
+def list_runs(study_dir: Path) -> list[RunFolder]:
+    """Every run folder of the study, sorted by cell, then seed, then name; an entry not named
+    as a run key is left out unread. :class:`locattn.folders.FolderError` if one links out of
+    the study."""
+    folders = [read_folder(p) for p in run_folders(study_dir) if p.is_dir()]
     return sorted(folders, key=lambda r: (r.cell, -1 if r.seed is None else r.seed, r.name))
 
 

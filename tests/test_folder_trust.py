@@ -563,3 +563,44 @@ def test_a_command_under_test_cannot_write_a_file_over_the_cap(tmp_path: Path) -
     done = run_in(tmp_path, "-c", code)
     assert done.returncode != 0  # SIGXFSZ, or EFBIG where the signal is ignored
     assert big.stat().st_size <= FILE_SIZE_CAP
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "", "0123456789abcdef/../../x", "ABCDEF0123456789"])
+def test_a_run_key_that_is_not_one_names_no_run_folder(tmp_path: Path, name) -> None:
+    from locattn.folders import FolderError
+    from study.descriptor import run_dir
+
+    with pytest.raises(FolderError, match="run key"):
+        run_dir(tmp_path, name)
+    assert run_dir(tmp_path, "0123456789abcdef") == tmp_path.resolve() / "runs" / "0123456789abcdef"
+
+
+@pytest.mark.parametrize("link", ["run_folder", "runs"])
+@pytest.mark.parametrize("command", ["runs", "resume"])
+def test_a_run_folder_linking_out_of_the_study_is_refused_in_one_line_before_ray(exported, tmp_path: Path,
+                                                                                 link, command) -> None:
+    """``study runs`` and ``study resume`` read run folders through ``descriptor.run_dir``: a run
+    folder (or ``runs/``) that is a link to a folder elsewhere is named, in one line, exit 2, and
+    nothing there is read into the record or written; a resume stops before Ray starts."""
+    study_dir, _ = exported
+    elsewhere = tmp_path / "elsewhere"
+    key = "0123456789abcdef"
+    (elsewhere / key).mkdir(parents=True)
+    (elsewhere / key / "trial.json").write_text("{}")
+    runs = study_dir / "runs"
+    if runs.exists():
+        import shutil
+
+        shutil.rmtree(runs)
+    if link == "runs":
+        runs.symlink_to(elsewhere)
+    else:
+        runs.mkdir()
+        (runs / key).symlink_to(elsewhere / key)
+    before = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
+    done = run_in(study_dir, *STUDY, command, ".")
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_line(done)
+    assert "is outside" in line and str(study_dir.resolve()) in line, line
+    assert "Ray" not in done.stdout + done.stderr
+    assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
