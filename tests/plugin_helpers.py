@@ -20,7 +20,7 @@ def check(options):
 
 locattn.register_attender("{name}", "{name}_impl:build", label="Tempered dot",
                           doc="Scaled-dot content attention with a softmax temperature.",
-                          options=check)
+                          options=check, packable={packable})
 locattn.register_variant("{name}", label="Tempered ({name})", parent="content",
                          delta={"attention.family": "{name}",
                                 "attention.options": {"temperature": 2.0}})
@@ -47,9 +47,11 @@ build = Tempered
 '''
 
 
-def write_plugin(folder: Path, name: str) -> Path:
-    """Write plugin module ``name`` (and ``<name>_impl``) into ``folder``; returns ``folder``."""
+def write_plugin(folder: Path, name: str, packable: bool = False) -> Path:
+    """Write plugin module ``name`` (and ``<name>_impl``) into ``folder``; returns ``folder``.
+    ``packable``: the attender declares itself packable (its scorer applies every weight through
+    ``locattn.models.functional``, so it may)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.py").write_text(PLUGIN.replace("{name}", name))
+    (folder / f"{name}.py").write_text(PLUGIN.replace("{name}", name).replace("{packable}", str(packable)))
     (folder / f"{name}_impl.py").write_text(IMPL)
     return folder

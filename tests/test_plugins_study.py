@@ -150,22 +150,24 @@ def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
     assert "\n| Local-p | " in grid and "\n| Content | " in grid
 
 
-def test_the_example_attender_trains_packed_through_study_launch(tmp_path):
-    """local-p declares itself packable: a spec naming the example only in `plugins:` packs its
-    seeds (`pack_seeds: true`), and every seed is recorded as its own run, packed with the others."""
+def test_plugin_attenders_declared_packable_train_packed_through_study_launch(tmp_path):
+    """local-p, and a module outside the repository, declare themselves packable: a spec naming
+    them only in `plugins:` packs their seeds (`pack_seeds: true`), and every seed is recorded as
+    its own run, packed with the others."""
+    ext = write_plugin(tmp_path / "elsewhere", "plug_pack", packable=True)
     spec = tmp_path / "packed.yaml"
-    spec.write_text("name: packed\nplugins: [locattn_localp]\npack_seeds: true\n"
-                    "grid: {task: [copy], variant: [localp, content]}\nseeds: 2\n" + TINY)
-    proc = run(["study.cli", "launch", str(spec), "--root", str(tmp_path / "studies")], [EXAMPLE])
+    spec.write_text("name: packed\nplugins: [locattn_localp, plug_pack]\npack_seeds: true\n"
+                    "grid: {task: [copy], variant: [localp, plug_pack, content]}\nseeds: 2\n" + TINY)
+    proc = run(["study.cli", "launch", str(spec), "--root", str(tmp_path / "studies")], [EXAMPLE, ext])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = tmp_path / "studies" / "packed"
     assert json.loads((study / "study.json").read_text())["resolved"]["pack_seeds"] is True
     rows = trial_run_rows(study / "mlflow.db")
     runs = sorted((r["tags"][schema.VARIANT], r["tags"][schema.SEED],
                    r["tags"].get(schema.PACKED_WITH), r["status"]) for r in rows)
-    assert runs == [(variant, seed, "0,1", "FINISHED") for variant in ("content", "localp")
+    assert runs == [(variant, seed, "0,1", "FINISHED") for variant in ("content", "localp", "plug_pack")
                     for seed in ("0", "1")]
-    assert len(list((study / "runs").glob("*/result.json"))) == 4
+    assert len(list((study / "runs").glob("*/result.json"))) == 6
 
 
 @pytest.mark.parametrize("entry", ["localp"])
