@@ -28,11 +28,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
 from mlflow.entities import Metric, Param, RunTag
@@ -40,13 +42,54 @@ from mlflow.tracking import MlflowClient
 
 from record import layout, schema
 from record.store import (StoreError, StudyNotFound, ensure_sqlite_store, latest_metrics, local_store,
-                          read_rows, run_index, superseded_runs)
+                          read_rows, redact, run_index, superseded_runs)
 from record.summary import cell_medians, chosen_point
 
 MAX_TAG_CHARS = 5000
 """Tag values are cut to this many characters (MLflow's limit is 8,000)."""
 BATCH = 900
 """Metrics per ``log_batch`` call that also carries a tag (MLflow's limit is 1,000 entries)."""
+
+WAIT_NOTICE_SECONDS = 60.0
+"""While one store call has not returned (a server down: MLflow's REST client retries for
+minutes), the driver says so on stderr once per this many seconds."""
+
+
+@contextmanager
+def waiting_notice(what: str, stream: Any = None) -> Iterator[None]:
+    """Around one blocking store call: every :data:`WAIT_NOTICE_SECONDS` it has not returned,
+    one line on ``stream`` (stderr) naming ``what`` and how long it has waited."""
+    done, start, every = threading.Event(), time.monotonic(), WAIT_NOTICE_SECONDS
+
+    def say() -> None:
+        while not done.wait(every):
+            print(f"{what}: no answer for {time.monotonic() - start:.0f} s; still retrying "
+                  "(MLflow's client retries for minutes; Ctrl-C stops, the study is kept)",
+                  file=stream or sys.stderr, flush=True)
+
+    threading.Thread(target=say, name="store-wait", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+class PatientClient:
+    """An ``MlflowClient`` whose every call says, once per :data:`WAIT_NOTICE_SECONDS`, that it
+    is still waiting for the store (:func:`waiting_notice`); otherwise the client itself."""
+
+    def __init__(self, client: MlflowClient, what: str) -> None:
+        self.client, self.what = client, what
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with waiting_notice(self.what):
+                return attr(*args, **kwargs)
+        return call
 
 
 @dataclass
@@ -296,7 +339,8 @@ class RecordWriter:
         if self.ready:
             return self
         with store_lock(self.tracking_uri) as lock:  # a new SQLite store is created (migrated) once
-            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            self.client = PatientClient(MlflowClient(tracking_uri=self.tracking_uri),
+                                        f"[study {self.study}] the store {redact(self.tracking_uri)}")
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
         if lock.note:
             print(f"[study {self.study}] {lock.note}", flush=True)

@@ -604,3 +604,33 @@ def test_a_run_folder_linking_out_of_the_study_is_refused_in_one_line_before_ray
     assert "is outside" in line and str(study_dir.resolve()) in line, line
     assert "Ray" not in done.stdout + done.stderr
     assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_driver_waiting_on_an_unreachable_store_says_so_once_per_interval(monkeypatch, capsys) -> None:
+    """A tracking server that does not answer: MLflow's client retries (for minutes at its
+    defaults; here a few seconds), and the writer says each interval (60 s; here 0.5 s) that
+    it is still waiting, naming the store, secrets redacted."""
+    import record.writer as writer
+
+    port = closed_port()
+    monkeypatch.setattr(writer, "WAIT_NOTICE_SECONDS", 0.5)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    w = writer.RecordWriter(tracking_uri=f"http://u:hunter2@127.0.0.1:{port}", study="waits",
+                            artifact_location=None, parent_tags={})
+    with pytest.raises(Exception):
+        w.open()
+    err = capsys.readouterr().err
+    notes = [ln for ln in err.splitlines() if "still retrying" in ln]
+    assert len(notes) >= 2, err[-3000:]
+    assert all(ln.startswith(f"[study waits] the store http://u:***@127.0.0.1:{port}: no answer for ") for ln in notes)
+    assert "hunter2" not in err
