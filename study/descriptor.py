@@ -15,7 +15,6 @@ from typing import Any, Mapping
 
 from locattn.config import make_run_config, run_identity
 from locattn.folders import confined
-from locattn.train import load_result
 from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.keys import run_key
@@ -222,6 +221,7 @@ def finished_result(out_dir: Path, cfg: Any) -> Any:
     path = out_dir / layout.RESULT_FILE
     if not path.is_file():
         return None
+    from locattn.train import load_result  # here: torch; study.runs (so `study --help`) imports us
     try:
         result = load_result(out_dir)
     except (ValueError, TypeError, KeyError, ImportError):
