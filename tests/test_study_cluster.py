@@ -6,6 +6,7 @@ must continue (one run, every epoch step once).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -102,13 +103,17 @@ def test_a_spec_plugin_reaches_the_workers_of_a_cluster_through_the_runtime_env(
     from plugin_helpers import write_plugin
 
     ext = write_plugin(tmp_path / "only_on_the_driver", "plug_cluster")
+    # The worked example (examples/locattn-localp), where it is installed as .ci/run installs it,
+    # runs beside it: an installed entry point on the workers, a spec-only module shipped to them.
+    example = any(ep.name == "localp" for ep in importlib.metadata.entry_points(group="locattn.plugins"))
+    variants = "[plug_cluster, localp]" if example else "[plug_cluster]"
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False})
     cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     cluster.wait_for_nodes()
     spec = tmp_path / "plug.yaml"
     spec.write_text("name: plug\nplugins: [plug_cluster]\n"
-                    "grid: {task: [copy], variant: [plug_cluster]}\nseeds: 1\n"
+                    f"grid: {{task: [copy], variant: {variants}}}\nseeds: 1\n"
                     "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
                     "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
     root = tmp_path / "s"
@@ -121,6 +126,9 @@ def test_a_spec_plugin_reaches_the_workers_of_a_cluster_through_the_runtime_env(
     finally:
         cluster.shutdown()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run,) = trial_runs(root / "plug" / "mlflow.db").values()
-    assert run["status"] == "FINISHED"
-    assert "plug_cluster_impl" in run["tags"][schema.PLUGINS]
+    runs = {r["tags"][schema.VARIANT]: r for r in trial_runs(root / "plug" / "mlflow.db").values()}
+    assert sorted(runs) == sorted(variants.strip("[]").split(", ")), sorted(runs)
+    assert all(r["status"] == "FINISHED" for r in runs.values()), {v: r["status"] for v, r in runs.items()}
+    assert "plug_cluster_impl" in runs["plug_cluster"]["tags"][schema.PLUGINS]
+    if example:
+        assert "locattn_localp" in runs["localp"]["tags"][schema.PLUGINS]
