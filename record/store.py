@@ -148,6 +148,27 @@ def hidden_secrets(uri: str) -> list[str]:
     return found + (["fragment"] if fragment else [])
 
 
+def open_database(tracking_uri: str, seconds: float = 10.0) -> None:
+    """For a database store other than SQLite (``postgresql://``, ``mysql://``, ``mssql://``):
+    one connection, waiting at most ``seconds``, then closed (MLflow alone retries a refused
+    connection for about 100 s, then ends in a traceback). :class:`StoreError` in one line
+    naming the store (password redacted) and the database's own first line of error."""
+    scheme = tracking_uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in ("postgresql", "mysql", "mssql"):
+        return
+    import sqlalchemy  # reason: only a database store needs it, and it is heavy
+
+    engine = sqlalchemy.create_engine(tracking_uri, connect_args={"connect_timeout": max(1, int(seconds))})
+    try:
+        engine.connect().close()
+    except Exception as exc:  # noqa: BLE001 - the driver's own error (refused, auth, no such database)
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        reason = first[0] if first else type(exc).__name__
+        raise StoreError(f"its store {redact(tracking_uri)} cannot be opened: {reason}") from None
+    finally:
+        engine.dispose()
+
+
 def redact(uri: str) -> str:
     """The URI with every secret shown as ``***`` (for messages and provenance lines): the
     userinfo's password (and a user name without one: it may be a token), the values of the

@@ -339,8 +339,9 @@ class RecordWriter:
         if self.ready:
             return self
         with store_lock(self.tracking_uri) as lock:  # a new SQLite store is created (migrated) once
-            self.client = PatientClient(MlflowClient(tracking_uri=self.tracking_uri),
-                                        f"[study {self.study}] the store {redact(self.tracking_uri)}")
+            what = f"[study {self.study}] the store {redact(self.tracking_uri)}"
+            with waiting_notice(what):  # a database store's engine: MLflow retries it for ~100 s
+                self.client = PatientClient(MlflowClient(tracking_uri=self.tracking_uri), what)
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
         if lock.note:
             print(f"[study {self.study}] {lock.note}", flush=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths, study_paths
-from record.store import (StoreError, hidden_secrets, move_artifact_root, redact, split_credentials, sqlite_path,
-                          unpack)
+from record.store import (StoreError, hidden_secrets, move_artifact_root, open_database, redact, split_credentials,
+                          sqlite_path, unpack)
 from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
@@ -83,6 +83,21 @@ def read_meta(paths: StudyPaths) -> dict[str, Any]:
 CREDENTIAL_VARIABLES = {"postgresql": ("PGUSER", "PGPASSWORD"),
                         "http": ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"),
                         "https": ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+
+
+def reach_database(tracking_uri: str, meta_path: Path) -> None:
+    """:func:`record.store.open_database` before a resume opens the store: :class:`StudyError`
+    in one line naming ``meta_path``, the store (password redacted), the database's own reason
+    and the credential variables that are not set (:data:`CREDENTIAL_VARIABLES`: study.json
+    keeps no secret, so after a restart they must come from the environment again)."""
+    try:
+        open_database(tracking_uri)
+    except StoreError as exc:
+        scheme = tracking_uri.split(":", 1)[0].split("+", 1)[0].lower()
+        unset = [v for v in CREDENTIAL_VARIABLES.get(scheme, ()) if not os.environ.get(v)]
+        hint = (f"; {' and '.join(unset)} not set (study.json keeps no secret: give them by environment"
+                f"{' or ~/.pgpass' if scheme == 'postgresql' else ''})") if unset else ""
+        raise StudyError(f"{meta_path}: {exc}{hint}; nothing was run") from None
 
 
 def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:

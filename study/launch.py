@@ -20,7 +20,7 @@ from study import slices
 from study.cost import study_eta
 from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
                           limit_text, quiet_tune, stop_ray)
-from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, relocate,
+from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
                           spec_from_meta, take_credentials, write_meta)
 from study.preflight import check_train_path_fits
 from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
@@ -339,6 +339,7 @@ def resume(
             raise StudyError(f"{paths.meta}: its store {db} does not exist; resume records only into an "
                              f"existing store or the study's own folder ({paths.db}): restore it, or "
                              f"`study launch <spec> --name {meta['name']} --tracking-uri <store>`")
+        reach_database(meta["tracking_uri"], paths.meta)  # a server down, no credentials: one line
         if user or password:
             write_meta(paths, meta)
         _set_train_path(paths, meta, train_path, out)

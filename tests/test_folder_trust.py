@@ -634,3 +634,22 @@ def test_a_driver_waiting_on_an_unreachable_store_says_so_once_per_interval(monk
     assert len(notes) >= 2, err[-3000:]
     assert all(ln.startswith(f"[study waits] the store http://u:***@127.0.0.1:{port}: no answer for ") for ln in notes)
     assert "hunter2" not in err
+
+
+def test_resume_of_a_database_store_that_cannot_be_opened_is_one_line_naming_what_is_missing(
+        exported, monkeypatch) -> None:
+    """A Postgres store that is down, or answers without the credentials study.json never keeps
+    (after a restart, PGUSER/PGPASSWORD unset): one line, exit 2, in seconds (MLflow alone
+    retries for about 100 s and ends in a traceback), the variables that are not set named."""
+    study_dir, _ = exported
+    meta = json.loads((study_dir / META_FILE).read_text())
+    meta["tracking_uri"] = f"postgresql://127.0.0.1:{closed_port()}/mlflow"
+    (study_dir / META_FILE).write_text(json.dumps(meta))
+    monkeypatch.delenv("PGUSER", raising=False)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    done = run_in(study_dir, *STUDY, "resume", ".", timeout=60)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_line(done)
+    assert meta["tracking_uri"] in line and "cannot be opened" in line, line
+    assert "PGUSER and PGPASSWORD not set" in line, line
+    assert "Traceback" not in done.stdout + done.stderr
