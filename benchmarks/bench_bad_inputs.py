@@ -12,6 +12,8 @@ inputs of every kind built so far, each on a fresh copy of what it tampers with:
     import    import folders: symlinks, special files, sparse files, foreign keys
     manifest  tampered export manifests (keys, folders, trainers, shapes)
     uri       secrets in a tracking URI
+    runs      run folders that link out of the study (``study runs``, ``study resume``)
+    fault     cheap faults: a truncated study.json, a store that is down
 
 Each answer is classified: ``one-line`` (a non-zero exit, one line on stderr, no traceback),
 ``traceback`` (a Python traceback, or more than one line), ``accepted`` (exit 0: the bad
@@ -93,11 +95,32 @@ def cases(base: Path, study_dir: Path, export: Path, runs: Path) -> dict[str, li
     def launch(body: str, *args: str) -> Callable[[], list[str]]:
         return lambda: [*STUDY, "launch", str(spec_file(base, body)), "--root", str(root), "--dry-run", *args]
 
-    def meta(**fields: Any) -> Callable[[], list[str]]:
+    def meta(command: str = "status", **fields: Any) -> Callable[[], list[str]]:
         def make() -> list[str]:
             m = json.loads((study_dir / "study.json").read_text())
             (study_dir / "study.json").write_text(json.dumps({**m, **fields}))
-            return [*STUDY, "status", str(study_dir)]
+            return [*STUDY, command, str(study_dir)]
+        return make
+
+    def truncated(command: str) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            text = (study_dir / "study.json").read_text()
+            (study_dir / "study.json").write_text(text[: len(text) // 2])
+            return [*STUDY, command, str(study_dir)]
+        return make
+
+    def linked_out(what: str, command: str) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            elsewhere = base / "elsewhere"
+            (elsewhere / "0123456789abcdef").mkdir(parents=True)
+            (elsewhere / "0123456789abcdef" / "trial.json").write_text("{}")
+            shutil.rmtree(study_dir / "runs", ignore_errors=True)
+            if what == "runs":
+                (study_dir / "runs").symlink_to(elsewhere)
+            else:
+                (study_dir / "runs").mkdir()
+                (study_dir / "runs" / "0123456789abcdef").symlink_to(elsewhere / "0123456789abcdef")
+            return [*STUDY, command, str(study_dir)]
         return make
 
     def meta_text(text: str, command: str = "status") -> Callable[[], list[str]]:
@@ -147,6 +170,10 @@ def cases(base: Path, study_dir: Path, export: Path, runs: Path) -> dict[str, li
             ("test_lengths [1e9]", launch(spec("task.test_lengths: [1000000000]"))),
             ("seed Infinity", launch(spec(seeds="[.inf]"))),
             ("lr nan", launch(spec("optim.lr: .nan"))),
+            ("clip .inf", launch(spec("optim.clip: .inf"))),
+            ("train_size -1", launch(spec("task.train_size: -1"))),
+            ("seed 5000 digits", launch(spec(seeds="[" + "9" * 5000 + "]"))),
+            ("batch 1e308", launch(spec("optim.batch_size: 1.0e308"))),
         ],
         "cli": [
             ("--address ray://[::1", launch(spec(), "--address", "ray://[::1")),
@@ -166,6 +193,8 @@ def cases(base: Path, study_dir: Path, export: Path, runs: Path) -> dict[str, li
             ("nested 200,000 deep", meta_text("[" * 200_000 + "]" * 200_000)),
             ("garbage, migrate", meta_text("garbage{", "migrate")),
             ("a list, resume", meta_text("[1, 2]", "resume")),
+            ("tracking_uri a mapping, resume", meta("resume", tracking_uri={"a": 1})),
+            ("name ../x, resume", meta("resume", name="../x")),
         ],
         "import": [
             ("link to /etc", imported(lambda f: (f / "checkpoint" / "x").symlink_to("/etc"))),
@@ -175,6 +204,8 @@ def cases(base: Path, study_dir: Path, export: Path, runs: Path) -> dict[str, li
             ("3 GB sparse", imported(lambda f: open(f / "checkpoint" / "x", "wb").truncate(3 << 30))),
             ("run folder a link", imported(lambda f: (shutil.move(f, base / "moved"), f.symlink_to(base / "moved")))),
             ("trial.json garbage", imported(lambda f: (f / "trial.json").write_text("{"))),
+            ("link to its parent", imported(lambda f: (f / "checkpoint" / "x").symlink_to(".."))),
+            ("dangling link", imported(lambda f: (f / "x").symlink_to(base / "nowhere"))),
         ],
         "manifest": [
             ("key ../victim", manifest(first_run(key="../victim"))),
@@ -187,12 +218,28 @@ def cases(base: Path, study_dir: Path, export: Path, runs: Path) -> dict[str, li
             ("config not an object", manifest(first_run(config=3))),
             ("drop_finished a number", manifest(lambda m: m.update(drop_finished=3))),
             ("format 2", manifest(lambda m: m.update(format=2))),
+            ("key a number", manifest(first_run(key=7))),
+            ("runs missing", manifest(lambda m: m["trials"][0].pop("runs"))),
+            ("key missing", manifest(lambda m: m["trials"][0]["runs"][0].pop("key"))),
         ],
         "uri": [
             ("query password", launch(spec(), "--tracking-uri", "postgresql://127.0.0.1:1/m?user=u&password=S3CRET")),
             ("sslpassword", launch(spec(), "--tracking-uri", "postgresql://127.0.0.1:1/m?sslpassword=S3CRET")),
             ("fragment", launch(spec(), "--tracking-uri", "postgresql://127.0.0.1:1/m#S3CRET")),
             ("http token", launch(spec(), "--tracking-uri", "http://127.0.0.1:1/?token=S3CRET")),
+            ("userinfo and query", launch(spec(), "--tracking-uri",
+                                          "postgresql://u:S3CRET@127.0.0.1:1/m?password=S3CRET")),
+            ("mysql query password", launch(spec(), "--tracking-uri", "mysql://127.0.0.1:1/m?password=S3CRET")),
+        ],
+        "runs": [
+            ("run folder links out, runs", linked_out("run", "runs")),
+            ("runs/ links out, resume", linked_out("runs", "resume")),
+            ("run folder links out, resume", linked_out("run", "resume")),
+        ],
+        "fault": [
+            ("truncated study.json, status", truncated("status")),
+            ("postgres down, resume", meta("resume", tracking_uri="postgresql://127.0.0.1:1/mlflow")),
+            ("truncated study.json, resume", truncated("resume")),
         ],
     }
 

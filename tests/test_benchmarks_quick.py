@@ -110,7 +110,7 @@ CASES = [
     ]),
     ("bench_bad_inputs.py", "--root", ("mlflow", "ray"), [
         r"^setup: a study, its export and a worker's run folder in \d+\.\d+ s$",
-        r"^total\s+14\s+14\s+0\s+0\s+0$",
+        r"^total\s+18\s+18\s+0\s+0\s+0$",
         r"^every bad input answered in one line, nothing lost$",
     ]),
     ("bench_chaos.py", "--root", ("mlflow", "ray"), [
