@@ -165,8 +165,20 @@ def runtime_env(modules: list[str]) -> dict[str, Any] | None:
         return None
     shipped = []
     for top in tops:
-        shipped.append(sys.modules.get(top) or importlib.import_module(top))
+        shipped.append(_module_path(sys.modules.get(top) or importlib.import_module(top)))
     return {"py_modules": shipped, "env_vars": {PLUGINS_ENV: ",".join(modules)}}
+
+
+def _module_path(module: Any) -> str:
+    """Where ``module``'s code lies, as a path string: its package folder, or its one ``.py`` file.
+    Ray takes module objects too, but a job submitted with its own ``runtime_env``
+    (``ray job submit --runtime-env-json``) merges it with the driver's by ``deepcopy``, and a
+    module object cannot be copied ("cannot pickle 'module' object": the job fails at start)."""
+    paths = list(getattr(module, "__path__", None) or [])
+    if len(paths) > 1:
+        raise SpecError(f"plugin {module.__name__!r}: a namespace package spread over {len(paths)} "
+                        "folders cannot be shipped to a cluster's workers; make it one package")
+    return str(paths[0] if paths else module.__file__)
 
 
 __all__ = ["PLUGINS_ENV", "check_sources", "config_plugins", "export_to_workers", "spec_plugin_sources", "import_in_worker", "import_named",
