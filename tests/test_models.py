@@ -6,12 +6,16 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from locattn import registry
 from locattn.models import apply_size, build_model, build_regressor
 from locattn.models.encoder import GRUWeights, SourceEncoder
 from locattn.variants import get_variant, list_variants
 
 PAD, SOS, EOS, V = 0, 1, 2, 13
-SEQ2SEQ = [k for k in list_variants() if get_variant(k).kind == "seq2seq"]
+# The package's own presets: an installed plugin (.ci/run installs examples/locattn-localp) adds
+# variants whose attenders keep their own rules (local-p weights do not sum to 1, as in Luong et al.).
+SEQ2SEQ = [k for k in list_variants() if get_variant(k).kind == "seq2seq"
+           and registry.entries("variant")[k].builtin]
 REGRESSORS = [k for k in list_variants() if get_variant(k).kind == "regressor"]
 
 
