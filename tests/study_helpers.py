@@ -10,6 +10,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def start_private_ray(attempts: int = 3) -> Any:
+    """``study.launch.init_ray()`` (a private local Ray), tried up to ``attempts`` times: on a
+    loaded machine (CI beside a study, two pytest-xdist workers starting Ray at once) a GCS or
+    raylet start-up can time out once, and a module-scoped fixture that fails then errors every
+    test of its file. The product's own one-line StudyError is raised if the last try fails."""
+    from study.folder import StudyError  # here: the helpers' other users need no study import
+    from study.launch import init_ray  # the same
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return init_ray()
+        except StudyError:
+            if attempt == attempts:
+                raise
+            time.sleep(5 * attempt)
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, proc: Any = None,
              log: Path | None = None) -> Any:
     """Poll ``pred`` until it returns something true (returned), a watched driver ``proc`` exits

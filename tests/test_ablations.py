@@ -200,11 +200,11 @@ def shared(tmp_path_factory):
     """One local Ray (loopback) and one MLflow SQLite store for every smoke study."""
     pytest.importorskip("ray")
     pytest.importorskip("mlflow")
-    from study.launch import init_ray
+    from study_helpers import start_private_ray
 
     import ray
 
-    started = init_ray()
+    started = start_private_ray()  # init_ray, retried under load
     base = tmp_path_factory.mktemp("ablations")
     yield {"root": base / "studies", "uri": f"sqlite:///{base / 'mlflow.db'}", "db": base / "mlflow.db"}
     if started:

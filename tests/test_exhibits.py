@@ -135,9 +135,11 @@ def studies(tmp_path_factory):
     pytest.importorskip("mlflow")
     import ray
 
-    from study.launch import init_ray, launch
+    from study.launch import launch
 
-    started = init_ray()
+    from study_helpers import start_private_ray
+
+    started = start_private_ray()  # init_ray, retried under load
     root = tmp_path_factory.mktemp("exhibits") / "studies"
     out = {}
     for stem in ("rc_table10", "dubois_fig9", "dubois_interp"):

@@ -123,9 +123,10 @@ def test_a_launch_writes_the_format_and_a_format_0_study_migrates_and_resumes(tm
     # here, not at the top: the rest of this file runs without Ray
     import ray
     from test_study import SMOKE, trial_runs, write_spec
-    from study.launch import init_ray, launch, resume
+    from study.launch import launch, resume
+    from study_helpers import start_private_ray
 
-    started = init_ray()
+    started = start_private_ray()  # init_ray, retried under load
     try:
         spec = write_spec(tmp_path, "fmt", grid={"task": ["copy"], "variant": ["content"]},
                           overrides={**SMOKE, "optim.epochs": 1})

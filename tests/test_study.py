@@ -28,8 +28,8 @@ pytest.importorskip("mlflow")
 pytest.importorskip("optuna")
 
 from record import schema  # noqa: E402
-from study_helpers import duplicate_metric_rows, trial_run_rows, wait_for  # noqa: E402
-from study.launch import init_ray, launch, resume  # noqa: E402
+from study_helpers import duplicate_metric_rows, start_private_ray, trial_run_rows, wait_for  # noqa: E402
+from study.launch import launch, resume  # noqa: E402
 from study.spec import SpecError  # noqa: E402
 from study.status import STALE, study_status  # noqa: E402
 
@@ -42,7 +42,7 @@ SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
 def ray_address():
     import ray
 
-    started = init_ray()
+    started = start_private_ray()  # init_ray, retried under load
     address = ray.get_runtime_context().gcs_address
     assert address.startswith("127.0.0.1:")  # tests talk to loopback only
     yield address
