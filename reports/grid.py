@@ -33,8 +33,9 @@ def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
         if set(axes) != {"task", "variant"}:
             return None
         place[(axes["task"], axes["variant"])] = s
-    tasks = list(dict.fromkeys(t for t, _ in place))
-    variants = list(dict.fromkeys(v for _, v in place))
+    # by key, not by the order the store returned the cells in: the same record gives the same grid
+    tasks = sorted({t for t, _ in place})
+    variants = sorted({v for _, v in place})
     columns = [(t, k) for t in tasks for k in keys
                if any(k in s.medians for (t2, _), s in place.items() if t2 == t)]
     head = ["Variant", *(f"{labels.task(t)} {k.removeprefix('test.')}" for t, k in columns)]

@@ -145,8 +145,8 @@ def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
     summary = (root / "locattn-localp-smoke" / "reports" / "summary.md").read_text()
     assert "task=addition,variant=localp" in summary and "task=copy,variant=localp" in summary
     grid = (root / "locattn-localp-smoke" / "reports" / "grid.md").read_text()
-    assert ("| Variant | Copy iid.seq_acc | Copy len15.seq_acc | Addition iid.seq_acc | "
-            "Addition len15.seq_acc |") in grid
+    assert ("| Variant | Addition iid.seq_acc | Addition len15.seq_acc | Copy iid.seq_acc | "
+            "Copy len15.seq_acc |") in grid  # tasks and variants by key
     assert "\n| Local-p | " in grid and "\n| Content | " in grid
 
 
