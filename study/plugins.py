@@ -15,6 +15,7 @@ otherwise it stops in one line, importing nothing.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -165,7 +166,13 @@ def runtime_env(modules: list[str]) -> dict[str, Any] | None:
         return None
     shipped = []
     for top in tops:
-        shipped.append(_module_path(sys.modules.get(top) or importlib.import_module(top)))
+        module = sys.modules.get(top)
+        if module is None and top not in modules:
+            # registered earlier in this process by code that is gone (a notebook's or a test's
+            # module no longer on the path): nothing of it can reach a trial, nothing to ship
+            if importlib.util.find_spec(top) is None:
+                continue
+        shipped.append(_module_path(module or importlib.import_module(top)))
     return {"py_modules": shipped, "env_vars": {PLUGINS_ENV: ",".join(modules)}}
 
 

@@ -39,6 +39,21 @@ def pytest_configure(config: pytest.Config) -> None:
     os.replace(tmp, token)
 
 
+@pytest.fixture(autouse=True)
+def _ray_auth_mode_as_before():
+    """Put ``RAY_AUTH_MODE`` back after each test. ``study launch|resume`` run in-process (the
+    CLI tests: dry runs, refusals) set it to ``token`` in this process's environment for the
+    private Ray they would start; a later test's ``init_ray`` in the same pytest process then
+    started a GCS its driver could not authenticate to ("InvalidAuthToken"), and every test of
+    the module errored (24 in the default tier: test_study, test_offline, test_exhibits, ...)."""
+    before = os.environ.get("RAY_AUTH_MODE")
+    yield
+    if before is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = before
+
+
 #: Checks moved from the default tier to the ``slow`` tier (issue 42), so that the README's test
 #: command (``python -m pytest -n auto``) stays near 10 minutes on a 2-core machine. ``.ci/run``
 #: runs them (``-m "slow or ..."``). Each was among the slowest 40 of ``--durations`` (seconds
