@@ -452,8 +452,9 @@ def _run_locked(
                     "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
                     **counts, "interrupted": False}
         check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
-        if solo_note(spec):
-            print(f"[study {name}] {solo_note(spec)}", file=out)
+        note = solo_note(spec)
+        if note:
+            print(f"[study {name}] {note}", file=out)
         eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
                                             epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
