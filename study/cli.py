@@ -43,7 +43,6 @@ if __name__ == "__main__" or os.path.basename(getattr(sys, "argv", [""])[0]) == 
 
 # Everything else is imported once the handler is in.
 import argparse
-import difflib
 import importlib
 import json
 import logging
@@ -63,6 +62,7 @@ from study.launch import launch, resume
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
 from study.spec import SpecError, parse_only, parse_seeds, parse_sets
+from study.spec_checks import did_you_mean
 from study.spec_schema import schema_text
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
@@ -231,10 +231,8 @@ def find_study(study: str, root: str) -> StudyPaths:
     base = paths.dir.parent
     known = sorted(p.name for p in base.iterdir() if is_study_dir(p)) \
         if base.is_dir() else []
-    close = difflib.get_close_matches(paths.dir.name, known, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
     where = f"studies under {base}: {', '.join(known)}" if known else f"no studies under {base}"
-    raise SpecError(f"no study {study!r}{hint}; {where}")
+    raise SpecError(f"no study {study!r}{did_you_mean(paths.dir.name, known)}; {where}")
 
 
 def check_spec_path(spec: str) -> None:
