@@ -82,7 +82,7 @@ MAX_SPEC_BYTES = 1 << 20
 #: resolved config: ``dotted key: (least, greatest)`` (a list field: each item). Any other
 #: number is finite and at most :data:`MAX_INT` (an int) or :data:`MAX_FLOAT` in magnitude.
 NUMERIC_RANGES: dict[str, tuple[float, float]] = {
-    "seed": (0, 2**32 - 1),
+    "seed": (0, MAX_SEED),
     "optim.epochs": (1, 10_000_000),
     "optim.batch_size": (1, 1 << 20),
     "optim.lr": (0.0, 1e15),  # wide: the NaN-loss tests diverge a run with lr 1e12
@@ -169,14 +169,13 @@ def check_range(where: str, key: str, value: Any) -> None:
     """A :class:`SpecError` naming ``key``, its value and its range unless the number (or each
     item of a list) lies in :data:`NUMERIC_RANGES`' range for ``key`` (or, for another key, is
     at most :data:`MAX_INT` / :data:`MAX_FLOAT` in magnitude); anything not a number passes."""
-    least, most = NUMERIC_RANGES.get(key, (-MAX_FLOAT, MAX_FLOAT))
     for v in value if isinstance(value, (list, tuple)) else (value,):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
-        if isinstance(v, int) and key not in NUMERIC_RANGES:
-            least, most = -MAX_INT, MAX_INT
         if isinstance(v, float) and not math.isfinite(v):
             raise SpecError(f"{where}: {key}={v!r} is not a finite number")
+        bound = MAX_INT if isinstance(v, int) else MAX_FLOAT
+        least, most = NUMERIC_RANGES.get(key, (-bound, bound))
         if not least <= v <= most:
             raise SpecError(f"{where}: {key}={short_repr(v)}: out of its range {least:,} to {most:,}")
 
