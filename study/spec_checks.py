@@ -57,6 +57,8 @@ SEARCH_KEYS = {
 }
 SPACE_TYPES = ("loguniform", "uniform", "int", "categorical")
 SAMPLERS = ("tpe", "random", "gp")
+#: ``search.mode``: whether the sampler maximises or minimises ``search.metric``.
+MODES = ("max", "min")
 RESOURCE_KEYS = {"cpus", "gpus"}
 COST_KEYS = {"seconds_per_1k_examples"}
 SPECIAL_AXES = ("task", "variant", "ablation")

@@ -17,7 +17,7 @@ from locattn.tasks import list_tasks
 from locattn.tasks.config import task_defaults, task_kind
 from record import schema
 from study.keys import cell_id, format_value
-from study.spec_checks import (MAX_CELLS, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
+from study.spec_checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
                                check_mapping, check_range, check_unique, did_you_mean, spec_error)
 from study.spec_model import Cell, SearchSpec
 
@@ -179,8 +179,8 @@ def parse_search(path: str, raw: Any) -> SearchSpec | None:
     if sampler not in SAMPLERS:
         raise spec_error(path, "search.sampler", f"unknown sampler {sampler!r}", list(SAMPLERS))
     mode = raw.get("mode", "max")
-    if mode not in ("max", "min"):
-        raise spec_error(path, "search.mode", f"unknown mode {mode!r}", ["max", "min"])
+    if mode not in MODES:
+        raise spec_error(path, "search.mode", f"unknown mode {mode!r}", list(MODES))
     metric = raw.get("metric", "best_selection_score")
     if isinstance(metric, str):
         metric = schema.current_metric(metric)  # a former name still names its metric

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from study.retention import KEEP_POLICIES
-from study.spec_checks import (COST_KEYS, MAX_INT, MAX_SEED, MAX_SEEDS, NAME_PATTERN, PROFILE_KEYS,
+from study.spec_checks import (COST_KEYS, MAX_INT, MAX_SEED, MAX_SEEDS, MODES, NAME_PATTERN, PROFILE_KEYS,
                                RESOURCE_KEYS, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, TOP_KEYS)
 
 SCHEMA_ID = "spec.schema.json"
@@ -34,7 +34,7 @@ _SEARCH_SHAPES: dict[str, dict[str, Any]] = {
     "sampler": {"enum": list(SAMPLERS)},
     "sampler_seed": _INT,
     "metric": {"type": "string"},
-    "mode": {"enum": ["max", "min"]},
+    "mode": {"enum": list(MODES)},
 }
 _ABLATION = {
     "type": "object",
