@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from record.layout import StudyPaths, study_paths
 from record.store import (StoreError, hidden_secrets, move_artifact_root, open_database, redact, split_credentials,
-                          sqlite_path, unpack)
+                          sqlite_path, unpack, uri_parts)
 from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
@@ -93,7 +93,7 @@ def reach_database(tracking_uri: str, meta_path: Path) -> None:
     try:
         open_database(tracking_uri)
     except StoreError as exc:
-        scheme = tracking_uri.split(":", 1)[0].split("+", 1)[0].lower()
+        scheme = uri_parts(tracking_uri).kind  # postgresql, mysql or mssql: open_database tries no other
         unset = [v for v in CREDENTIAL_VARIABLES.get(scheme, ()) if not os.environ.get(v)]
         hint = (f"; {' and '.join(unset)} not set (study.json keeps no secret: give them by environment"
                 f"{' or ~/.pgpass' if scheme == 'postgresql' else ''})") if unset else ""
