@@ -55,23 +55,68 @@ WAIT_NOTICE_SECONDS = 60.0
 minutes), the driver says so on stderr once per this many seconds."""
 
 
+class StoreWaits:
+    """The store calls in flight and the one daemon thread that watches them all
+    (:func:`waiting_notice`): a thread started per call cost about 0.5 ms of every call."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.calls: dict[object, list] = {}
+        """token -> [what, stream, start, next notice, every] (monotonic seconds)."""
+        self.thread: threading.Thread | None = None
+
+    def add(self, token: object, what: str, stream: Any) -> None:
+        """Watch one call from now, a notice every :data:`WAIT_NOTICE_SECONDS` (as it is now)."""
+        now, every = time.monotonic(), WAIT_NOTICE_SECONDS
+        with self.cond:
+            self.calls[token] = [what, stream, now, now + every, every]
+            if self.thread is None or not self.thread.is_alive():  # none yet, or a forked child
+                self.thread = threading.Thread(target=self.watch, name="store-wait", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    def remove(self, token: object) -> None:
+        """The call returned (or raised): no more notices for it."""
+        with self.cond:
+            self.calls.pop(token, None)
+
+    def watch(self) -> None:
+        """The watcher's loop: sleep until the next notice is due, print the due ones (outside
+        the lock, so that a slow stderr never holds a store call up)."""
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                due = []
+                for call in self.calls.values():
+                    if call[3] <= now:
+                        due.append((call[0], call[1], now - call[2]))
+                        call[3] = now + call[4]
+                if not due:
+                    nxt = min((call[3] for call in self.calls.values()), default=None)
+                    self.cond.wait(None if nxt is None else nxt - now)
+                    continue
+            for what, stream, waited in due:
+                print(f"{what}: no answer for {waited:.0f} s; still retrying "
+                      "(MLflow's client retries for minutes; Ctrl-C stops, the study is kept)",
+                      file=stream or sys.stderr, flush=True)
+
+
+STORE_WAITS = StoreWaits()
+"""The process's watcher of store calls (a forked child starts afresh: its lock may be held)."""
+os.register_at_fork(after_in_child=STORE_WAITS.__init__)
+
+
 @contextmanager
 def waiting_notice(what: str, stream: Any = None) -> Iterator[None]:
     """Around one blocking store call: every :data:`WAIT_NOTICE_SECONDS` it has not returned,
-    one line on ``stream`` (stderr) naming ``what`` and how long it has waited."""
-    done, start, every = threading.Event(), time.monotonic(), WAIT_NOTICE_SECONDS
-
-    def say() -> None:
-        while not done.wait(every):
-            print(f"{what}: no answer for {time.monotonic() - start:.0f} s; still retrying "
-                  "(MLflow's client retries for minutes; Ctrl-C stops, the study is kept)",
-                  file=stream or sys.stderr, flush=True)
-
-    threading.Thread(target=say, name="store-wait", daemon=True).start()
+    one line on ``stream`` (stderr) naming ``what`` and how long it has waited
+    (:data:`STORE_WAITS` watches)."""
+    token = object()
+    STORE_WAITS.add(token, what, stream)
     try:
         yield
     finally:
-        done.set()
+        STORE_WAITS.remove(token)
 
 
 class PatientClient:
