@@ -304,9 +304,21 @@ def test_paper_numbers_load_for_every_table() -> None:
     assert (t3[("content", "cfq:test")].value, t3[("content", "cfq:test")].std) == (62.14, 0.88)
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None,
-                    reason="pdflatex not installed (apt-get install texlive-latex-base "
-                           "texlive-latex-recommended)")
+needs_pdflatex = pytest.mark.skipif(
+    shutil.which("pdflatex") is None,
+    reason="pdflatex not installed (apt-get install texlive-latex-base texlive-latex-recommended)")
+
+
+def assert_compiles(doc: str, tmp_path: Path) -> None:
+    """``doc`` compiles with pdflatex into a PDF of more than a kilobyte."""
+    (tmp_path / "t.tex").write_text(doc, encoding="utf-8")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / "t.pdf").stat().st_size > 1000
+
+
+@needs_pdflatex
 @pytest.mark.parametrize("tid", sorted(CASES))
 def test_latex_compiles(tid: str, tmp_path: Path) -> None:
     rs, res = _result(tid)
@@ -314,11 +326,7 @@ def test_latex_compiles(tid: str, tmp_path: Path) -> None:
     doc = ("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
            "\\usepackage{booktabs,graphicx,xcolor}\n\\begin{document}\n" + body
            + "\\end{document}\n")
-    (tmp_path / "t.tex").write_text(doc, encoding="utf-8")
-    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert (tmp_path / "t.pdf").stat().st_size > 1000
+    assert_compiles(doc, tmp_path)
 
 
 # --------------------------------------------------------------------------- --standalone
@@ -338,16 +346,10 @@ def test_standalone_latex_is_a_whole_document_that_fits_wide_tables_without_shri
     assert "(3/5)" in doc or "(5/5)" in doc  # the --solved counts are in it
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None,
-                    reason="pdflatex not installed (apt-get install texlive-latex-base "
-                           "texlive-latex-recommended)")
+@needs_pdflatex
 @pytest.mark.parametrize("tid", sorted(CASES))
 def test_standalone_latex_compiles_alone(tid: str, tmp_path: Path) -> None:
     rs, res = _result(tid)
     res = dataclasses.replace(res, solved_at=90.0)
-    (tmp_path / "t.tex").write_text(standalone_latex(render_latex(
-        res, _prov(rs), paper_label, load_paper_numbers(res.table))), encoding="utf-8")
-    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert (tmp_path / "t.pdf").stat().st_size > 1000
+    assert_compiles(standalone_latex(render_latex(
+        res, _prov(rs), paper_label, load_paper_numbers(res.table))), tmp_path)
