@@ -286,7 +286,7 @@ def _ranked_choices(finished: pl.DataFrame, runset: RunSet, group: list[str],
     """
     names = [f"rank{i}" for i in range(len(ranking))]
     table = finished
-    measured = finite_metrics(runset)
+    measured = finite_metrics(runset.metrics)
     for name, (key, _, missing) in zip(names, ranking):
         values = measured.filter(pl.col("key") == key).select("run_id", pl.col("value").alias(name))
         table = table.join(values, on="run_id", how="left")
@@ -301,10 +301,11 @@ def _ranked_choices(finished: pl.DataFrame, runset: RunSet, group: list[str],
     )
 
 
-def finite_metrics(runset: RunSet) -> pl.DataFrame:
-    """``runset.metrics`` without its non-finite values (NaN, ±inf): :mod:`record.summary`'s
-    rule, applied before any median or ranking (polars sorts NaN above every number)."""
-    return runset.metrics.filter(pl.col("value").is_finite())
+def finite_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The rows of a metrics frame (``RunSet.metrics``: run_id, key, value) whose value is a
+    measurement: :func:`record.summary.is_measurement` in polars (no null, NaN or ±inf), applied
+    before any median or ranking (polars sorts NaN above every number)."""
+    return metrics.filter(pl.col("value").is_finite())
 
 
 def refuse_merged_cells(runs: pl.DataFrame, table: TableDef, group: Sequence[str]) -> None:
@@ -669,13 +670,14 @@ def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list
                                    solved={}, n=0, n_expected=expected))
             continue
         ids = finished.filter((pl.col("cell") == cell) & (pl.col("hparams") == pick["hparams"]))["run_id"]
-        vals = runset.metrics.filter(pl.col("run_id").is_in(ids.to_list()) & pl.col("key").is_in(keys))
+        vals = runset.metrics.filter(pl.col("run_id").is_in(ids.to_list()) & pl.col("key").is_in(keys)
+                                     & pl.col("value").is_not_null())
+        measured = finite_metrics(vals)
         medians, solved, n_diverged = {}, {}, {}
         for key in keys:
-            all_v = vals.filter(pl.col("key") == key)["value"].drop_nulls()
-            v = all_v.filter(all_v.is_finite()).to_numpy() * 100
-            if len(v) < len(all_v):
-                n_diverged[key] = len(all_v) - len(v)
+            v = measured.filter(pl.col("key") == key)["value"].to_numpy() * 100
+            if n_bad := vals.filter(pl.col("key") == key).height - len(v):
+                n_diverged[key] = n_bad
             if len(v):
                 medians[key] = float(np.median(v))
                 solved[key] = int((v >= solved_at).sum())

@@ -132,7 +132,7 @@ def choose_run(runset: RunSet, task: str, variant: str) -> ChosenRun | None:
     ).with_columns(pl.col("hparams").fill_null("{}"))
     if runs.height == 0:
         return None
-    dev = finite_metrics(runset).filter(pl.col("key") == SELECTION_KEY).select(
+    dev = finite_metrics(runset.metrics).filter(pl.col("key") == SELECTION_KEY).select(
         "run_id", pl.col("value").alias("dev"))
     runs = runs.join(dev, on="run_id", how="left")
     best = (runs.group_by("hparams").agg(pl.col("dev").median())

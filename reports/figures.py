@@ -87,14 +87,15 @@ def length_frame(runset, task: str, metric: str, *, lookup_family: str = "seen")
     if runs.height == 0:
         return pl.DataFrame(schema={"variant": pl.String, "split": pl.String, "x": pl.Float64,
                                     "seed": pl.Int64, "value": pl.Float64})
-    dev = finite_metrics(runset).filter(pl.col("key") == SELECTION_KEY).select("run_id", pl.col("value").alias("dev"))
+    dev = finite_metrics(runset.metrics).filter(pl.col("key") == SELECTION_KEY).select(
+        "run_id", pl.col("value").alias("dev"))
     best = (runs.join(dev, on="run_id", how="left").group_by(["variant", "hparams"])
             .agg(pl.col("dev").median()).sort(["variant", "dev", "hparams"],
                                               descending=[False, True, False], nulls_last=True)
             .group_by("variant", maintain_order=True).first().select("variant", "hparams"))
     runs = runs.join(best, on=["variant", "hparams"], how="inner")
-    m = finite_metrics(runset).filter(pl.col("key").str.starts_with("test.")
-                              & pl.col("key").str.ends_with(f".{metric}"))
+    m = finite_metrics(runset.metrics).filter(pl.col("key").str.starts_with("test.")
+                                      & pl.col("key").str.ends_with(f".{metric}"))
     m = m.with_columns(pl.col("key").str.slice(5).str.replace(f"\\.{metric}$", "").alias("split"))
     rows = []
     for rec in m.join(runs.select("run_id", "variant", "seed"), on="run_id").iter_rows(named=True):
@@ -293,7 +294,7 @@ def raffel_frame(runset) -> pl.DataFrame:
     keep = [chosen.get((t, v, t0), h) == h for t, v, t0, h in runs.select(
         "task", "variant", "task.t0", pl.col("hparams").fill_null("{}")).iter_rows()]
     runs = runs.filter(pl.Series(keep, dtype=pl.Boolean))
-    m = finite_metrics(runset).filter(pl.col("key") == "test.test.accuracy")
+    m = finite_metrics(runset.metrics).filter(pl.col("key") == "test.test.accuracy")
     return (runs.join(m, on="run_id").select(
         "task", "variant", pl.col("task.t0").cast(pl.Float64).alias("t0"), "seed",
         (pl.col("value") * 100).alias("accuracy"))
