@@ -261,16 +261,19 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
             loss_parts: list[torch.Tensor] = [None] * K  # type: ignore[list-item]
             for idx in groups.values():
                 group = [batches[k] for k in idx]
-                S = max(b.src.shape[1] for b in group)
-                T = max(b.tgt_in.shape[1] for b in group)
-                if compiled:  # alone: one shape for every batch of the run, so one graph
+                rows = sum(b.src.shape[0] for b in group)  # k*B
+                if compiled:  # alone, at one shape for every batch of the run (rows to the batch size), so one graph
                     S, T = fixed[idx[0]]
+                    src, src_len, tgt_in, tgt_out = fixed_shape_inputs(group[0], S, T, cfg0.optim.batch_size, pad)
+                else:
+                    S = max(b.src.shape[1] for b in group)
+                    T = max(b.tgt_in.shape[1] for b in group)
+                    src = torch.cat([_pad(b.src, S, pad) for b in group])  # (k*B, S)
+                    src_len = torch.cat([b.src_len for b in group])  # (k*B,)
+                    tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in group])  # (k*B, T)
+                    tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in group])  # (k*B, T)
                 noise.generators = [gens[k] for k in idx]
                 noise.trim = [S - b.src.shape[1] for b in group]
-                src = torch.cat([_pad(b.src, S, pad) for b in group])  # (k*B, S)
-                src_len = torch.cat([b.src_len for b in group])  # (k*B,)
-                tgt_in = torch.cat([_pad(b.tgt_in, T, pad) for b in group])  # (k*B, T)
-                tgt_out = torch.cat([_pad(b.tgt_out, T, pad) for b in group])  # (k*B, T)
                 sub = None
                 if len(idx) < K:
                     sel = torch.tensor(idx, device=src.device)
@@ -278,13 +281,12 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                     sub.update({name: b.index_select(0, sel.to(b.device)) for name, b in pack.switches})
                 elif compiled:  # the same call as a packed replica's, so the same graph and kernels
                     sub = dict(zip(pack.names, pack.stacked))
-                u = noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)) if drop else None
+                # drawn for the batch's own rows (the generators' stream does not depend on the padding)
+                u = noise.uniform(src.new_empty(model.dropout_shape(src[:rows]), dtype=torch.float32)) if drop else None
                 tf = forced[idx[0]][step - 1]
                 if compiled:
-                    rows = cfg0.optim.batch_size
-                    src, src_len, tgt_in, tgt_out = fixed_shape_inputs(group[0], S, T, rows, pad)
-                    if u is not None and u.shape[0] < rows:  # filler rows: kept (their loss is 0)
-                        u = torch.cat([u, u.new_ones(rows - u.shape[0], *u.shape[1:])])
+                    if u is not None and rows < src.shape[0]:  # filler rows: kept (their loss is 0)
+                        u = torch.cat([u, u.new_ones(src.shape[0] - rows, *u.shape[1:])])
                     nll = runs[idx[0]].compile_watch.call(
                         nll_fn, batch_nll, model, sub, src, src_len, tgt_in, tgt_out, u, pad, 1,
                         teacher_forced=tf)  # (1,)
