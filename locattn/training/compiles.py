@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -49,11 +49,9 @@ class CompileWatch:
     label: str
     compiles: int = 0
     compile_seconds: float = 0.0
-    total_compiles: int = 0
     epochs: int = 0
     epoch: int = 0
     eager: bool = False
-    reasons: list[str] = field(default_factory=list)
     compiling_since: float | None = None
 
     def start_epoch(self, epoch: int) -> None:
@@ -80,11 +78,9 @@ class CompileWatch:
         new = compiled_frames() - before
         if new:
             self.compiles += new
-            self.total_compiles += new
             self.compiling_since = start  # AOTAutograd compiles the backward at its first call
-            reason = last_recompile_reason()
-            self.reasons.append(reason)
             if self.epochs > 1:
+                reason = last_recompile_reason()
                 warnings.warn(f"{self.label}: epoch {self.epoch}: torch.compile compiled again after "
                               f"the first epoch ({new} graph(s); reason: {reason or 'unknown'})",
                               RuntimeWarning, stacklevel=2)
