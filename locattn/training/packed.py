@@ -54,17 +54,14 @@ the packed model (``LocationAttender.pack_switches``). Table 4's OneStepAttn, -S
 _MAY_DIFFER = PACKABLE_FIELDS + SWITCH_FIELDS
 
 
-def _flat_identity(cfg: RunConfig) -> dict[str, Any]:
-    return {k: v for k, v in flatten(identity_dict(cfg)).items() if k not in _MAY_DIFFER}
-
-
 def check_packable(cfgs: Sequence[RunConfig]) -> None:
     """Raise ``ValueError`` unless ``cfgs`` are one cell: equal except :data:`PACKABLE_FIELDS`."""
     if not cfgs:
         raise ValueError("train_packed needs at least one RunConfig")
-    ref = _flat_identity(cfgs[0])
+    flats = [flatten(identity_dict(c)) for c in cfgs]
+    ref = {k: v for k, v in flats[0].items() if k not in _MAY_DIFFER}
     for i, cfg in enumerate(cfgs[1:], start=1):
-        other = _flat_identity(cfg)
+        other = {k: v for k, v in flats[i].items() if k not in _MAY_DIFFER}
         diff = sorted(k for k in set(ref) | set(other) if ref.get(k) != other.get(k))
         if diff:
             raise ValueError(
@@ -73,7 +70,7 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
         if cfg.device != cfgs[0].device:
             raise ValueError(f"cfgs[{i}].device={cfg.device!r} differs from cfgs[0].device={cfgs[0].device!r}")
     family = cfgs[0].model.attention.family
-    switched = sorted(f for f in SWITCH_FIELDS[1:] if len({flatten(identity_dict(c)).get(f) for c in cfgs}) > 1)
+    switched = sorted(f for f in SWITCH_FIELDS[1:] if len({flat.get(f) for flat in flats}) > 1)
     if switched:
         c0 = cfgs[0]
         if family != "location" or c0.train_path != "eager" or c0.optim.train_step != "eager":
