@@ -111,9 +111,7 @@ class Entry:
 
 
 _ENTRIES: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
-_VERSION = [0]  # bumped by every registration: caches keyed on it rebuild
 _ENTRY_POINTS_LOADED = [False]
-_IMPORTED: dict[str, dict[str, str]] = {}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -147,7 +145,6 @@ def _register(kind: str, name: str, target: Any, label: str, doc: str,
         raise PluginError(f"{kind} {name!r} is already registered by {old.module or old.plugin!r}; "
                           "pick another name")
     _ENTRIES[kind][name] = entry
-    _VERSION[0] += 1
     return entry
 
 
@@ -259,11 +256,6 @@ def entries(kind: str, *, discover: bool = True) -> dict[str, Entry]:
     return dict(_ENTRIES[kind])
 
 
-def version() -> int:
-    """A counter bumped by every registration (caches of built presets key on it)."""
-    return _VERSION[0]
-
-
 class Labels(Mapping[str, str]):
     """A live, read-only {name: label} view of one kind (``locattn.variants.PAPER_LABELS``)."""
 
@@ -348,7 +340,6 @@ def import_plugins(modules: list[str] | tuple[str, ...], *, source: str = "plugi
                 raise
             raise PluginError(f"{source}: plugin {name!r} failed to import: "
                               f"{type(exc).__name__}: {_one_line(exc)}") from exc
-        _IMPORTED[name] = {"source": source}
 
 
 def load_entry_points() -> None:
@@ -394,5 +385,4 @@ __all__ = [
     "register_variant",
     "source_sha256",
     "unknown_message",
-    "version",
 ]
