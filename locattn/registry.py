@@ -256,15 +256,16 @@ def entries(kind: str, *, discover: bool = True) -> dict[str, Entry]:
     return dict(_ENTRIES[kind])
 
 
-class Labels(Mapping[str, str]):
-    """A live, read-only {name: label} view of one kind (``locattn.variants.PAPER_LABELS``)."""
+class View(Mapping[str, Any]):
+    """A live, read-only {name: ``read(entry)``} view of one kind, in registration order
+    (``locattn.variants.PAPER_LABELS``: the variants' labels; ``VARIANT_PARENTS``: their parents)."""
 
-    def __init__(self, kind: str) -> None:
-        self._kind = kind
+    def __init__(self, kind: str, read: Callable[[Entry], Any] = lambda e: e.label) -> None:
+        self._kind, self._read = kind, read
 
-    def __getitem__(self, name: str) -> str:
+    def __getitem__(self, name: str) -> Any:
         try:
-            return get(self._kind, name).label
+            return self._read(get(self._kind, name))
         except UnknownNameError:
             raise KeyError(name) from None
 
@@ -275,7 +276,7 @@ class Labels(Mapping[str, str]):
         return len(entries(self._kind))
 
     def __repr__(self) -> str:
-        return f"Labels({dict(self)!r})"
+        return f"View({dict(self)!r})"
 
 
 # --------------------------------------------------------------------------- plugins
@@ -368,9 +369,9 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Entry",
     "KINDS",
-    "Labels",
     "PluginError",
     "UnknownNameError",
+    "View",
     "distribution_of",
     "entries",
     "get",

@@ -20,7 +20,7 @@ left its Mix OneStep/Mono/RMono configs unmixed) cannot be expressed. ``... PR``
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from locattn import registry
 from locattn.models.config import ModelConfig, derive
@@ -83,31 +83,12 @@ for _key, _label, _parent, _delta in _TABLE:
     registry.register_variant(_key, label=_label, parent=_parent, delta=_delta)
 
 
-class _VariantField(Mapping[str, Any]):
-    """A live read-only {variant key: meta[field]} view of the registered variants."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getitem__(self, key: str) -> Any:
-        try:
-            return registry.get("variant", key).meta[self._name]
-        except registry.UnknownNameError:
-            raise KeyError(key) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(registry.entries("variant"))
-
-    def __len__(self) -> int:
-        return len(registry.entries("variant"))
-
-
-PAPER_LABELS: Mapping[str, str] = registry.Labels("variant")
+PAPER_LABELS: Mapping[str, str] = registry.View("variant")
 """Variant key -> the name the papers use for it (the only place these names are written);
 a live view of the registry, plugins' variants included."""
-VARIANT_PARENTS: Mapping[str, str | None] = _VariantField("parent")
+VARIANT_PARENTS: Mapping[str, str | None] = registry.View("variant", lambda e: e.meta["parent"])
 """Variant key -> parent key (None: derived from ``ModelConfig()``)."""
-VARIANT_DELTAS: Mapping[str, Mapping[str, Any]] = _VariantField("delta")
+VARIANT_DELTAS: Mapping[str, Mapping[str, Any]] = registry.View("variant", lambda e: e.meta["delta"])
 """Variant key -> {dotted field: value} it changes relative to its parent."""
 
 _PRESETS: dict[str, ModelConfig] = {}
