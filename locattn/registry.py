@@ -210,11 +210,6 @@ def register_metric(name: str, target: Any, *, label: str, doc: str = "") -> Ent
 # --------------------------------------------------------------------------- lookups
 
 
-def _hint(name: Any, valid: Mapping[str, Any] | list[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(valid), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def unknown_message(kind: str, name: Any, where: str = "", names: list[str] | None = None) -> str:
     """One line for an unregistered name: what was given, a close match, the valid names."""
     valid = names if names is not None else list(entries(kind))
@@ -249,8 +244,7 @@ def entries(kind: str, *, discover: bool = True) -> dict[str, Entry]:
     """{name: entry} of ``kind`` in registration order (built-ins first); ``discover`` loads
     installed plugins first."""
     if kind not in KINDS:
-        raise UnknownNameError(f"unknown kind {kind!r}{_hint(kind, list(KINDS))}; valid: "
-                               f"{', '.join(KINDS)}")
+        raise UnknownNameError(unknown_message("kind", kind, names=list(KINDS)))
     if discover and not _ENTRY_POINTS_LOADED[0]:
         load_entry_points()
     return dict(_ENTRIES[kind])
