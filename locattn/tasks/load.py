@@ -22,11 +22,10 @@ from locattn.tasks.base import (
     check_example,
     encode_examples,
 )
-from locattn.tasks.config import TASK_KEYS, TaskConfig, unknown_task_message
+from locattn.tasks.config import LOOKUP_TASKS as LOOKUP, TASK_KEYS, TaskConfig, unknown_task_message
 
 ALGORITHMIC = ("copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
                "inv_reverse_recopy", "dedupe", "posretrieve")
-LOOKUP = ("lookup", "reverse_lookup", "noisy_lookup")
 
 
 def _cache_params(cfg: TaskConfig, version: int) -> dict[str, Any]:
