@@ -24,4 +24,7 @@ def task_label(key: str) -> str:
     has none."""
     if key in TASK_LABELS:
         return TASK_LABELS[key]
-    return registry.get("task", key).label if registry.has("task", key) else key
+    try:
+        return registry.get("task", key).label
+    except registry.UnknownNameError:
+        return key
