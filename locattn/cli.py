@@ -7,7 +7,6 @@ naming the valid choices and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import difflib
 import fnmatch
 import re
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from locattn import metric_names, registry
-from locattn.cliparse import EXIT_USAGE, Parser, parse
+from locattn.cliparse import EXIT_USAGE, Parser, did_you_mean, parse
 from locattn.labels import task_label
 from locattn.tasks import config as _task_config
 from locattn.variants import PAPER_LABELS, list_variants
@@ -162,11 +161,6 @@ def check_task_files(task: Any) -> None:
         raise UsageError(f"task data: {str(exc).splitlines()[0]}") from None
 
 
-def _did_you_mean(value: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(value, list(choices), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
 def resolve_train_config(args: argparse.Namespace) -> Any:
     """RunConfig from the parsed ``train`` arguments; UsageError naming valid choices."""
     # locattn.config imports torch (through the metrics): kept here, off the path of --help.
@@ -175,11 +169,11 @@ def resolve_train_config(args: argparse.Namespace) -> Any:
     check_operational(args)
     tasks = _task_names()
     if args.task not in tasks:
-        raise UsageError(f"unknown task {args.task!r}{_did_you_mean(args.task, tasks)}; "
+        raise UsageError(f"unknown task {args.task!r}{did_you_mean(args.task, tasks)}; "
                          f"valid tasks: {', '.join(tasks)}")
     variants = _variant_labels()
     if args.variant not in variants:
-        raise UsageError(f"unknown variant {args.variant!r}{_did_you_mean(args.variant, variants)}; "
+        raise UsageError(f"unknown variant {args.variant!r}{did_you_mean(args.variant, variants)}; "
                          f"valid variants: {', '.join(variants)}")
     overrides: dict[str, Any] = {}
     try:

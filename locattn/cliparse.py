@@ -18,6 +18,13 @@ from typing import Any, Iterable, NoReturn, Sequence
 EXIT_USAGE = 2
 
 
+def did_you_mean(value: Any, choices: Iterable[Any]) -> str:
+    """`` (did you mean X?)`` naming the closest of ``choices`` to ``value``, or ``""``: the one
+    hint of the ``locattn`` and ``study`` commands' unknown-name errors."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line naming the valid options.
 

@@ -1,13 +1,14 @@
 """The vocabulary of a study spec (its keys and limits), :class:`SpecError` and the value checks
-every part of the spec parser shares. Standard library only.
+every part of the spec parser shares. Standard library only (and the hint of locattn.cliparse).
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from typing import Any, Mapping
+
+from locattn.cliparse import did_you_mean  # re-exported: the spec checks' hint
 
 TOP_KEYS = {
     "name": "default study name (str)",
@@ -108,12 +109,6 @@ def check_study_name(name: Any, where: str) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
         raise SpecError(f"{where} {name!r}: a study name is one directory under --root, made of "
                         "letters, digits, '.', '_' and '-' (no '/', no '..', not starting with '.')")
-
-
-def did_you_mean(value: Any, choices: list[str]) -> str:
-    """`` (did you mean X?)`` naming the closest of ``choices`` to ``value``, or ``""``."""
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def spec_error(path: str, key: str, msg: str, valid: Any = None) -> SpecError:
