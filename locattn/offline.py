@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from locattn.config import run_config_from_dict, run_identity
-from locattn.folders import FolderError, confined, copy_regular
+from locattn.folders import LEGACY_TRAIN_FN, FolderError, confined, copy_regular
 from locattn.packed import check_packable, train_packed
 from locattn.train import load_result, train as locattn_train
 from locattn.training.epoch import prepare_compile
@@ -43,9 +43,6 @@ MANIFEST_FILE = "manifest.json"
 """What ``study export`` writes into its folder: the trials and runs to train."""
 MANIFEST_FORMAT = 1
 """Version of :data:`MANIFEST_FILE`'s layout."""
-LEGACY_TRAIN_FN = "locattn.train:train"
-"""The one ``train_fn`` a manifest's trial may still carry (exports before the key was dropped
-named it): the trainer this worker runs anyway. Any other value is refused, never imported."""
 DROP_KEY = "drop_finished"
 """Manifest key: what a finished run's folder drops (the study's ``keep`` policy: file and
 folder names in it), so that less travels back."""

@@ -13,14 +13,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+from locattn.folders import LEGACY_TRAIN_FN  # (format 2 names no trainer; 0 and 1 only this one)
+
 #: The record format this code reads and writes.
 FORMAT_VERSION = 2
 #: ``study.json``'s key for it.
 FORMAT_KEY = "format"
-#: The one ``train_fn`` formats 0 and 1 may name: the trainer every study runs. Format 2 names
-#: none: a study's trainer is chosen by the code (an installed plugin for a custom one), never
-#: by a string read from its folder, which would import and call whatever the folder names.
-LEGACY_TRAIN_FN = "locattn.train:train"
 
 
 def _to_1(meta: dict[str, Any]) -> list[str]:
