@@ -66,19 +66,6 @@ def _params_needed(tables: Sequence[TableDef]) -> list[str]:
     return list(keys)
 
 
-def study_labels(runset: RunSet) -> StudyLabels:
-    """The labels the study's parent run recorded at launch (``locattn.labels``), else the
-    registry's."""
-    return StudyLabels.from_tags(recorded_labels(runset))
-
-
-def recorded_labels(runset: RunSet) -> list[str]:
-    """The ``locattn.labels`` tags of the study's parent runs (none in a store from before)."""
-    if "labels" not in runset.runs.columns:
-        return []
-    return runset.runs.filter(pl.col("role") == schema.ROLE_STUDY)["labels"].drop_nulls().to_list()
-
-
 def tables_of_study(runset: RunSet) -> list[str]:
     """Table ids from the parent run's ``locattn.tables`` tag (empty when no parent says)."""
     parents = runset.runs.filter(pl.col("role") == schema.ROLE_STUDY)
@@ -245,7 +232,7 @@ def build_reports(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    labels = study_labels(built.runset)
+    labels = StudyLabels.from_tags(built.runset.recorded_labels())  # else the registry's
     for result in built.results:
         paper = load_paper_numbers(result.table) if compare else None
         if paper and summary is not None:
@@ -275,7 +262,7 @@ def build_reports(
             path.write_text(text, encoding="utf-8")
             written.append(path)
         # A study launched with recorded labels also gets its variant x task grid under them.
-        for fmt in formats if recorded_labels(built.runset) else ():
+        for fmt in formats if built.runset.recorded_labels() else ():
             text = render_grid(built.summary, keys, labels, built.provenance, fmt,
                                DEFAULT_SOLVED if solved_at is None else solved_at)
             if text is None:

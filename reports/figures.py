@@ -345,8 +345,7 @@ def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
                                                             "optim.updates_per_epoch"])
     out = Path(out_dir) / "figures"
     written: list[Path] = []
-    parents = rs.runs.filter(pl.col("role") == schema.ROLE_STUDY)
-    labels = StudyLabels.from_tags(parents["labels"].to_list() if "labels" in parents.columns else [])
+    labels = StudyLabels.from_tags(rs.recorded_labels())
     tasks = sorted(set(rs.runs["task"].drop_nulls().to_list()))
     for task in tasks:
         if task.startswith("raffel"):

@@ -63,6 +63,13 @@ class RunSet:
         """One row per run x metric, with the run's columns beside ``key`` and ``value``."""
         return self.metrics.join(self.runs, on="run_id", how="inner")
 
+    def recorded_labels(self) -> list[str]:
+        """The ``locattn.labels`` tags of the study's parent runs, as recorded at launch (none in
+        a store from before); :meth:`reports.labels.StudyLabels.from_tags` reads them."""
+        if "labels" not in self.runs.columns:
+            return []
+        return self.runs.filter(pl.col("role") == schema.ROLE_STUDY)["labels"].drop_nulls().to_list()
+
 
 # ---------------------------------------------------------------------------------------------
 # Locating the store
