@@ -13,7 +13,7 @@ import io
 
 from reports.aggregate import CellSummary
 from reports.labels import StudyLabels
-from reports.render import LATEX_PLACEMENT, MISSING, Provenance, latex_escape
+from reports.render import MISSING, Provenance, seeds_text, text_table
 
 GRID_ID = "grid"
 """The file stem of the grid (``grid.md``, ``grid.tex``, ``grid.csv``)."""
@@ -44,8 +44,7 @@ def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
         row = [labels.variant(v)]
         for t, k in columns:
             s = place.get((t, v))
-            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{s.n - s.diverged.get(k, 0)})"
-                       if s is not None and k in s.medians else MISSING)
+            row.append(MISSING if s is None else seeds_text(s, k))
         rows.append(row)
     return head, rows
 
@@ -66,20 +65,7 @@ def render_grid(summaries: list[CellSummary], keys: list[str], labels: StudyLabe
         buf.writelines(f"# {ln}\n" for ln in provenance.lines())
         csv.writer(buf, lineterminator="\n").writerows([head, *rows])
         return buf.getvalue()
-    if fmt == "latex":
-        out = [f"% {ln}" for ln in provenance.lines()]
-        out += [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
-                rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{GRID_ID}}}",
-                rf"\begin{{tabular}}{{l{'r' * (len(head) - 1)}}}", r"\toprule",
-                " & ".join(latex_escape(h) for h in head) + r" \\", r"\midrule"]
-        out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
-        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-        return "\n".join(out) + "\n"
-    out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", "", caption, "",
-           "| " + " | ".join(h.replace("|", "\\|") for h in head) + " |",
-           "|:--|" + "|".join("--:" for _ in head[1:]) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(out) + "\n"
+    return text_table(head, rows, provenance, caption, GRID_ID, fmt, n_left=1)
 
 
 __all__ = ["GRID_ID", "grid_rows", "render_grid"]

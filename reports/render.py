@@ -613,12 +613,18 @@ def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[st
     for s in summaries:
         row = [s.cell, hparams_text(s.hparams), MISSING if s.dev is None else dev_text(s.dev),
                str(s.n_points)]
-        for k in keys:
-            n = s.n - s.diverged.get(k, 0)
-            tail = f", {s.diverged[k]} diverged" if s.diverged.get(k) else ""
-            row.append(f"{s.medians[k]:.1f} ({s.solved[k]}/{n}{tail})" if k in s.medians else MISSING)
-        rows.append(row)
+        rows.append(row + [seeds_text(s, k) for k in keys])
     return head, rows
+
+
+def seeds_text(s: CellSummary, key: str) -> str:
+    """One summary number: ``50.0 (1/2)``, the median of ``key`` (%) with (k/n) seeds solved,
+    n the seeds with a finite value, and ``, 1 diverged`` when some had none
+    (:mod:`record.summary`'s rule); :data:`MISSING` without a median."""
+    if key not in s.medians:
+        return MISSING
+    tail = f", {s.diverged[key]} diverged" if s.diverged.get(key) else ""
+    return f"{s.medians[key]:.1f} ({s.solved[key]}/{s.n - s.diverged.get(key, 0)}{tail})"
 
 
 def summary_caption(study: str, solved_at: float) -> str:
@@ -644,19 +650,27 @@ def render_summary(summaries: list[CellSummary], keys: list[str], provenance: Pr
                         "" if s.n_expected is None else s.n_expected,
                         *(v for k in keys for v in (_f(s.medians.get(k)), s.solved.get(k, "")))])
         return buf.getvalue()
+    return text_table(head, rows, provenance, caption, SUMMARY_ID, fmt, n_left=2)
+
+
+def text_table(head: list[str], rows: list[list[str]], provenance: Provenance, caption: str,
+               tag: str, fmt: str, *, n_left: int) -> str:
+    """Header and text rows (:func:`summary_rows`, :func:`reports.grid.grid_rows`) as LaTeX
+    (``fmt`` ``latex``: labelled ``tab:<tag>``, scaled to the line) or else Markdown, after the
+    provenance comments: the first ``n_left`` columns left-aligned, the others right-aligned."""
     if fmt == "latex":
         out = [f"% {ln}" for ln in provenance.lines()]
         out += [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
-                rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{SUMMARY_ID}}}",
+                rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{tag}}}",
                 r"\resizebox{\linewidth}{!}{%",
-                rf"\begin{{tabular}}{{ll{'r' * (len(head) - 2)}}}", r"\toprule",
+                rf"\begin{{tabular}}{{{'l' * n_left}{'r' * (len(head) - n_left)}}}", r"\toprule",
                 " & ".join(latex_escape(h) for h in head) + r" \\", r"\midrule"]
         out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
         out += [r"\bottomrule", r"\end{tabular}", "}", r"\end{table}"]
         return "\n".join(out) + "\n"
     out = ["<!--", *(f"  {ln}" for ln in provenance.lines()), "-->", "", caption, "",
            "| " + " | ".join(_md_escape(h) for h in head) + " |",
-           "|:--|:--|" + "|".join("--:" for _ in head[2:]) + "|"]
+           "|" + ":--|" * n_left + "|".join("--:" for _ in head[n_left:]) + "|"]
     out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(out) + "\n"
 

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from record import schema
 from record.summary import DIVERGED_KEY
 from record.writer import RecordWriter
-from reports.aggregate import aggregate, cell_summaries
+from reports.aggregate import CellSummary, aggregate, cell_summaries
 from reports.render import notes, summary_rows
 from reports.store import read_runs
 from reports.synth import SynthRun, write_with_client
@@ -97,6 +97,22 @@ def test_a_diverged_seed_is_left_out_and_said(tmp_path: Path, bad: float) -> Non
     cell = result.cell("onestep", next(c.key for c in table.columns if c.tasks == ("copy",) and c.splits == ("len15",)))
     assert (cell.n, cell.n_diverged, cell.median) == (2, 1, pytest.approx(50.0))
     assert any("2 of 3 (1 diverged)" in n for n in notes(result, str))
+
+
+def test_the_grid_says_a_diverged_seed_as_the_summary_does_and_fits_the_line() -> None:
+    """reports.grid's cells are the summary's numbers, text included: "(0/2, 1 diverged)", not
+    a bare "(0/2)"; its LaTeX is scaled to the line as the summary's is (--standalone's fit)."""
+    from reports.grid import grid_rows, render_grid
+    from reports.labels import StudyLabels
+    from reports.render import Provenance
+
+    s = CellSummary(cell="task=copy,variant=onestep", hparams="{}", n_points=1, dev=50.0,
+                    medians={KEY: 50.0}, solved={KEY: 0}, n=3, n_expected=3, diverged={KEY: 1})
+    head, rows = grid_rows([s], [KEY], StudyLabels())
+    assert rows == [["OneStepAttn", "50.0 (0/2, 1 diverged)"]] == [[rows[0][0], summary_rows([s], [KEY])[1][0][-1]]]
+    prov = Provenance(study="s", source="sqlite:///x.db", n_runs=3, runs_hash="0", run_code_versions=(),
+                      data_time="2026-01-01T00:00:00Z")
+    assert r"\resizebox{\linewidth}{!}{%" in render_grid([s], [KEY], StudyLabels(), prov, "latex", 90.0)
 
 
 def test_summaries_are_logged_once_per_run_key_and_step(tmp_path: Path) -> None:
