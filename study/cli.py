@@ -70,11 +70,19 @@ from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_sto
 
 
 def parser() -> Parser:
-    """The `study` command line: launch, resume, status, report, ui."""
+    """The `study` command line: launch, resume, status, report, ui. Each subcommand's parser
+    names the function that runs it (``set_defaults(func=...)``), which :func:`main` calls."""
     p = Parser(prog="study", description=DESCRIPTION, epilog=EXAMPLES,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+    for add in (add_launch, add_resume, add_status, add_runs, add_ui, add_migrate, add_export,
+                add_import, add_schema, add_report):
+        add(sub)
+    return p
 
+
+def add_launch(sub: Any) -> None:
+    """``study launch``: a study from a spec."""
     lp = sub.add_parser("launch", help="launch (or idempotently resume) a study from a spec")
     lp.add_argument("spec", help="ablations/<spec>.yaml")
     lp.add_argument("--profile", help="profile of the spec (smoke, quick, paper; default: the "
@@ -85,8 +93,7 @@ def parser() -> Parser:
     lp.add_argument("--address", help=ADDRESS_HELP)
     lp.add_argument("--tracking-uri", help="MLflow tracking URI (default: SQLite mlflow.db in the "
                                            "study directory)")
-    lp.add_argument("--max-concurrent", type=int,
-                    help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
+    lp.add_argument("--max-concurrent", type=int, help=MAX_CONCURRENT_HELP)
     lp.add_argument("--only", action="append", default=[], metavar="AXIS=V1,V2",
                     help="run a subset of a grid axis, e.g. --only task=copy,lookup (repeatable); "
                          "relaunching with a wider --only grows the study, keeping its finished runs")
@@ -105,13 +112,16 @@ def parser() -> Parser:
     lp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     lp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
                     help=PLUGIN_HELP)
+    lp.set_defaults(func=run_launch)
 
+
+def add_resume(sub: Any) -> None:
+    """``study resume``: an interrupted study."""
     rp = sub.add_parser("resume", help="resume an interrupted study")
     rp.add_argument("study", help=STUDY_HELP)
     rp.add_argument("--root", default="studies", help=ROOT_HELP)
     rp.add_argument("--address", help=ADDRESS_HELP)
-    rp.add_argument("--max-concurrent", type=int,
-                    help="most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)")
+    rp.add_argument("--max-concurrent", type=int, help=MAX_CONCURRENT_HELP)
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     rp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
@@ -119,28 +129,46 @@ def parser() -> Parser:
     rp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
                     help=PLUGIN_HELP + "; a plugin study.json names is imported only when installed "
                          "or named here")
+    rp.set_defaults(func=run_resume)
 
-    sp = sub.add_parser("status", help="per cell: seeds done, running, stale, failed, missing")
+
+def add_study_command(sub: Any, name: str, about: str) -> argparse.ArgumentParser:
+    """A subcommand that names a study (positional ``study``, ``--root``); ``about`` is its help."""
+    sp = sub.add_parser(name, help=about)
     sp.add_argument("study", help=STUDY_HELP)
     sp.add_argument("--root", default="studies", help=ROOT_HELP)
+    return sp
 
-    np_ = sub.add_parser("runs", help="which run folder (runs/<hash>) is which run: name, cell, "
-                                      "seed, how far it got")
-    np_.add_argument("study", help=STUDY_HELP)
-    np_.add_argument("--root", default="studies", help=ROOT_HELP)
 
-    up = sub.add_parser("ui", help="serve the MLflow UI over the study's store on 127.0.0.1")
-    up.add_argument("study", help=STUDY_HELP)
-    up.add_argument("--root", default="studies", help=ROOT_HELP)
+def add_status(sub: Any) -> None:
+    """``study status``: per cell, what is done."""
+    add_study_command(sub, "status", "per cell: seeds done, running, stale, failed, missing") \
+        .set_defaults(func=run_status)
+
+
+def add_runs(sub: Any) -> None:
+    """``study runs``: which run folder is which run."""
+    add_study_command(sub, "runs", "which run folder (runs/<hash>) is which run: name, cell, "
+                                   "seed, how far it got").set_defaults(func=run_runs)
+
+
+def add_ui(sub: Any) -> None:
+    """``study ui``: the MLflow UI over the study's store."""
+    up = add_study_command(sub, "ui", "serve the MLflow UI over the study's store on 127.0.0.1")
     up.add_argument("--port", type=int, default=5000, help="TCP port, 1-65535 (default 5000)")
     up.add_argument("--host", default="127.0.0.1",
                     help="bind address (default 127.0.0.1; use an SSH tunnel rather than 0.0.0.0)")
+    up.set_defaults(func=run_ui)
 
-    mp = sub.add_parser("migrate", help="upgrade a study folder written by an older version to the "
-                                        "current record format, in place")
-    mp.add_argument("study", help=STUDY_HELP)
-    mp.add_argument("--root", default="studies", help=ROOT_HELP)
 
+def add_migrate(sub: Any) -> None:
+    """``study migrate``: an older study folder to the current format."""
+    add_study_command(sub, "migrate", "upgrade a study folder written by an older version to the "
+                                      "current record format, in place").set_defaults(func=run_migrate)
+
+
+def add_export(sub: Any) -> None:
+    """``study export``: unfinished runs to a folder for ``python -m locattn.offline``."""
     xp = sub.add_parser("export", help="write a study's unfinished runs to a folder that "
                                        "`python -m locattn.offline` trains without Ray or MLflow")
     xp.add_argument("study", help=STUDY_HELP + "; or a spec (.yaml), whose study is created "
@@ -155,6 +183,11 @@ def parser() -> Parser:
                     help="export only the runs of these seeds (of the study's), e.g. 5,6,7,8,9 (a packed trial's "
                          "pack is then these seeds: train a large pack in parts)")
     xp.add_argument("--limit", type=int, help="export at most this many trials")
+    xp.set_defaults(func=run_export)
+
+
+def add_import(sub: Any) -> None:
+    """``study import``: run folders trained offline into the study."""
     ip = sub.add_parser("import", help="copy the run folders `python -m locattn.offline` trained "
                                        "into the study (then `study resume` records them)")
     ip.add_argument("study", help=STUDY_HELP)
@@ -163,10 +196,17 @@ def parser() -> Parser:
     ip.add_argument("--skip-other-studies", action="store_true",
                     help="leave the folders of other studies' runs (one worker's --out holding several "
                          "studies) for their own import, instead of refusing")
+    ip.set_defaults(func=run_import)
 
+
+def add_schema(sub: Any) -> None:
+    """``study schema``: the spec's JSON Schema."""
     sub.add_parser("schema", help="print the JSON Schema of a study spec (ablations/spec.schema.json), "
-                                  "generated from the spec parser's keys")
+                                  "generated from the spec parser's keys").set_defaults(func=run_schema)
 
+
+def add_report(sub: Any) -> None:
+    """``study report``: ``reports build`` by study name."""
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
                                     "with the study found by name under --root.")
@@ -175,7 +215,7 @@ def parser() -> Parser:
     cli = reports_cli()
     if cli is not None:
         cli.add_build_options(ep)  # the reports command's own options, one definition
-    return p
+    ep.set_defaults(func=run_report)
 
 
 DESCRIPTION = ("Run an ablation study from a spec (ablations/*.yaml) on Ray Tune, recording\n"
@@ -190,6 +230,7 @@ ROOT_HELP = "directory holding the studies (default: studies/)"
 ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting a "
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
+MAX_CONCURRENT_HELP = "most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)"
 TRAIN_PATHS = ("eager", "compiled", "fused")
 ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each run records the "
                     "diff (artifact code.diff) and a locattn.dirty tag, and tables mark those runs")
@@ -288,10 +329,21 @@ def _end_dry_run(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``): the subcommand's function,
+    its exit status; a :class:`SpecError` or :class:`FolderError` is one line and status 2."""
     args = parse(parser(), argv)
-    if args.cmd == "schema":
-        print(schema_text(), end="")
-        return 0
+    if args.cmd != "schema":  # schema prints at once, under the handler it started with
+        take_signals(args)
+    try:
+        return args.func(args)
+    except (SpecError, FolderError) as exc:  # FolderError: a study folder that names a path outside it
+        print(f"study {args.cmd}: {exc}", file=sys.stderr)
+        return 2
+
+
+def take_signals(args: argparse.Namespace) -> None:
+    """The signal handlers of the command: a dry run ends at once on Ctrl-C; launch and resume
+    stop the study cleanly; the others handle signals as before :func:`_stop_while_starting`."""
     if args.cmd == "launch" and args.dry_run:  # nothing to keep safe: Ctrl-C ends it at once
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _end_dry_run)
@@ -300,132 +352,169 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the other commands handle signals as they did before _stop_while_starting
         for sig, previous in _STARTING.items():
             signal.signal(sig, previous)
+
+
+def check_driver_args(args: argparse.Namespace) -> float | None:
+    """Check the options launch and resume share; return --time-limit in seconds (or None).
+    Without --address it sets ``RAY_AUTH_MODE=token`` (unless set)."""
+    if not args.address:
+        # A private local Ray enables token authentication and says so on every launch;
+        # setting the same mode explicitly keeps it on and the line off.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    preflight.check_progress_seconds(args.progress_seconds)
     try:
-        if args.cmd in ("launch", "resume") and not args.address:
-            # A private local Ray enables token authentication and says so on every launch;
-            # setting the same mode explicitly keeps it on and the line off.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
-        if args.cmd in ("launch", "resume"):
-            preflight.check_progress_seconds(args.progress_seconds)
-            try:
-                time_limit = slices.parse_time_limit(args.time_limit) if args.time_limit else None
-            except ValueError as exc:
-                raise SpecError(str(exc)) from None
-            if args.address:
-                preflight.check_address(args.address)
-            preflight.check_train_path(args.train_path)
-            if args.max_concurrent is not None and args.max_concurrent < 0:
-                raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
-                                "(0: as many as the CPUs allow)")
-        if args.cmd == "launch":
-            check_spec_path(args.spec)
-            if args.tracking_uri is not None:
-                preflight.check_tracking_uri(args.tracking_uri)
-            summary = launch(
-                args.spec, profile=args.profile, name=args.name, root=args.root,
-                address=args.address, tracking_uri=args.tracking_uri,
-                max_concurrent=args.max_concurrent, dry_run=args.dry_run,
-                progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
-                seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
-                time_limit=time_limit, allow_dirty=args.allow_dirty, plugins=args.plugins,
-            )
-            show_results(summary)
-            return exit_code(summary)
-        if args.cmd == "resume":
-            summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
-                             progress_seconds=args.progress_seconds, time_limit=time_limit,
-                             max_concurrent=args.max_concurrent, train_path=args.train_path,
-                             allow_dirty=args.allow_dirty, plugins=args.plugins)
-            show_results(summary)
-            return exit_code(summary)
-        if args.cmd == "status":
-            paths = find_study(args.study, args.root)
-            meta = load_meta(paths)
-            # a moved folder (a committed record): its own store, not the saved path
-            meta = {**meta, "tracking_uri": current_store(meta["tracking_uri"], paths.dir)}
-            rows, driver = study_status(meta, paths.dir)
-            # the resume command as it works when pasted here: the name, or the folder under --root
-            print(format_status(rows, driver, report_target(paths.dir, meta["name"])))
-            print()
-            print(format_results(cell_results(meta["tracking_uri"], meta["name"]),
-                                 report_target(paths.dir, meta["name"])))
-            return 0
-        if args.cmd == "runs":
-            paths = find_study(args.study, args.root)
-            print(format_runs(list_runs(paths.dir), paths.dir))
-            return 0
-        if args.cmd == "ui":
-            paths = find_study(args.study, args.root)
-            meta = load_meta(paths)
-            remote = server_url(meta["tracking_uri"])
-            if remote is not None:  # the server already serves the UI
-                print(f"study {meta['name']!r} records to the MLflow server {remote}: open it "
-                      f"there (experiment {meta['name']!r}); no local server is needed")
-                return 0
-            # credentials (an older study.json's) go to the server by environment, not its command line
-            store = take_credentials(store_uri(meta["tracking_uri"], paths.dir, meta["name"]), sys.stderr)
-            check_port(args.host, args.port)
-            base = f"http://{browse_host(args.host)}:{args.port}"
-            view = save_view(store, meta["name"])
-            url = base + view if view else experiment_url(base, store, meta["name"])
-            print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
-                  file=sys.stderr, flush=True)
+        time_limit = slices.parse_time_limit(args.time_limit) if args.time_limit else None
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if args.address:
+        preflight.check_address(args.address)
+    preflight.check_train_path(args.train_path)
+    if args.max_concurrent is not None and args.max_concurrent < 0:
+        raise SpecError(f"--max-concurrent {args.max_concurrent}: must be >= 0 "
+                        "(0: as many as the CPUs allow)")
+    return time_limit
 
-            def ready() -> None:
-                print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
-                print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
-                      "its seeds' runs inside; the headline metric columns)" if view else
-                      f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
-                      "'Columns', e.g. metrics test.len100.seq_acc and best_selection_score)", flush=True)
 
-            return serve(ui_command(store, args.host, args.port),
-                         probe=health_url(args.host, args.port), ready=ready)
-        if args.cmd == "migrate":
-            paths = find_study(args.study, args.root)
-            lock = StudyLock(paths, sys.stdout).acquire()  # never under a running driver
-            try:
-                migrate(paths, sys.stdout)
-            finally:
-                lock.release()
-            return 0
-        if args.cmd in ("export", "import"):
-            from study import offline  # MLflow and Ray Tune: off the light commands
+def run_launch(args: argparse.Namespace) -> int:
+    """``study launch``: launch the spec's study, print its results, its exit status."""
+    time_limit = check_driver_args(args)
+    check_spec_path(args.spec)
+    if args.tracking_uri is not None:
+        preflight.check_tracking_uri(args.tracking_uri)
+    summary = launch(
+        args.spec, profile=args.profile, name=args.name, root=args.root,
+        address=args.address, tracking_uri=args.tracking_uri,
+        max_concurrent=args.max_concurrent, dry_run=args.dry_run,
+        progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
+        seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
+        time_limit=time_limit, allow_dirty=args.allow_dirty, plugins=args.plugins,
+    )
+    show_results(summary)
+    return exit_code(summary)
 
-            if args.cmd == "import":
-                offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout,
-                                    skip_others=args.skip_other_studies)
-                return 0
-            if args.limit is not None and args.limit < 1:
-                raise SpecError(f"--limit {args.limit}: must be >= 1")
-            if args.study.endswith((".yaml", ".yml")) and Path(args.study).is_file():
-                paths = offline.create(Path(args.study), profile=args.profile, name=args.name,
-                                       root=args.root, out=sys.stdout)
-            else:
-                paths = find_study(args.study, args.root)
-            # one number names that seed here (export selects seeds, it never counts them)
-            seeds = [int(args.seeds)] if (args.seeds or "").strip().isdigit() else parse_seeds(args.seeds)
-            offline.export(paths, Path(args.out), only=parse_only(args.only), seeds=seeds, limit=args.limit,
-                           out=sys.stdout)
-            return 0
-        if args.cmd == "report":
-            cli = reports_cli()
-            if cli is None:
-                raise SpecError("the reports command is not installed: pip install -e '.[reports]'")
-            paths = find_study(args.study, args.root)
-            meta = load_meta(paths)
-            # a moved folder (a committed record, a copy): its own store, as status and ui read it
-            db = sqlite_path(current_store(meta["tracking_uri"], paths.dir))
-            if db is not None and db.resolve() == paths.db.resolve():
-                args.study_dir, args.tracking_uri = str(paths.dir), None
-            else:  # a store outside the study directory (an MLflow server, Postgres)
-                args.study_dir, args.tracking_uri = None, meta["tracking_uri"]
-            args.study = meta["name"]
-            args.out = args.out or str(paths.dir / "reports")
-            return cli.run_build(args, prog="study report")
-    except (SpecError, FolderError) as exc:  # FolderError: a study folder that names a path outside it
-        print(f"study {args.cmd}: {exc}", file=sys.stderr)
-        return 2
+
+def run_resume(args: argparse.Namespace) -> int:
+    """``study resume``: resume the study, print its results, its exit status."""
+    time_limit = check_driver_args(args)
+    summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
+                     progress_seconds=args.progress_seconds, time_limit=time_limit,
+                     max_concurrent=args.max_concurrent, train_path=args.train_path,
+                     allow_dirty=args.allow_dirty, plugins=args.plugins)
+    show_results(summary)
+    return exit_code(summary)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """``study status``: the per-cell status table, then the results table."""
+    paths = find_study(args.study, args.root)
+    meta = load_meta(paths)
+    # a moved folder (a committed record): its own store, not the saved path
+    meta = {**meta, "tracking_uri": current_store(meta["tracking_uri"], paths.dir)}
+    rows, driver = study_status(meta, paths.dir)
+    # the resume command as it works when pasted here: the name, or the folder under --root
+    print(format_status(rows, driver, report_target(paths.dir, meta["name"])))
+    print()
+    print(format_results(cell_results(meta["tracking_uri"], meta["name"]),
+                         report_target(paths.dir, meta["name"])))
     return 0
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    """``study runs``: which run folder is which run."""
+    paths = find_study(args.study, args.root)
+    print(format_runs(list_runs(paths.dir), paths.dir))
+    return 0
+
+
+def run_ui(args: argparse.Namespace) -> int:
+    """``study ui``: serve the MLflow UI over the study's store (or point to its server)."""
+    paths = find_study(args.study, args.root)
+    meta = load_meta(paths)
+    remote = server_url(meta["tracking_uri"])
+    if remote is not None:  # the server already serves the UI
+        print(f"study {meta['name']!r} records to the MLflow server {remote}: open it "
+              f"there (experiment {meta['name']!r}); no local server is needed")
+        return 0
+    # credentials (an older study.json's) go to the server by environment, not its command line
+    store = take_credentials(store_uri(meta["tracking_uri"], paths.dir, meta["name"]), sys.stderr)
+    check_port(args.host, args.port)
+    base = f"http://{browse_host(args.host)}:{args.port}"
+    view = save_view(store, meta["name"])
+    url = base + view if view else experiment_url(base, store, meta["name"])
+    print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
+          file=sys.stderr, flush=True)
+
+    def ready() -> None:
+        print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
+        print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
+              "its seeds' runs inside; the headline metric columns)" if view else
+              f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
+              "'Columns', e.g. metrics test.len100.seq_acc and best_selection_score)", flush=True)
+
+    return serve(ui_command(store, args.host, args.port),
+                 probe=health_url(args.host, args.port), ready=ready)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``study migrate``: upgrade the study folder in place, under the study's lock."""
+    paths = find_study(args.study, args.root)
+    lock = StudyLock(paths, sys.stdout).acquire()  # never under a running driver
+    try:
+        migrate(paths, sys.stdout)
+    finally:
+        lock.release()
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """``study import``: copy offline-trained run folders into the study."""
+    from study import offline  # MLflow and Ray Tune: off the light commands
+
+    offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout,
+                        skip_others=args.skip_other_studies)
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``study export``: the study's (or a new study's) unfinished runs to a folder."""
+    from study import offline  # MLflow and Ray Tune: off the light commands
+
+    if args.limit is not None and args.limit < 1:
+        raise SpecError(f"--limit {args.limit}: must be >= 1")
+    if args.study.endswith((".yaml", ".yml")) and Path(args.study).is_file():
+        paths = offline.create(Path(args.study), profile=args.profile, name=args.name,
+                               root=args.root, out=sys.stdout)
+    else:
+        paths = find_study(args.study, args.root)
+    # one number names that seed here (export selects seeds, it never counts them)
+    seeds = [int(args.seeds)] if (args.seeds or "").strip().isdigit() else parse_seeds(args.seeds)
+    offline.export(paths, Path(args.out), only=parse_only(args.only), seeds=seeds, limit=args.limit,
+                   out=sys.stdout)
+    return 0
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    """``study schema``: print the spec's JSON Schema."""
+    print(schema_text(), end="")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``study report``: ``reports build`` over the study found by name."""
+    cli = reports_cli()
+    if cli is None:
+        raise SpecError("the reports command is not installed: pip install -e '.[reports]'")
+    paths = find_study(args.study, args.root)
+    meta = load_meta(paths)
+    # a moved folder (a committed record, a copy): its own store, as status and ui read it
+    db = sqlite_path(current_store(meta["tracking_uri"], paths.dir))
+    if db is not None and db.resolve() == paths.db.resolve():
+        args.study_dir, args.tracking_uri = str(paths.dir), None
+    else:  # a store outside the study directory (an MLflow server, Postgres)
+        args.study_dir, args.tracking_uri = None, meta["tracking_uri"]
+    args.study = meta["name"]
+    args.out = args.out or str(paths.dir / "reports")
+    return cli.run_build(args, prog="study report")
 
 
 def program() -> None:
