@@ -21,6 +21,11 @@ from reports.store import STORE_FILE, ReportsError, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES
 
 
+#: Where ``--html`` links a cell's runs by default: the address ``study ui`` serves (its default
+#: ``--port``).
+DEFAULT_UI = "http://127.0.0.1:5000"
+
+
 def _split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
@@ -54,6 +59,10 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                    help="write each LaTeX table as a document that compiles alone (pdflatex "
                         "<table>.tex), on a landscape A3 page where a wide table keeps its size "
                         "unless it is wider than the page (default: a fragment to \\input)")
+    b.add_argument("--html", nargs="?", const=DEFAULT_UI, default=None, metavar="UI_URL",
+                   help=f"also write report.html: the variant x task grid, each cell linking to its "
+                        f"runs in the MLflow UI at UI_URL (default {DEFAULT_UI}, where 'study ui' "
+                        f"serves it)")
 
 
 def parser() -> Parser:
@@ -75,6 +84,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
     """Run a parsed ``build``: ``args`` has ``study_dir``, ``tracking_uri``, ``study`` and the
     options of :func:`add_build_options`. Prints the written paths; returns the exit status."""
     from reports.build import IncompleteError, build_reports  # numpy, renderers: off --help
+    from reports.html import write_html  # as build_reports
 
     if (args.study_dir is None) == (args.tracking_uri is None):
         print(f"{prog}: give a study directory or --tracking-uri URI --study NAME", file=sys.stderr)
@@ -102,6 +112,8 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
             standalone=args.standalone,
         )
+        if args.html is not None:
+            paths.append(write_html(source, args.study, out, ui=args.html, solved_at=args.solved))
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 3

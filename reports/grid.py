@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 
 from reports.aggregate import CellSummary
 from reports.labels import StudyLabels
@@ -23,9 +24,20 @@ def _axes(cell: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in cell.split(",") if "=" in part)
 
 
-def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
-              ) -> tuple[list[str], list[list[str]]] | None:
-    """Header and text rows of the grid; None when the cells are not told apart by task and
+@dataclass(frozen=True)
+class Grid:
+    """The grid before it becomes text: a row per variant, a column per (task, test split)."""
+
+    head: list[str]
+    """Column heads: ``Variant``, then ``<task label> <split>``."""
+    keys: list[str]
+    """The headline metric key of each column after the first (``test.len100.seq_acc``)."""
+    rows: list[tuple[str, list[CellSummary | None]]]
+    """Per variant: its label and, per column after the first, its cell (None: not run)."""
+
+
+def grid_layout(summaries: list[CellSummary], keys: list[str], labels: StudyLabels) -> Grid | None:
+    """The grid's cells under their labels; None when the cells are not told apart by task and
     variant alone (another axis, or no task/variant in the cell id)."""
     place: dict[tuple[str, str], CellSummary] = {}
     for s in summaries:
@@ -39,14 +51,19 @@ def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
     columns = [(t, k) for t in tasks for k in keys
                if any(k in s.medians for (t2, _), s in place.items() if t2 == t)]
     head = ["Variant", *(f"{labels.task(t)} {k.removeprefix('test.')}" for t, k in columns)]
-    rows = []
-    for v in variants:
-        row = [labels.variant(v)]
-        for t, k in columns:
-            s = place.get((t, v))
-            row.append(MISSING if s is None else seeds_text(s, k))
-        rows.append(row)
-    return head, rows
+    rows = [(labels.variant(v), [place.get((t, v)) for t, _ in columns]) for v in variants]
+    return Grid(head=head, keys=[k for _, k in columns], rows=rows)
+
+
+def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels
+              ) -> tuple[list[str], list[list[str]]] | None:
+    """Header and text rows of the grid (:func:`grid_layout`); None as it."""
+    grid = grid_layout(summaries, keys, labels)
+    if grid is None:
+        return None
+    rows = [[label, *(MISSING if s is None else seeds_text(s, k) for s, k in zip(cells, grid.keys))]
+            for label, cells in grid.rows]
+    return grid.head, rows
 
 
 def render_grid(summaries: list[CellSummary], keys: list[str], labels: StudyLabels,
@@ -68,4 +85,4 @@ def render_grid(summaries: list[CellSummary], keys: list[str], labels: StudyLabe
     return text_table(head, rows, provenance, caption, GRID_ID, fmt, n_left=1)
 
 
-__all__ = ["GRID_ID", "grid_rows", "render_grid"]
+__all__ = ["GRID_ID", "Grid", "grid_layout", "grid_rows", "render_grid"]

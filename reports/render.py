@@ -617,14 +617,15 @@ def summary_rows(summaries: list[CellSummary], keys: list[str]) -> tuple[list[st
     return head, rows
 
 
-def seeds_text(s: CellSummary, key: str) -> str:
+def seeds_text(s: CellSummary, key: str, unit: str = "") -> str:
     """One summary number: ``50.0 (1/2)``, the median of ``key`` (%) with (k/n) seeds solved,
     n the seeds with a finite value, and ``, 1 diverged`` when some had none
-    (:mod:`record.summary`'s rule); :data:`MISSING` without a median."""
+    (:mod:`record.summary`'s rule); :data:`MISSING` without a median. ``unit`` follows the
+    median (``" %"``: ``50.0 % (1/2)``)."""
     if key not in s.medians:
         return MISSING
     tail = f", {s.diverged[key]} diverged" if s.diverged.get(key) else ""
-    return f"{s.medians[key]:.1f} ({s.solved[key]}/{s.n - s.diverged.get(key, 0)}{tail})"
+    return f"{s.medians[key]:.1f}{unit} ({s.solved[key]}/{s.n - s.diverged.get(key, 0)}{tail})"
 
 
 def summary_caption(study: str, solved_at: float) -> str:

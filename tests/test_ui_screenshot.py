@@ -120,6 +120,14 @@ def test_study_ui_opens_a_row_per_cell_with_its_medians_in_the_metric_columns(tm
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
         if os.environ.get("LOCATTN_UI_PNG"):  # regenerate README's picture: docs/img/mlflow_ui.png
             shutil.copyfile(png, os.environ["LOCATTN_UI_PNG"])
+        # `study report --html`: a cell's link opens its 4 trial runs (2 seeds x 2 lrs) in this UI
+        from reports.html import write_html
+
+        page = write_html(root / "ui-demo", None, tmp_path / "html", ui=url.split("/#/")[0]).read_text()
+        href = re.search(r'<a href="([^"]+)" title="task=copy,variant=onestep">', page).group(1)
+        dom = _browser("--dump-dom", href.replace("&amp;", "&"), profile=tmp_path / "profile3").stdout
+        assert re.search(r"<strong>4</strong>\s*matching runs", dom), dom[-2000:]
+        assert "1step·copy·s0" in dom and "1step·copy·s1" in dom and "content·copy" not in dom
     finally:
         os.killpg(ui.pid, signal.SIGTERM)  # study ui and its mlflow server (our process group)
         try:
