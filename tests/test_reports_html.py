@@ -137,3 +137,18 @@ def test_chromium_renders_the_grid_and_a_picture_that_is_not_blank(tmp_path: Pat
     assert img.size == (1200, 700)
     dark = sum(img.histogram()[:128])  # text and borders on a white page
     assert 2_000 < dark < 0.5 * img.size[0] * img.size[1], dark
+
+
+def test_study_report_html_writes_the_page_into_the_study_folder(tmp_path: Path, capsys) -> None:
+    from study.cli import main as study_main
+
+    d = _store(tmp_path)
+    meta = {"name": "html-demo", "spec_path": "", "profile": "smoke", "only": {}, "raw": {},
+            "resolved": {"grid": {"task": ["copy", "reverse_copy"], "variant": ["onestep", "content"]},
+                         "hparams": {"optim.lr": [1e-3, 3e-3]}, "search": None, "seeds": [0, 1]},
+            "tracking_uri": f"sqlite:///{d / 'mlflow.db'}"}
+    (d / "study.json").write_text(json.dumps(meta))
+    assert study_main(["report", "html-demo", "--root", str(tmp_path), "--format", "csv",
+                       "--html", "http://127.0.0.1:5999"]) == 0
+    assert str(d / "reports" / HTML_FILE) in capsys.readouterr().out.split()
+    assert "http://127.0.0.1:5999/#/experiments/1/runs?" in (d / "reports" / HTML_FILE).read_text()
