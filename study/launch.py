@@ -129,19 +129,50 @@ def launch(
     paths = new_study_paths(root, name, where)
     tracking_uri = take_credentials(tracking_uri, out)
     check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
-    big = size_warnings(spec)
     if dry_run:
-        print(f"study    {name} -> {paths.dir}", file=out)
-        print(spec.plan(max_concurrent, train_path), file=out)
-        for warning in big:
-            print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
-        problems = check_task_data(spec)
-        for problem in problems:
-            print(f"data     PROBLEM {problem}", file=out)
-        disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
-        print(disk, file=out)
-        return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
-                "data_problems": problems, "size_warnings": big, "disk_short": short}
+        return dry_run_plan(spec, name, paths, max_concurrent, train_path, out)
+    prepare_launch(spec, spec_path, name, paths, max_concurrent=max_concurrent, yes=yes,
+                   allow_dirty=allow_dirty, out=out)
+    lock = StudyLock(paths, out).acquire()
+    try:
+        if paths.meta.is_file():
+            meta = _relaunch(spec, spec_path, raw, paths, name, only=only, seeds=seeds, train_path=train_path,
+                             tracking_uri=tracking_uri, allow_dirty=allow_dirty, out=out)
+        else:
+            meta = new_meta(spec, spec_path, raw, paths, name, only=only, seeds=seeds, sets=sets,
+                            train_path=train_path, tracking_uri=tracking_uri)
+            write_meta(paths, meta)
+        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
+                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
+                    trainer=trainer, plugins=plugin_names)
+    finally:
+        lock.release()
+
+
+def dry_run_plan(spec: StudySpec, name: str, paths: StudyPaths, max_concurrent: int | None,
+                 train_path: str | None, out: TextIO) -> dict[str, Any]:
+    """``study launch --dry-run``: print the plan, its size warnings, data problems and disk line
+    to ``out``; return its summary (``dry_run`` true). Writes nothing."""
+    big = size_warnings(spec)
+    print(f"study    {name} -> {paths.dir}", file=out)
+    print(spec.plan(max_concurrent, train_path), file=out)
+    for warning in big:
+        print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
+    problems = check_task_data(spec)
+    for problem in problems:
+        print(f"data     PROBLEM {problem}", file=out)
+    disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
+    print(disk, file=out)
+    return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
+            "data_problems": problems, "size_warnings": big, "disk_short": short}
+
+
+def prepare_launch(spec: StudySpec, spec_path: Path, name: str, paths: StudyPaths, *,
+                   max_concurrent: int | None, yes: bool, allow_dirty: bool, out: TextIO) -> None:
+    """Before a launch takes the lock: refuse a very large spec without ``yes``, missing task
+    data and uncommitted code (:class:`StudyError`, :class:`SpecError`); warn when a new
+    study's runs may not fit on the disk; create the study folder."""
+    big = size_warnings(spec)
     if big and not yes:
         cost = next((ln for ln in spec.plan().splitlines() if ln.startswith("cost")), "").split(None, 1)
         raise StudyError(
@@ -157,60 +188,65 @@ def launch(
         paths.dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StudyError(one_line_os_error(exc, paths.dir)) from None
-    lock = StudyLock(paths, out).acquire()
-    try:
-        if paths.meta.is_file():
-            meta = load_meta(paths)
-            check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
-                          allow_dirty)
-            relocate(paths, meta, out)
-            if widens(meta["resolved"], spec.resolved):
-                _widen(paths, meta, spec, raw, only or {}, seeds, out)
-            elif not same_spec(meta["resolved"], spec.resolved):
-                changed = spec_changes(meta["resolved"], spec.resolved)
-                shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-                raise SpecError(
-                    f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-                    f"profile (changed: {shown}) ({meta['spec_path']}, profile {meta['profile']}, --only "
-                    f"{_only_text(meta.get('only'))}{_seeds_text(meta)}); resume it with `study "
-                    f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
-                    "or more --seeds, or launch under another --name"
-                )
-            elif meta["raw"] != raw or meta["resolved"] != spec.resolved:
-                # the YAML changed elsewhere (a description, a former key's new name): saved, so
-                # that a resume rebuilds this spec
-                meta["raw"], meta["resolved"] = raw, spec.resolved
-                write_meta(paths, meta)
-            _set_train_path(paths, meta, train_path, out)
-            if tracking_uri and tracking_uri != meta["tracking_uri"]:
-                print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
-                      f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
-                      "(finished runs missing there are re-recorded from the run directories)", file=out)
-                meta["tracking_uri"] = tracking_uri
-                write_meta(paths, meta)
-            print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)",
-                  file=out)
-        else:
-            meta = {
-                "name": name,
-                "spec_path": str(spec_path),
-                "profile": spec.profile,
-                "only": only or {},
-                **({"seeds": seeds} if seeds is not None else {}),
-                **({"set": dict(sets)} if sets else {}),
-                **({"train_path": train_path} if train_path not in (None, "eager") else {}),
-                "raw": raw,
-                "resolved": spec.resolved,
-                "tracking_uri": tracking_uri or paths.default_tracking_uri(),
-                **({"plugin_sources": sources} if (sources := spec_plugin_sources(spec.cells)) else {}),
-                "created": time.time(),
-            }
-            write_meta(paths, meta)
-        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
-                    trainer=trainer, plugins=plugin_names)
-    finally:
-        lock.release()
+
+
+def new_meta(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: StudyPaths, name: str, *,
+             only: dict[str, list] | None, seeds: int | list[int] | None, sets: dict[str, Any] | None,
+             train_path: str | None, tracking_uri: str | None) -> dict[str, Any]:
+    """The study.json of a new study (not written)."""
+    return {
+        "name": name,
+        "spec_path": str(spec_path),
+        "profile": spec.profile,
+        "only": only or {},
+        **({"seeds": seeds} if seeds is not None else {}),
+        **({"set": dict(sets)} if sets else {}),
+        **({"train_path": train_path} if train_path not in (None, "eager") else {}),
+        "raw": raw,
+        "resolved": spec.resolved,
+        "tracking_uri": tracking_uri or paths.default_tracking_uri(),
+        **({"plugin_sources": sources} if (sources := spec_plugin_sources(spec.cells)) else {}),
+        "created": time.time(),
+    }
+
+
+def _relaunch(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: StudyPaths, name: str, *,
+              only: dict[str, list] | None, seeds: int | list[int] | None, train_path: str | None,
+              tracking_uri: str | None, allow_dirty: bool, out: TextIO) -> dict[str, Any]:
+    """A launch of a study that exists: the same spec resumes it, a wider ``only`` or more
+    ``seeds`` widens it, another spec is refused (:class:`SpecError`); returns its saved meta,
+    updated (YAML, train path, tracking URI)."""
+    meta = load_meta(paths)
+    check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
+                  allow_dirty)
+    relocate(paths, meta, out)
+    if widens(meta["resolved"], spec.resolved):
+        _widen(paths, meta, spec, raw, only or {}, seeds, out)
+    elif not same_spec(meta["resolved"], spec.resolved):
+        changed = spec_changes(meta["resolved"], spec.resolved)
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise SpecError(
+            f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
+            f"profile (changed: {shown}) ({meta['spec_path']}, profile {meta['profile']}, --only "
+            f"{_only_text(meta.get('only'))}{_seeds_text(meta)}); resume it with `study "
+            f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
+            "or more --seeds, or launch under another --name"
+        )
+    elif meta["raw"] != raw or meta["resolved"] != spec.resolved:
+        # the YAML changed elsewhere (a description, a former key's new name): saved, so
+        # that a resume rebuilds this spec
+        meta["raw"], meta["resolved"] = raw, spec.resolved
+        write_meta(paths, meta)
+    _set_train_path(paths, meta, train_path, out)
+    if tracking_uri and tracking_uri != meta["tracking_uri"]:
+        print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
+              f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
+              "(finished runs missing there are re-recorded from the run directories)", file=out)
+        meta["tracking_uri"] = tracking_uri
+        write_meta(paths, meta)
+    print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)",
+          file=out)
+    return meta
 
 
 def _slots(spec: StudySpec, max_concurrent: int | None) -> int:
@@ -387,24 +423,65 @@ def _run_locked(
     trainer: Any = None,
     plugins: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    """Reconcile the record, start Ray, plan the trials, fit them and summarise: the study's
+    one driver pass, under its lock."""
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
     # --dry-run` starts no Ray.
     from study import plan
-    from study.progress import ProgressLine
-    from study.record import RecordCallback, reconcile
 
     name = meta["name"]
-    tracking_uri = meta["tracking_uri"]
     t_start = time.time()
     if lock is not None:
         reaped = lock.reap_stale_ray()
         if reaped:
             print(f"[study {name}] stopped {len(reaped)} Ray processes left by the previous driver "
                   f"(PIDs {', '.join(map(str, reaped[:8]))}{' ...' if len(reaped) > 8 else ''})", file=out)
-    recorder = RecordCallback(
+    recorder = study_recorder(spec, paths, meta)
+    ray_start = RayStart(started=False)
+    try:
+        open_record(recorder, paths, name, out)
+        export_to_workers(list(plugins))  # a local Ray's workers inherit it
+        ray_start = init_ray(address, resume=f"`study resume {paths.dir}`: the study is kept",
+                             runtime_env=runtime_env(list(plugins)) if address else None)
+        if lock is not None and ray_start.session_dir:  # our private Ray: its helpers are ours
+            lock.write(ray_session=ray_start.session_dir)
+        # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/
+        # (tuner.pkl, its snapshots) holds pickles, and unpickling a planted one runs its code.
+        # Unfinished trials continue from their runs' own verified checkpoints (study.trainable).
+        trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
+        search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
+        if search_alg is None:
+            return all_finished(recorder, spec, paths, meta, skipped, t_start, out)
+        check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
+        note = solo_note(spec)
+        if note:
+            print(f"[study {name}] {note}", file=out)
+        eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
+        grid, fit_seconds = fit_trials(spec, paths, name, recorder, search_alg, n_trials, max_concurrent=max_concurrent,
+                                       progress_seconds=progress_seconds, out=out, t_start=t_start, eta=eta,
+                                       interrupt=interrupt, trainer=trainer)
+        interrupted = interrupt.event.is_set()
+        counts = close_record(recorder, spec, paths, interrupted=interrupted)
+        summary = summarise(name, paths.dir, meta["tracking_uri"], grid, counts, skipped=skipped,
+                            wall_seconds=time.time() - t_start, fit_seconds=fit_seconds,
+                            interrupted=interrupted, timed_out=interrupt.timed_out)
+        print(summary_line(summary, max_concurrent=max_concurrent, address=address, deadline=deadline),
+              file=out)
+        return summary
+    finally:
+        stop_ray(ray_start)
+
+
+def study_recorder(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any]) -> Any:
+    """The study's :class:`study.record.RecordCallback` (not opened): its store, experiment,
+    artifact location and the parent run's tags."""
+    from study.record import RecordCallback  # Ray Tune's Callback: only when a study runs
+
+    tracking_uri = meta["tracking_uri"]
+    return RecordCallback(
         tracking_uri=tracking_uri,
-        study=name,
+        study=meta["name"],
         study_dir=str(paths.dir),
         # On an MLflow server the server's default root (its artifact proxy, mlflow-artifacts:/):
         # no node needs the study folder for artifacts. A database URI: the study folder.
@@ -420,99 +497,120 @@ def _run_locked(
         },
         n_seeds=len(spec.seeds),
     )
+
+
+def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> None:
+    """Open the study's record and re-record the finished runs the store lost (a deleted
+    mlflow.db, another store, a study copied without tune/) from their run directories."""
+    from study.record import reconcile  # Ray Tune's Callback: only when a study runs
+
+    run_folders(paths.dir)  # one linking out of the study: refused before the store opens
+    recorder.open()
+    fixed = reconcile(recorder, paths.dir)
+    if fixed:
+        print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
+              "(from their run directories)", file=out)
+
+
+def all_finished(recorder: Any, spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], skipped: int,
+                 t_start: float, out: TextIO) -> dict[str, Any]:
+    """A study with nothing left to run: say so, close the parent run, return its summary."""
+    name, writer = meta["name"], recorder.writer
+    counts = writer.run_counts(spec.n_runs())
+    print(f"[study {name}] every trial is already finished in the record "
+          f"({counts['runs_finished']} of {counts['runs_expected']} runs finished, "
+          f"{counts['runs_failed']} failed); {browse_advice(meta['tracking_uri'], paths.dir, name)}",
+          file=out)
+    writer.finish_parent(interrupted=False)
+    return {"name": name, "dir": str(paths.dir), "skipped": skipped,
+            "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
+            **counts, "interrupted": False}
+
+
+def fit_trials(spec: StudySpec, paths: StudyPaths, name: str, recorder: Any, search_alg: Any, n_trials: int, *,
+               max_concurrent: int | None, progress_seconds: float, out: TextIO, t_start: float,
+               eta: Any, interrupt: Interrupt, trainer: Any = None) -> tuple[Any, float]:
+    """Fit a new Tuner over the planned trials with the record and progress callbacks; its
+    result grid (None when interrupted before one) and the fit's wall seconds. A store that
+    failed during the fit is a :class:`StudyError`."""
+    # Ray Tune (and what subclasses its classes) only when a study runs
+    from study import plan
+    from study.progress import ProgressLine
+
+    callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
+                                        epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
+                                        seconds=progress_seconds, out=out, t0=t_start, eta=eta,
+                                        over=recorder.trial_over)]
+    prune_tune_state(paths.tune)
+    tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
+                            max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks,
+                            trainer=trainer)
+    t_fit = time.time()
+    grid = interrupt.fit(tuner)
+    fit_seconds = time.time() - t_fit
+    if recorder.failure is not None:
+        raise StudyError(f"{recorder.failure}; the runs are safe in {paths.dir}: free or restore "
+                         f"the store, then `study resume {paths.dir}`")
+    return grid, fit_seconds
+
+
+def close_record(recorder: Any, spec: StudySpec, paths: StudyPaths, *, interrupted: bool) -> dict[str, int]:
+    """Flush the record, close the parent run and check the store once more; the run counts
+    (:meth:`record.writer.RunWriter.run_counts`). A store failure is a :class:`StudyError`."""
     writer = recorder.writer
-    ray_start = RayStart(started=False)
     try:
-        # The record first: finished runs the store lost (a deleted mlflow.db, another store,
-        # a study copied without tune/) are re-recorded from their run directories.
-        run_folders(paths.dir)  # one linking out of the study: refused before the store opens
-        recorder.open()
-        fixed = reconcile(recorder, paths.dir)
-        if fixed:
-            print(f"[study {name}] re-recorded {fixed} finished runs missing from the store "
-                  "(from their run directories)", file=out)
-        export_to_workers(list(plugins))  # a local Ray's workers inherit it
-        ray_start = init_ray(address, resume=f"`study resume {paths.dir}`: the study is kept",
-                             runtime_env=runtime_env(list(plugins)) if address else None)
-        if lock is not None and ray_start.session_dir:  # our private Ray: its helpers are ours
-            lock.write(ray_session=ray_start.session_dir)
-        # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/
-        # (tuner.pkl, its snapshots) holds pickles, and unpickling a planted one runs its code.
-        # Unfinished trials continue from their runs' own verified checkpoints (study.trainable).
-        trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
-        search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
-        if search_alg is None:
-            counts = writer.run_counts(spec.n_runs())
-            print(f"[study {name}] every trial is already finished in the record "
-                  f"({counts['runs_finished']} of {counts['runs_expected']} runs finished, "
-                  f"{counts['runs_failed']} failed); {browse_advice(tracking_uri, paths.dir, name)}",
-                  file=out)
-            writer.finish_parent(interrupted=False)
-            return {"name": name, "dir": str(paths.dir), "skipped": skipped,
-                    "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
-                    **counts, "interrupted": False}
-        check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
-        note = solo_note(spec)
-        if note:
-            print(f"[study {name}] {note}", file=out)
-        eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
-        callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
-                                            epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
-                                            seconds=progress_seconds, out=out, t0=t_start, eta=eta,
-                                            over=recorder.trial_over)]
-        prune_tune_state(paths.tune)
-        tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
-                                max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks,
-                                trainer=trainer)
-        t_fit = time.time()
-        grid = interrupt.fit(tuner)
-        fit_seconds = time.time() - t_fit
-        if recorder.failure is not None:
-            raise StudyError(f"{recorder.failure}; the runs are safe in {paths.dir}: free or restore "
-                             f"the store, then `study resume {paths.dir}`")
-        errors = sum(1 for r in grid if r.error is not None) if grid is not None else 0
-        try:
-            writer.flush()
-            counts = writer.run_counts(spec.n_runs())
-            interrupted = interrupt.event.is_set()
-            writer.finish_parent(interrupted=interrupted)
-            # The file checked once more after the last write: a store deleted after Tune's last
-            # step took every write since, without an error, and the study ended "4 of 4 runs
-            # finished" with its record nowhere (bench_chaos --cycles 20, 2026-11-29).
-            recorder.check_store()
-        except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
-            failure = recorder.failure_line(exc)
-            if failure is None:
-                raise
-            raise StudyError(f"{failure}; the runs are safe in {paths.dir}: free or restore "
-                             f"the store, then `study resume {paths.dir}`") from None
-        summary = {
-            "name": name,
-            "dir": str(paths.dir),
-            "tracking_uri": tracking_uri,
-            "trials": len(grid) if grid is not None else 0,
-            "errors": errors,
-            "skipped": skipped,
-            "wall_seconds": time.time() - t_start,
-            "fit_seconds": fit_seconds,
-            "interrupted": interrupted,
-            "time_limit": interrupted and interrupt.timed_out,
-            **counts,
-        }
-        line = (f"[study {name}] {counts['runs_finished']} of {counts['runs_expected']} runs finished, "
-                f"{counts['runs_failed']} failed, {counts['runs_unfinished']} not finished; record: "
-                f"{tracking_uri} (experiment {name!r})")
-        # The resume command says the concurrency this driver was given: the study resumes with
-        # the spec's otherwise, which may be more trials than the user chose to run at once.
-        again = resume_command(paths.dir, max_concurrent, address)
-        if interrupted and interrupt.timed_out:
-            limit_arg = limit_text(deadline[0])
-            print(f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "
-                  f"continue with `{again} --time-limit {limit_arg}`", file=out)
-        elif interrupted:
-            print(f"{line}. Interrupted: continue with `{again}`", file=out)
-        else:
-            print(f"{line}; {browse_advice(tracking_uri, paths.dir, name)}", file=out)
-        return summary
-    finally:
-        stop_ray(ray_start)
+        writer.flush()
+        counts = writer.run_counts(spec.n_runs())
+        writer.finish_parent(interrupted=interrupted)
+        # The file checked once more after the last write: a store deleted after Tune's last
+        # step took every write since, without an error, and the study ended "4 of 4 runs
+        # finished" with its record nowhere (bench_chaos --cycles 20, 2026-11-29).
+        recorder.check_store()
+    except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
+        failure = recorder.failure_line(exc)
+        if failure is None:
+            raise
+        raise StudyError(f"{failure}; the runs are safe in {paths.dir}: free or restore "
+                         f"the store, then `study resume {paths.dir}`") from None
+    return counts
+
+
+def summarise(name: str, study_dir: Path, tracking_uri: str, grid: Any, counts: dict[str, int], *,
+              skipped: int, wall_seconds: float, fit_seconds: float, interrupted: bool,
+              timed_out: bool) -> dict[str, Any]:
+    """A driver pass's summary: the study, trials fitted and failed (``grid``: Tune's result
+    grid or None), ``counts`` (the record's run counts), times in seconds, and whether a signal
+    (``interrupted``) or the time limit (``time_limit``) stopped it."""
+    return {
+        "name": name,
+        "dir": str(study_dir),
+        "tracking_uri": tracking_uri,
+        "trials": len(grid) if grid is not None else 0,
+        "errors": sum(1 for r in grid if r.error is not None) if grid is not None else 0,
+        "skipped": skipped,
+        "wall_seconds": wall_seconds,
+        "fit_seconds": fit_seconds,
+        "interrupted": interrupted,
+        "time_limit": interrupted and timed_out,
+        **counts,
+    }
+
+
+def summary_line(summary: dict[str, Any], *, max_concurrent: int | None, address: str | None,
+                 deadline: tuple[float, float] | None) -> str:
+    """The driver's last line: runs finished, failed and not finished, the record, and what to
+    do next (resume after a signal or the time limit, else where to browse the record)."""
+    name, study_dir, tracking_uri = summary["name"], Path(summary["dir"]), summary["tracking_uri"]
+    line = (f"[study {name}] {summary['runs_finished']} of {summary['runs_expected']} runs finished, "
+            f"{summary['runs_failed']} failed, {summary['runs_unfinished']} not finished; record: "
+            f"{tracking_uri} (experiment {name!r})")
+    # The resume command says the concurrency this driver was given: the study resumes with
+    # the spec's otherwise, which may be more trials than the user chose to run at once.
+    again = resume_command(study_dir, max_concurrent, address)
+    if summary["time_limit"]:
+        limit_arg = limit_text(deadline[0])
+        return (f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "
+                f"continue with `{again} --time-limit {limit_arg}`")
+    if summary["interrupted"]:
+        return f"{line}. Interrupted: continue with `{again}`"
+    return f"{line}; {browse_advice(tracking_uri, study_dir, name)}"
