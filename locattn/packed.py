@@ -1,11 +1,14 @@
-"""Packed runs: K replicas of one cell trained in one process as one vectorized model.
+"""Packed runs: K replicas (seeds, learning rates, ablation switches) trained in one process as
+one vectorized model.
 
-The public names of :mod:`locattn.training.packed` (the driver) and
-:mod:`locattn.training.epoch` (the shared training pass); see those modules.
+The public names of :mod:`locattn.training.packed` (the driver), :mod:`locattn.training.epoch`
+(the shared training pass) and :mod:`locattn.packable` (which runs pack: the judge and the
+grouping, without torch); see those modules.
 """
 
 from __future__ import annotations
 
+from locattn.packable import SWITCH_FIELDS, check_packable, pack_groups
 from locattn.training.epoch import (
     ParamPack,
     ReplicaFailed,
@@ -13,7 +16,7 @@ from locattn.training.epoch import (
     packed_train_epoch,
     solo_train_epoch,
 )
-from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, SWITCH_FIELDS, check_packable, train_packed
+from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, train_packed
 
 __all__ = [
     "PACKABLE_FAMILIES",
@@ -23,6 +26,7 @@ __all__ = [
     "SWITCH_FIELDS",
     "check_packable",
     "epoch_dropout_noise",
+    "pack_groups",
     "packed_train_epoch",
     "solo_train_epoch",
     "train_packed",

@@ -36,6 +36,7 @@ ATTEMPTS = "locattn.attempts"  # (trial) failures so far (Tune retries)
 PLUGINS = "locattn.plugins"  # (trial) JSON {plugin: {distribution, version, sha256}} of the plugins its config uses
 LABELS = "locattn.labels"  # (parent) JSON {"task": {name: label}, "variant": {name: label}} of its cells, recorded at launch
 PACKED_WITH = "locattn.packed_with"  # (trial) seeds trained together in one packed model, "0,1,2"
+PACKED_CELLS = "locattn.packed_cells"  # (trial) JSON list of the cells its trial packed together (ablation switches)
 
 STATUS_FINISHED = "finished"
 STATUS_FAILED = "failed"

@@ -18,7 +18,7 @@ from locattn.folders import confined
 from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.keys import run_key
-from study.spec_model import TrialSpec
+from study.spec_model import Cell, TrialSpec
 
 #: Result key of a trial's objective (the median over all its seeds of the search metric).
 OBJECTIVE = "objective"
@@ -47,11 +47,12 @@ def run_dir(study_dir: str | Path, key: str) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
-    """One run a trial trains: its seed, run key and selection hyperparameters."""
+    """One run a trial trains: its seed, run key, selection hyperparameters and cell."""
 
     seed: int
     key: str
     hparams: dict[str, Any]
+    cell: Cell
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,9 @@ class TrialDescriptor(TrialSpec):
     not part of a run's identity). A study sets it at launch or resume (``--train-path``)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Optuna-sampled values (a search study), applied on top of every point."""
+    packed_cells: tuple[str, ...] = ()
+    """On a descriptor narrowed to one cell of an ablation pack (:meth:`alone`): the cell ids of
+    the pack its trial trains, for the run's record and trial file; empty otherwise."""
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> "TrialDescriptor":
@@ -85,7 +89,10 @@ class TrialDescriptor(TrialSpec):
                    seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
                    gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
-                   train_path=str(t.get("train_path", "eager")), search=dict(config.get("search") or {}))
+                   train_path=str(t.get("train_path", "eager")), search=dict(config.get("search") or {}),
+                   cells=tuple(Cell(cell=c["cell"], task=c["task"], variant=c["variant"],
+                                    overrides=dict(c["overrides"])) for c in t.get("cells") or ()),
+                   packed_cells=tuple(str(c) for c in t.get("packed_cells") or ()))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe ``trial`` entry of a Tune config (without ``search``, which Tune
@@ -102,17 +109,37 @@ class TrialDescriptor(TrialSpec):
             out["points"] = [dict(p) for p in self.points]
         if self.train_path != "eager":  # absent otherwise, like points: older trial files stay equal
             out["train_path"] = self.train_path
+        if len(self.cells) > 1:  # likewise
+            out["cells"] = [{"cell": c.cell, "task": c.task, "variant": c.variant, "overrides": dict(c.overrides)}
+                            for c in self.cells]
+        if self.packed_cells:
+            out["packed_cells"] = list(self.packed_cells)
         return out
+
+    def alone(self, key: str) -> "TrialDescriptor":
+        """This descriptor narrowed to the cell of the run ``key``: itself for a trial of one cell;
+        for an ablation pack the trial of that cell alone (its points and seeds), naming the pack's
+        cells in :attr:`packed_cells`. What a run's record and trial file describe: a run of a
+        pack reads as the same run of its own cell."""
+        if len(self.cells) <= 1:
+            return self
+        c = self.member(key).cell
+        return replace(self, cell=c.cell, task=c.task, variant=c.variant,
+                       overrides={**c.overrides, **self.hparams}, cells=(),
+                       packed_cells=tuple(x.cell for x in self.cells))
 
     @cached_property
     def members(self) -> tuple[Member, ...]:
-        """Every run this trial trains, in training order: per hparams point (one unless the
-        trial packs hparams axes) every seed. Their hparams are the point's plus the
-        Optuna-sampled values."""
+        """Every run this trial trains, in training order: per cell (one unless the trial is an
+        ablation pack), per hparams point (one unless the trial packs hparams axes) every seed.
+        Their hparams are the point's plus the Optuna-sampled values."""
         out = []
-        for point in self.points if len(self.points) > 1 else (self.hparams,):
-            hp = {**point, **self.search}
-            out += [Member(seed=s, key=run_key(self.study, self.cell, hp, s), hparams=hp) for s in self.seeds]
+        first = Cell(cell=self.cell, task=self.task, variant=self.variant, overrides=self.overrides)
+        for cell in self.cells if len(self.cells) > 1 else (first,):
+            for point in self.points if len(self.points) > 1 else (self.hparams,):
+                hp = {**point, **self.search}
+                out += [Member(seed=s, key=run_key(self.study, cell.cell, hp, s), hparams=hp, cell=cell)
+                        for s in self.seeds]
         return tuple(out)
 
     @property
@@ -122,7 +149,7 @@ class TrialDescriptor(TrialSpec):
 
     @property
     def packed(self) -> bool:
-        """Whether the trial trains its runs (seeds, hparams points) together as one packed model."""
+        """Whether the trial trains its runs (seeds, hparams points, cells) together as one packed model."""
         return self.pack and len(self.members) > 1
 
     def member(self, key: str | None = None) -> Member:
@@ -142,8 +169,8 @@ class TrialDescriptor(TrialSpec):
         return self._resolved[m.key]
 
     def _resolve(self, m: Member) -> Any:
-        cfg = make_run_config(task=self.task, variant=self.variant, seed=m.seed,
-                              overrides={**self.overrides, **m.hparams})
+        cfg = make_run_config(task=m.cell.task, variant=m.cell.variant, seed=m.seed,
+                              overrides={**m.cell.overrides, **m.hparams})
         if self.gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
             cfg = replace(cfg, device="cuda", gpu_share=min(1.0, self.gpus))
         if self.train_path != "eager":

@@ -50,7 +50,7 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
     trials, skipped = [], 0
     for t in spec.grid_trials():
         desc = TrialDescriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
-                               hparams=t.hparams, seeds=t.seeds, points=t.points, **common)
+                               hparams=t.hparams, seeds=t.seeds, points=t.points, cells=t.cells, **common)
         if all(k in done for _, k in desc.run_keys):
             skipped += 1
         else:

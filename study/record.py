@@ -187,6 +187,7 @@ class RecordCallback(_TuneCallback):
         state = self.writer.runs.get(key)
         if state is not None and (state.params_complete or state.status == schema.STATUS_FINISHED):
             return state
+        t = t.alone(key)  # a run of an ablation pack is recorded as the run of its own cell
         hp = t.member(key).hparams
         flat = flatten(config_to_dict(t.run_config(key)))
         w = self.writer
@@ -211,6 +212,8 @@ class RecordCallback(_TuneCallback):
         }
         if t.packed:
             tags[schema.PACKED_WITH] = ",".join(str(s) for s in t.seeds)
+        if t.packed_cells:
+            tags[schema.PACKED_CELLS] = json.dumps(list(t.packed_cells))
         plugins = config_plugins(str(flat["model.attention.family"]), t.task, t.variant)
         if plugins:  # only then: a built-in run's tags are as before
             tags[schema.PLUGINS] = json.dumps(plugins, sort_keys=True)
@@ -278,7 +281,7 @@ class RecordCallback(_TuneCallback):
         key = result.get("run_key")
         if kind not in ("epoch", "seed_final") or key is None:
             return
-        desc = TrialDescriptor.of(trial.config)
+        desc = TrialDescriptor.of(trial.config).alone(key)
         state = self.run_for(desc, int(result["seed"]), key)
         self.trial_current[trial.trial_id] = key
         where = f"[study {self.writer.study}] seed {result['seed']} of {desc.cell}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from locattn.config import make_run_config
+from locattn.packable import pack_groups
 from study import cost
 from study.retention import DEFAULT_KEEP
 
@@ -52,6 +53,9 @@ class TrialSpec:
     points: tuple[dict[str, Any], ...] = ()
     """Every hparams point this trial trains when hparams axes are packed (``pack``), each with
     every seed; empty for one point (``hparams``)."""
+    cells: tuple["Cell", ...] = ()
+    """Every cell this trial trains when it packs several (an ablation pack, the first being
+    ``cell``), each with every point and seed; empty for one cell."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,13 +135,28 @@ class StudySpec:
             groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(hp)
         return list(groups.values())
 
+    def cell_packs(self) -> list[tuple[int, ...]]:
+        """Indices of the cells one trial trains together, in grid order. A grid spec that packs
+        (``pack_seeds``, ``pack``) packs cells whose runs differ only in fields that leave every
+        parameter's shape equal (Table 4's OneStepAttn, -Step 3 and -Sigmoid: ablation switches),
+        as :func:`locattn.packable.pack_groups` judges on the eager step; otherwise every cell is
+        its own. A run keeps its own cell, key and identity in any pack."""
+        if not self.packed or self.search is not None:
+            return [(i,) for i in range(len(self.cells))]
+        point = self.hparam_points()[0]
+        cfgs = [make_run_config(task=c.task, variant=c.variant, overrides={**c.overrides, **point})
+                for c in self.cells]
+        return [tuple(group) for group in pack_groups(cfgs)]
+
     def grid_trials(self) -> list[TrialSpec]:
         """One trial per (cell, hparams point, seed), in a stable order; with ``pack_seeds``
-        one trial per (cell, hparams point) that trains every seed, and with ``pack_axes`` one
-        trial trains every point of its group (:meth:`point_groups`)."""
+        one trial per (cell, hparams point) that trains every seed, with ``pack_axes`` one
+        trial trains every point of its group (:meth:`point_groups`), and cells that pack
+        together (:meth:`cell_packs`) share their trials."""
         groups = [self.seeds] if self.pack_seeds else [(seed,) for seed in self.seeds]
         out = []
-        for cell in self.cells:
+        for pack in self.cell_packs():
+            cell = self.cells[pack[0]]
             for points in self.point_groups():
                 hp = points[0]
                 for seeds in groups:
@@ -150,16 +169,36 @@ class StudySpec:
                             hparams=hp,
                             seeds=seeds,
                             points=tuple(points) if len(points) > 1 else (),
+                            cells=tuple(self.cells[i] for i in pack) if len(pack) > 1 else (),
                         )
                     )
         return out
+
+    def pack_lines(self, train_path: str | None = None) -> list[str]:
+        """The plan's lines naming the cells that share their trials (:meth:`cell_packs`), one
+        line per pack of several cells (at most 20), with the runs one such trial trains; on a
+        ``train_path`` other than eager a pack's cells train one after another in its trial."""
+        packs = [p for p in self.cell_packs() if len(p) > 1]
+        if not packs:
+            return []
+        per_cell = (len(self.seeds) if self.pack_seeds else 1) * (len(self.point_groups()[0]))
+        how = ("one packed model" if train_path in (None, "eager") else
+               f"on --train-path {train_path} each cell's own packed model, one after another")
+        lines = [f"packs    cells that share their trials (they differ only in ablation switches; {how}):"]
+        for i, pack in enumerate(packs[:20], start=1):
+            names = " + ".join(self.cells[c].cell for c in pack)
+            lines.append(f"  - pack {i}: {names} ({len(pack)} cells x {per_cell} runs = "
+                         f"{len(pack) * per_cell} runs per trial)")
+        if len(packs) > 20:
+            lines.append(f"  ... {len(packs) - 20} more")
+        return lines
 
     def n_trials(self) -> int:
         """Tune trials the study runs."""
         if self.search is not None:
             return len(self.cells) * len(self.hparam_points()) * self.search.num_samples
         per_point = 1 if self.pack_seeds else len(self.seeds)
-        return len(self.cells) * len(self.point_groups()) * per_point
+        return len(self.cell_packs()) * len(self.point_groups()) * per_point
 
     def n_runs(self) -> int:
         """MLflow trial runs the study produces (one per seed and hparams point of each trial)."""
@@ -186,6 +225,7 @@ class StudySpec:
         if self.pack_axes:
             lines.append(f"pack     {list(self.pack_axes)}: one trial trains every point of these axes "
                          "together as one packed model")
+        lines.extend(self.pack_lines(train_path))
         if self.search:
             lines.append(
                 f"search   optuna {self.search.sampler}: {self.search.num_samples} points/cell over "

@@ -34,7 +34,7 @@ import ray
 import torch
 from ray import tune
 
-from locattn.packed import train_packed
+from locattn.packed import pack_groups, train_packed
 from locattn.train import find_checkpoint, share_compile_cache, train as locattn_train
 
 from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
@@ -149,7 +149,7 @@ class Trial:
             if done is not None:
                 self.finish(seed, key, done, skipped=True)
             else:
-                write_trial_file(self.out_dirs[key], self.desc, seed,
+                write_trial_file(self.out_dirs[key], self.desc.alone(key), seed,
                                  self.trial_dir.name if self.trial_dir is not None else None)
                 todo.append((seed, key, cfg))
         return todo
@@ -208,8 +208,8 @@ class Trial:
 
     def score_key(self, seed: int, key: str) -> str:
         """Where ``state["scores"]`` keeps a run's search metric: its seed (a trial's seeds are
-        distinct), or its run key when the trial packs hparams points (seeds repeat)."""
-        return key if len(self.desc.points) > 1 else str(seed)
+        distinct), or its run key when the trial packs hparams points or cells (seeds repeat)."""
+        return key if len(self.desc.points) > 1 or len(self.desc.cells) > 1 else str(seed)
 
     def close(self) -> None:
         """Every seed finished: drop the model files from the trial's Tune checkpoints (and
@@ -234,12 +234,17 @@ def run_trial(config: dict[str, Any], train: Any = None) -> None:
     trial.restore()
     todo = trial.pending()
     if desc.packed and todo:
-        results = train_packed([cfg for _, _, cfg in todo], [trial.out_dirs[k] for _, k, _ in todo],
-                               [trial.recorder(seed, key) for seed, key, _ in todo], resume=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for (seed, key, _), result in zip(todo, results):
-            if not isinstance(result, BaseException):
-                trial.finish(seed, key, result, skipped=False)
+        errors = []
+        # One pack; an ablation pack on a path that cannot switch per replica (compiled,
+        # graphed) trains as the packs of its cells, one after another.
+        for group in pack_groups([cfg for _, _, cfg in todo]):
+            part = [todo[i] for i in group]
+            results = train_packed([cfg for _, _, cfg in part], [trial.out_dirs[k] for _, k, _ in part],
+                                   [trial.recorder(seed, key) for seed, key, _ in part], resume=True)
+            errors += [r for r in results if isinstance(r, BaseException)]
+            for (seed, key, _), result in zip(part, results):
+                if not isinstance(result, BaseException):
+                    trial.finish(seed, key, result, skipped=False)
         if errors:
             raise errors[0]
     elif todo:

@@ -39,6 +39,9 @@ Mode = Literal["location", "mix"]
 PaFrom = Literal["attention", "location"]
 Reference = Literal["previous", "gated", "initial"]
 StepActivation = Literal["sigmoid", "softstair", "raw", "mono", "relu"]
+PACKABLE_STEPS = ("sigmoid", "softstair", "raw", "relu")
+"""Step activations that may differ between the replicas of one pack (no parameter of their own;
+``mono`` has one)."""
 Controller = Literal["linear", "gru"]
 ControllerInit = Literal["torch", "dubois"]
 RegressorInit = Literal["paper", "torch"]
@@ -407,5 +410,6 @@ __all__ = [
     "derive",
     "families",
     "packable_families",
+    "PACKABLE_STEPS",
     "flat_fields",
 ]

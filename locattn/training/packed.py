@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from locattn.config import PACKABLE_FIELDS, RunConfig, config_to_dict, flatten, identity_dict, run_identity
-from locattn.models.attention.location import PACKABLE_STEPS
+from locattn.config import PACKABLE_FIELDS, RunConfig, config_to_dict, identity_dict, run_identity
+from locattn.packable import SWITCH_FIELDS, check_packable
 from locattn.models.config import packable_families
 from locattn.tasks import load_task
 from locattn.training import checkpoint as ckpt
@@ -44,52 +44,6 @@ from locattn.training.seq2seq import Seq2SeqRun
 PACKABLE_FAMILIES = tuple(packable_families())
 """The built-in attention families whose modules are written for packed parameters (a plugin's
 declared packable counts too: ``check_packable`` asks the registry)."""
-SWITCH_FIELDS = ("variant", "model.attention.step", "model.attention.location_norm",
-                 "model.attention.step_temperature")
-"""Model switches in which the runs of one eager pack may differ besides :data:`PACKABLE_FIELDS`:
-they leave every parameter's shape equal (location attention; the step among
-``locattn.models.attention.location.PACKABLE_STEPS``), and each replica keeps its own value in
-the packed model (``LocationAttender.pack_switches``). Table 4's OneStepAttn, -Step 3 and
--Sigmoid pack together; -Step 2 (``reference: gated``) has two more step-head rows and does not."""
-_MAY_DIFFER = PACKABLE_FIELDS + SWITCH_FIELDS
-
-
-def check_packable(cfgs: Sequence[RunConfig]) -> None:
-    """Raise ``ValueError`` unless ``cfgs`` are one cell: equal except :data:`PACKABLE_FIELDS`."""
-    if not cfgs:
-        raise ValueError("train_packed needs at least one RunConfig")
-    flats = [flatten(identity_dict(c)) for c in cfgs]
-    ref = {k: v for k, v in flats[0].items() if k not in _MAY_DIFFER}
-    for i, cfg in enumerate(cfgs[1:], start=1):
-        other = {k: v for k, v in flats[i].items() if k not in _MAY_DIFFER}
-        diff = sorted(k for k in set(ref) | set(other) if ref.get(k) != other.get(k))
-        if diff:
-            raise ValueError(
-                f"cfgs[{i}] differs from cfgs[0] in {diff}; packed runs may differ only in {list(_MAY_DIFFER)}"
-            )
-        if cfg.device != cfgs[0].device:
-            raise ValueError(f"cfgs[{i}].device={cfg.device!r} differs from cfgs[0].device={cfgs[0].device!r}")
-    family = cfgs[0].model.attention.family
-    switched = sorted(f for f in SWITCH_FIELDS[1:] if len({flat.get(f) for flat in flats}) > 1)
-    if switched:
-        c0 = cfgs[0]
-        if family != "location" or c0.train_path != "eager" or c0.optim.train_step != "eager":
-            raise ValueError(f"packed runs differ in {switched}: only location attention packs them, on "
-                             f"train_path=eager and optim.train_step=eager (got attention.family={family!r}, "
-                             f"train_path={c0.train_path!r}, optim.train_step={c0.optim.train_step!r})")
-        steps = {c.model.attention.step for c in cfgs}
-        if len(steps) > 1 and not steps <= set(PACKABLE_STEPS):
-            raise ValueError(f"packed runs differ in model.attention.step {sorted(steps)}; steps that pack "
-                             f"together: {list(PACKABLE_STEPS)} (mono has a parameter of its own)")
-    if cfgs[0].model.kind != "seq2seq" or family not in packable_families():
-        raise ValueError(
-            f"model.kind={cfgs[0].model.kind!r}, attention.family={family!r} cannot be packed; "
-            f"packable: seq2seq with attention.family in {packable_families()}"
-        )
-    seeds = [c.seed for c in cfgs]
-    if len({run_identity(c) for c in cfgs}) != len(cfgs):
-        raise ValueError(f"packed runs must differ in seed or in one of {list(PACKABLE_FIELDS[1:])}, "
-                         f"got seeds {seeds} and two equal runs")
 
 
 def train_packed(
@@ -251,4 +205,4 @@ def _reload(run: Any) -> None:
         run.__dict__.update(fresh.__dict__)
 
 
-__all__ = ["PACKABLE_FAMILIES", "PACKABLE_FIELDS", "check_packable", "pack_size", "train_packed"]
+__all__ = ["PACKABLE_FAMILIES", "PACKABLE_FIELDS", "SWITCH_FIELDS", "check_packable", "pack_size", "train_packed"]

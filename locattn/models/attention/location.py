@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from locattn.models.attention.base import Attender, AttnStep, SourceMemory
 from locattn.models.attention.content import ContentScorer
 from locattn.models.config import (
+    PACKABLE_STEPS,
     ContentScore,
     Controller,
     ControllerInit,
@@ -59,8 +60,6 @@ from locattn.models.config import (
 from locattn.models.functional import gru_update, leaky_clamp, linear, per_row, softstair
 
 N_RHO = {"previous": 1, "initial": 2, "gated": 3}
-PACKABLE_STEPS = ("sigmoid", "softstair", "raw", "relu")
-"""Step activations that may differ between the replicas of one pack (no parameter of their own)."""
 NORM_EPS = 1e-20
 """Added per position to the density sum by the reference's normalisation (``location_norm="sum"``)."""
 L1_EPS = 1e-12
