@@ -129,6 +129,10 @@ def add_resume(sub: Any) -> None:
     rp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
                     help=PLUGIN_HELP + "; a plugin study.json names is imported only when installed "
                          "or named here")
+    rp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="dotted config override over the study's saved spec, as launch's --set "
+                         "(repeatable; validated, saved in study.json; a value that changes the spec "
+                         "gives new runs, refused once a run finished under the old value)")
     rp.set_defaults(func=run_resume)
 
 
@@ -399,7 +403,7 @@ def run_resume(args: argparse.Namespace) -> int:
     summary = resume(find_study(args.study, args.root).dir, root=args.root, address=args.address,
                      progress_seconds=args.progress_seconds, time_limit=time_limit,
                      max_concurrent=args.max_concurrent, train_path=args.train_path,
-                     allow_dirty=args.allow_dirty, plugins=args.plugins)
+                     allow_dirty=args.allow_dirty, plugins=args.plugins, sets=parse_sets(args.sets))
     show_results(summary)
     return exit_code(summary)
 

@@ -7,6 +7,7 @@ fits a new Tuner that :mod:`study.plan` plans from the spec and the record. The 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -29,6 +30,7 @@ from study.retention import disk_line
 from study.runs import run_folders
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
+from study.status import trial_runs
 from study.ui import browse_advice
 
 
@@ -333,12 +335,14 @@ def resume(
     trainer: Any = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
+    sets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Resume a study from its directory: finished trials are kept, unfinished ones continue
     (``time_limit``, ``max_concurrent``, ``train_path``, ``trainer`` and ``allow_dirty`` as in
     :func:`launch`; the spec's or the study's saved choice by default). A plugin its
     ``study.json`` names is imported only when installed or named again in ``plugins``
-    (``--plugin``): a folder never names code that runs."""
+    (``--plugin``): a folder never names code that runs. ``sets`` (``--set KEY=VALUE``): as
+    :func:`launch`'s, over the saved spec (:func:`resume_sets`)."""
     check_committed_code(allow_dirty)
     deadline = make_deadline(time_limit)
     paths = study_paths(study, root)
@@ -361,6 +365,8 @@ def resume(
             f"{paths.meta}: the spec saved there does not rebuild with its --only ({exc}); save the "
             f"current spec with `{command}`, which resumes the study (finished runs are kept)"
         ) from None
+    set_spec = spec_with_sets(meta, sets) if sets else None  # validated before anything changes
+    spec = set_spec or spec
     require_task_data(spec)
     check_train_path_fits(spec, train_path or meta.get("train_path"))
     check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
@@ -378,12 +384,50 @@ def resume(
         reach_database(meta["tracking_uri"], paths.meta)  # a server down, no credentials: one line
         if user or password:
             write_meta(paths, meta)
+        if set_spec is not None:
+            resume_sets(paths, meta, set_spec, sets or {}, out)
         _set_train_path(paths, meta, train_path, out)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
                     trainer=trainer, plugins=plugin_names)
     finally:
         lock.release()
+
+
+def spec_with_sets(meta: dict[str, Any], sets: dict[str, Any]) -> StudySpec:
+    """The study's saved spec with ``sets`` as its last overrides (:func:`study.spec.apply_sets`
+    in its profile), validated as a launch's are; raises :class:`SpecError` in one line."""
+    raw = apply_sets(meta["raw"], meta["profile"] or None, sets)
+    return resolve_spec(raw, path=meta["spec_path"], profile=meta["profile"] or None,
+                        only=meta.get("only") or None, seeds=meta.get("seeds"))
+
+
+def resume_sets(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, sets: dict[str, Any],
+                out: TextIO) -> None:
+    """Record ``study resume --set`` in ``study.json`` (``raw``, ``resolved`` and ``set``), so
+    that later resumes, status and reports see the spec the runs train under. A set that
+    changes the spec changes the runs' identities: it is said, and refused once a run has
+    finished under the old values, since the tables would pool the old and the new runs of a
+    cell (launch such a study under another ``--name``)."""
+    changed = spec_changes(meta["resolved"], spec.resolved)
+    name = meta["name"]
+    if changed:
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        done = sum(1 for *_, status in trial_runs(meta["tracking_uri"], name)
+                   if status == schema.STATUS_FINISHED)
+        if done:
+            given = " ".join(f"--set {k}={json.dumps(v)}" for k, v in sets.items())
+            raise SpecError(
+                f"--set changes study {name!r}'s spec ({shown}), but {done} of its runs finished under "
+                f"the old values and its tables would pool them with the new ones: launch it as another "
+                f"study, `study launch {meta['spec_path']}"
+                f"{f' --profile {p}' if (p := meta['profile']) else ''} --name {name}-2 {given}`")
+        print(f"[study {name}] --set changes its spec ({shown}): the runs from here on train under the "
+              "new values (new run identities; no run had finished under the old ones)", file=out)
+    meta["raw"] = apply_sets(meta["raw"], meta["profile"] or None, sets)
+    meta["resolved"] = spec.resolved
+    meta["set"] = {**(meta.get("set") or {}), **sets}
+    write_meta(paths, meta)
 
 
 def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], *, out: TextIO,

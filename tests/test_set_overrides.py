@@ -86,3 +86,82 @@ def test_study_ui_runs_mlflow_server_without_a_line_per_request(tmp_path: Path) 
     cmd = ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}", "127.0.0.1", 5000)
     assert cmd[:4] == [cmd[0], "-m", "mlflow", "server"]
     assert "--uvicorn-opts=--no-access-log" in cmd
+
+
+TINY = ("name: tiny\ndescription: two runs\ntables: []\ngrid: {task: [copy], variant: [onestep]}\n"
+        "seeds: 2\noverrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, "
+        "task.test_lengths: [15], optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n")
+
+
+def _tiny_study(tmp_path: Path, finished: int = 0) -> Path:
+    """studies/tiny/study.json as a launch writes it (nothing trained yet), and, with
+    ``finished``, a store where that many of its runs finished."""
+    from record.layout import study_paths
+    from reports.synth import SynthRun, write_bulk_sql
+    from study.folder import write_meta
+    from study.launch import new_meta
+    from study.spec import read_yaml, resolve_spec
+
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(TINY)
+    raw = read_yaml(spec_path)
+    paths = study_paths("tiny", tmp_path / "studies")
+    paths.dir.mkdir(parents=True)
+    write_meta(paths, new_meta(resolve_spec(raw, path=str(spec_path)), spec_path, raw, paths, "tiny",
+                               only=None, seeds=None, sets=None, train_path=None, tracking_uri=None))
+    if finished:
+        write_bulk_sql(paths.db, "tiny", [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2)
+                                          for s in range(finished)])
+    return paths.dir
+
+
+def _resume(capsys, study: Path, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # MLflow's lines while the test made its store
+    code = study_main(["resume", str(study), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("item, words", [
+    ("optim.epoch=3", ["unknown config key 'optim.epoch'", "'epochs'"]),
+    ("optim.epochs=1.5", ["optim.epochs"]),
+    ("optim.epochs", ["--set 'optim.epochs': expected KEY=VALUE"]),
+])
+def test_a_bad_resume_set_is_one_line_and_changes_nothing(tmp_path: Path, capsys, item, words) -> None:
+    study = _tiny_study(tmp_path)
+    before = (study / "study.json").read_bytes()
+    code, out, err = _resume(capsys, study, "--set", item)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert all(w in lines[0] for w in words), lines[0]
+    assert (study / "study.json").read_bytes() == before
+    assert sorted(p.name for p in study.iterdir()) == ["study.json"]
+
+
+def test_a_resume_set_that_would_pool_old_and_new_runs_is_refused_naming_the_change(
+        tmp_path: Path, capsys) -> None:
+    study = _tiny_study(tmp_path, finished=2)
+    before = (study / "study.json").read_bytes()
+    code, out, err = _resume(capsys, study, "--set", "optim.epochs=3")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "changes study 'tiny''s spec (overrides.optim.epochs: 1 -> 3)" in lines[0], lines[0]
+    assert "2 of its runs finished under the old values" in lines[0], lines[0]
+    assert "--name tiny-2 --set optim.epochs=3`" in lines[0], lines[0]
+    assert (study / "study.json").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_resume_set_changes_the_runs_it_trains_says_so_and_is_recorded(tmp_path: Path, capsys,
+                                                                         monkeypatch) -> None:
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    study = _tiny_study(tmp_path)
+    code, out, err = _resume(capsys, study, "--set", "optim.epochs=2", "--max-concurrent", "1")
+    assert code == 0, err[-2000:]
+    assert ("[study tiny] --set changes its spec (overrides.optim.epochs: 1 -> 2): the runs from here "
+            "on train under the new values") in out, out
+    meta = json.loads((study / "study.json").read_text())
+    assert meta["set"] == {"optim.epochs": 2} and meta["resolved"]["overrides"]["optim.epochs"] == 2
+    configs = list((study / "runs").glob("*/config.json"))
+    assert len(configs) == 2
+    assert all(json.loads(c.read_text())["optim"]["epochs"] == 2 for c in configs)
