@@ -472,62 +472,72 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
     warnings: list[tuple[str, str, str]] = []
     for col in table.columns:
         for variant in table.rows:
-            us = _column_units(table, col, variant, units)
-            present = [u for u in us if u is not None]
-            if not present:
-                cells[(variant, col.key)] = Cell(row=variant, column=col.key)
-                continue
-            per_task: list[dict[int, tuple]] = []
-            n_missing = n_diverged = 0
-            for u in us:
-                got: dict[int, tuple] = {}
-                if u is not None:
-                    for seed, m in u.values.items():
-                        v = _seed_value(table, col, m)
-                        if v is not None:
-                            got[seed] = v
-                        elif _seed_value(table, col, m | dict.fromkeys(u.diverged.get(seed, ()), 0.0)):
-                            n_diverged += 1  # its value is there, but not finite
-                        else:
-                            n_missing += 1
-                per_task.append(got)
-            shared = sorted(set.intersection(*(set(d) for d in per_task))) if per_task else []
-            expected = [u.n_expected for u in present if u.n_expected is not None]
-            common = dict(
-                row=variant, column=col.key,
-                n_expected=max(expected) if expected else None,
-                n_running=sum(u.n_running for u in present),
-                n_failed=sum(u.n_failed for u in present),
-                n_missing_metric=n_missing,
-                n_diverged=n_diverged,
-                hparams=tuple(u.hparams or "{}" for u in present),
-                n_hparam_choices=max(u.n_choices for u in present),
-            )
-            if n_missing:
-                warnings.append((variant, col.key, f"{n_missing} finished run(s) lack the metric"))
-            if not shared:
-                cells[(variant, col.key)] = Cell(**common)
-                continue
-            if table.kind == "epochs_or_accuracy":
-                ep = {s: per_task[0][s][0] for s in shared}
-                acc = {s: per_task[0][s][1] for s in shared}
-                med = float(np.median(list(ep.values())))
-                greyed = math.isinf(med)
-                accs = [a * 100.0 for a in acc.values() if a is not None]
-                seeds = tuple((s, float(ep[s])) for s in shared)
-                finite = all(math.isfinite(v) for _, v in seeds)
-                st = _stats([v for _, v in seeds]) if finite else {
-                    "median": med, "mean": None, "std": None, "q25": None, "q75": None}
-                cells[(variant, col.key)] = Cell(
-                    **common, seeds=seeds, greyed=greyed,
-                    accuracy_median=float(np.median(accs)) if accs else None, **st,
-                )
-                continue
-            seeds = tuple(
-                (s, float(np.mean([d[s][0] for d in per_task])) * table.scale) for s in shared
-            )
-            cells[(variant, col.key)] = Cell(**common, seeds=seeds, **_stats([v for _, v in seeds]))
+            cell = aggregate_cell(table, col, variant, _column_units(table, col, variant, units))
+            if cell.n_missing_metric:
+                warnings.append((variant, col.key, f"{cell.n_missing_metric} finished run(s) lack the metric"))
+            cells[(variant, col.key)] = cell
+    n_tests, n_testable = mark_best(table, stat, cells)
+    return TableResult(table=table, stat=stat, cells=cells, n_tests=n_tests,
+                       n_testable=n_testable, warnings=tuple(warnings), selection=selection)
 
+
+def aggregate_cell(table: TableDef, col: Column, variant: str, us: list) -> Cell:
+    """One cell of ``table``: row ``variant``, column ``col``, from its units ``us`` (one per
+    task of the column, None where a task has none): the seeds every task has, their statistics,
+    and the counts of expected, running, failed, diverged seeds and seeds lacking the metric."""
+    present = [u for u in us if u is not None]
+    if not present:
+        return Cell(row=variant, column=col.key)
+    per_task: list[dict[int, tuple]] = []
+    n_missing = n_diverged = 0
+    for u in us:
+        got: dict[int, tuple] = {}
+        if u is not None:
+            for seed, m in u.values.items():
+                v = _seed_value(table, col, m)
+                if v is not None:
+                    got[seed] = v
+                elif _seed_value(table, col, m | dict.fromkeys(u.diverged.get(seed, ()), 0.0)):
+                    n_diverged += 1  # its value is there, but not finite
+                else:
+                    n_missing += 1
+        per_task.append(got)
+    shared = sorted(set.intersection(*(set(d) for d in per_task))) if per_task else []
+    expected = [u.n_expected for u in present if u.n_expected is not None]
+    common = dict(
+        row=variant, column=col.key,
+        n_expected=max(expected) if expected else None,
+        n_running=sum(u.n_running for u in present),
+        n_failed=sum(u.n_failed for u in present),
+        n_missing_metric=n_missing,
+        n_diverged=n_diverged,
+        hparams=tuple(u.hparams or "{}" for u in present),
+        n_hparam_choices=max(u.n_choices for u in present),
+    )
+    if not shared:
+        return Cell(**common)
+    if table.kind == "epochs_or_accuracy":
+        ep = {s: per_task[0][s][0] for s in shared}
+        acc = {s: per_task[0][s][1] for s in shared}
+        med = float(np.median(list(ep.values())))
+        greyed = math.isinf(med)
+        accs = [a * 100.0 for a in acc.values() if a is not None]
+        seeds = tuple((s, float(ep[s])) for s in shared)
+        finite = all(math.isfinite(v) for _, v in seeds)
+        st = _stats([v for _, v in seeds]) if finite else {
+            "median": med, "mean": None, "std": None, "q25": None, "q75": None}
+        return Cell(**common, seeds=seeds, greyed=greyed,
+                    accuracy_median=float(np.median(accs)) if accs else None, **st)
+    seeds = tuple(
+        (s, float(np.mean([d[s][0] for d in per_task])) * table.scale) for s in shared
+    )
+    return Cell(**common, seeds=seeds, **_stats([v for _, v in seeds]))
+
+
+def mark_best(table: TableDef, stat: str, cells: dict[tuple[str, str], Cell]) -> tuple[int, int]:
+    """Mark each column's best cells (by ``stat``) in ``cells``, in place, and test every other
+    cell against the first best one (Wilcoxon signed-rank over shared seeds, Holm-adjusted per
+    column); returns (tests made, tests with enough pairs to be testable)."""
     n_tests = n_testable = 0
     for col in table.columns:
         col_cells = [cells[(v, col.key)] for v in table.rows]
@@ -562,8 +572,7 @@ def aggregate(runset: RunSet, table: TableDef, *, stat: str | None = None) -> Ta
                 cells[(row, col.key)], p_value=p, p_holm=ph, n_pairs=nz,
                 tie=bool(testable and ph >= ALPHA),
             )
-    return TableResult(table=table, stat=stat, cells=cells, n_tests=n_tests,
-                       n_testable=n_testable, warnings=tuple(warnings), selection=selection)
+    return n_tests, n_testable
 
 
 def _replace_table(table: TableDef, **kw) -> TableDef:

@@ -181,6 +181,53 @@ def describe_gaps(result: TableResult) -> list[str]:
     return out
 
 
+def write_tables(built: Built, out: Path, formats: Sequence[str], labels: StudyLabels, *, compare: bool,
+                 layout: str, summary: list[str] | None, standalone: bool) -> list[Path]:
+    """Write ``<out>/<table id>.<ext>`` for each of ``built``'s tables (a :func:`collect`
+    result) in each format; with ``compare``, the paper's numbers beside them and one agreement
+    line per table appended to ``summary``. Returns the written paths."""
+    written: list[Path] = []
+    for result in built.results:
+        paper = load_paper_numbers(result.table) if compare else None
+        if paper and summary is not None:
+            summary.append(agreement(result, paper).sentence())
+        for fmt in formats:
+            fn, ext = RENDERERS[fmt]
+            text = fn(result, built.provenance, labels.variant, paper, layout)
+            if standalone and fmt == "latex":
+                text = standalone_latex(text)
+            path = out / f"{result.table.id}.{ext}"
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def write_summary(built: Built, out: Path, formats: Sequence[str], labels: StudyLabels, solved_at: float, *,
+                  standalone: bool) -> list[Path]:
+    """Write ``<out>/summary.<ext>`` (every cell of ``built``, a :func:`collect` result with a
+    summary) and, when the study recorded its labels, ``<out>/grid.<ext>`` (the variant x task
+    grid under them) in each format. Returns the written paths."""
+    written: list[Path] = []
+    keys = list(built.summary_keys)
+    for fmt in formats:
+        path = out / f"{SUMMARY_ID}.{RENDERERS[fmt][1]}"
+        text = render_summary(built.summary, keys, built.provenance, fmt, solved_at)
+        if standalone and fmt == "latex":
+            text = standalone_latex(text)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    # A study launched with recorded labels also gets its variant x task grid under them.
+    for fmt in formats if built.runset.recorded_labels() else ():
+        text = render_grid(built.summary, keys, labels, built.provenance, fmt, solved_at)
+        if text is None:
+            break
+        path = out / f"{GRID_ID}.{RENDERERS[fmt][1]}"
+        path.write_text(standalone_latex(text) if standalone and fmt == "latex" else text,
+                        encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def build_reports(
     source: str | Path,
     study: str | None = None,
@@ -231,20 +278,9 @@ def build_reports(
                                   + "\n  ".join(gaps))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
     labels = StudyLabels.from_tags(built.runset.recorded_labels())  # else the registry's
-    for result in built.results:
-        paper = load_paper_numbers(result.table) if compare else None
-        if paper and summary is not None:
-            summary.append(agreement(result, paper).sentence())
-        for fmt in formats:
-            fn, ext = RENDERERS[fmt]
-            text = fn(result, built.provenance, labels.variant, paper, layout)
-            if standalone and fmt == "latex":
-                text = standalone_latex(text)
-            path = out / f"{result.table.id}.{ext}"
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
+    written = write_tables(built, out, formats, labels, compare=compare, layout=layout, summary=summary,
+                           standalone=standalone)
     if built.unplaced and built.summary is None and warnings is not None:
         shown = ", ".join(built.unplaced[:6]) + (", ..." if len(built.unplaced) > 6 else "")
         ids = ", ".join(r.table.id for r in built.results)
@@ -252,25 +288,8 @@ def build_reports(
                         f"row or column of {ids}: {shown}; add --table {SUMMARY_ID} to list "
                         f"every cell")
     if built.summary is not None:
-        keys = list(built.summary_keys)
-        for fmt in formats:
-            path = out / f"{SUMMARY_ID}.{RENDERERS[fmt][1]}"
-            text = render_summary(built.summary, keys, built.provenance, fmt,
-                                  DEFAULT_SOLVED if solved_at is None else solved_at)
-            if standalone and fmt == "latex":
-                text = standalone_latex(text)
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
-        # A study launched with recorded labels also gets its variant x task grid under them.
-        for fmt in formats if built.runset.recorded_labels() else ():
-            text = render_grid(built.summary, keys, labels, built.provenance, fmt,
-                               DEFAULT_SOLVED if solved_at is None else solved_at)
-            if text is None:
-                break
-            path = out / f"{GRID_ID}.{RENDERERS[fmt][1]}"
-            path.write_text(standalone_latex(text) if standalone and fmt == "latex" else text,
-                            encoding="utf-8")
-            written.append(path)
+        written += write_summary(built, out, formats, labels,
+                                 DEFAULT_SOLVED if solved_at is None else solved_at, standalone=standalone)
     exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]
     if exhibit_ids:
         src = str(source)

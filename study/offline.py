@@ -174,75 +174,103 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
     try:
         planned, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs={}))
         keys = {key: (seed, desc) for desc in planned for seed, key in desc.run_keys}
-        found, others = [], {}
-        for folder in sorted(runs_dir.iterdir()):
-            if folder.name.startswith(".") or (folder.is_file() and not folder.is_symlink()):
-                continue  # a worker's staging folder, a log beside the run folders
-            if folder.is_symlink() or not folder.is_dir():
-                raise SpecError(f"{folder}: {'a symlink' if folder.is_symlink() else 'not a folder'}: a "
-                                "run folder is a plain folder; nothing imported")
-            try:
-                body = json.loads((folder / layout.TRIAL_FILE).read_text())
-                study, seed = body["trial"]["study"], int(body["seed"])
-            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise SpecError(f"{folder}: no readable {layout.TRIAL_FILE} ({type(exc).__name__}): not a "
-                                "run folder of `python -m locattn.offline`") from None
-            if study != name and skip_others:
-                others[study] = others.get(study, 0) + 1
-                continue
-            if study != name:
-                raise SpecError(f"{folder}: its {layout.TRIAL_FILE} names study {study!r}, not {name!r} "
-                                "(to import only this study's folders: --skip-other-studies)")
-            if keys.get(folder.name, (None,))[0] != seed:
-                raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
-                                f"{name!r} plans")
-            found.append((folder, keys[folder.name][1]))
-        copied, unfinished, present, staged, kept = 0, [], 0, {}, []
-        moves = []  # (staging copy, run folder): every copy made before any run folder changes
-        try:
-            for folder, desc in found:
-                cfg = desc.run_config(folder.name)
-                done = finished_result(folder, cfg) is not None
-                dest = confined(paths.runs, folder.name, what=f"{paths.runs}", key=True)
-                if finished_result(dest, cfg) is not None:
-                    present += 1
-                    continue
-                history = None if done else checkpoint_history(folder)
-                if not done and history is None:
-                    unfinished.append(folder.name)
-                    continue
-                here = None if done else checkpoint_history(dest)
-                if here is not None and int(here[-1]["epoch"]) >= int(history[-1]["epoch"]):
-                    kept.append(f"{folder.name} at epoch {int(here[-1]['epoch'])} here, "
-                                f"{int(history[-1]['epoch'])} in the import")
-                    continue  # the study's own checkpoint is further along: never replaced by an older one
-                tmp = paths.runs / f".{folder.name}.import"
-                shutil.rmtree(tmp, ignore_errors=True)
-                moves.append((tmp, dest))
-                copy_regular(folder, tmp, what=f"study import {runs_dir}")
-                if done:
-                    copied += 1
-                else:
-                    staged.setdefault(desc.run_keys[0][1], (desc, {}))[1][folder.name] = history
-        except BaseException as exc:
-            for tmp, _ in moves:
-                shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, FolderError):
-                raise SpecError(f"{exc}; nothing imported") from None
-            if isinstance(exc, OSError):
-                raise SpecError(f"study import {runs_dir}: {exc}; nothing imported") from None
-            raise
-        for tmp, dest in moves:
-            shutil.rmtree(dest, ignore_errors=True)
-            tmp.rename(dest)
-        for first, (desc, histories) in staged.items():
-            stage_offline(paths, desc, first, histories)
+        found, others = import_folders(runs_dir, keys, name, skip_others)
+        copied, unfinished, present, staged, kept = copy_runs(paths, runs_dir, found)
     finally:
         lock.release()
+    n_staged = sum(len(h) for _, h in staged.values())
+    print(import_line(name, paths.dir, runs_dir, copied=copied, present=present, n_staged=n_staged,
+                      unfinished=unfinished, kept=kept, others=others), file=out)
+    return {"copied": copied, "present": present, "staged": n_staged, "unfinished": unfinished,
+            "other_studies": others}
+
+
+def import_folders(runs_dir: Path, keys: dict[str, tuple[int, Any]], name: str,
+                   skip_others: bool) -> tuple[list[tuple[Path, Any]], dict[str, int]]:
+    """The run folders of ``runs_dir`` to import into study ``name`` (``keys``: run key ->
+    (seed, the trial's descriptor) of the runs it plans), each with its descriptor, and the
+    count of other studies' folders skipped (``skip_others``; else one is a :class:`SpecError`)."""
+    found, others = [], {}
+    for folder in sorted(runs_dir.iterdir()):
+        if folder.name.startswith(".") or (folder.is_file() and not folder.is_symlink()):
+            continue  # a worker's staging folder, a log beside the run folders
+        if folder.is_symlink() or not folder.is_dir():
+            raise SpecError(f"{folder}: {'a symlink' if folder.is_symlink() else 'not a folder'}: a "
+                            "run folder is a plain folder; nothing imported")
+        try:
+            body = json.loads((folder / layout.TRIAL_FILE).read_text())
+            study, seed = body["trial"]["study"], int(body["seed"])
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise SpecError(f"{folder}: no readable {layout.TRIAL_FILE} ({type(exc).__name__}): not a "
+                            "run folder of `python -m locattn.offline`") from None
+        if study != name and skip_others:
+            others[study] = others.get(study, 0) + 1
+            continue
+        if study != name:
+            raise SpecError(f"{folder}: its {layout.TRIAL_FILE} names study {study!r}, not {name!r} "
+                            "(to import only this study's folders: --skip-other-studies)")
+        if keys.get(folder.name, (None,))[0] != seed:
+            raise SpecError(f"{folder}: run key {folder.name} (seed {seed}) is not a run study "
+                            f"{name!r} plans")
+        found.append((folder, keys[folder.name][1]))
+    return found, others
+
+
+def copy_runs(paths: StudyPaths, runs_dir: Path, found: list[tuple[Path, Any]]) -> tuple[Any, ...]:
+    """Copy the ``found`` run folders into the study: every copy is made (to a staging folder)
+    before any run folder changes, and a failed copy leaves the study as it was (a
+    :class:`SpecError`, nothing imported). A finished run already in the study, or one further
+    along there, is kept. Returns (finished runs copied, unfinished keys without a checkpoint,
+    finished already, staged: first run key -> (descriptor, key -> checkpoint history), kept)."""
+    copied, unfinished, present, staged, kept = 0, [], 0, {}, []
+    moves = []  # (staging copy, run folder): every copy made before any run folder changes
+    try:
+        for folder, desc in found:
+            cfg = desc.run_config(folder.name)
+            done = finished_result(folder, cfg) is not None
+            dest = confined(paths.runs, folder.name, what=f"{paths.runs}", key=True)
+            if finished_result(dest, cfg) is not None:
+                present += 1
+                continue
+            history = None if done else checkpoint_history(folder)
+            if not done and history is None:
+                unfinished.append(folder.name)
+                continue
+            here = None if done else checkpoint_history(dest)
+            if here is not None and int(here[-1]["epoch"]) >= int(history[-1]["epoch"]):
+                kept.append(f"{folder.name} at epoch {int(here[-1]['epoch'])} here, "
+                            f"{int(history[-1]['epoch'])} in the import")
+                continue  # the study's own checkpoint is further along: never replaced by an older one
+            tmp = paths.runs / f".{folder.name}.import"
+            shutil.rmtree(tmp, ignore_errors=True)
+            moves.append((tmp, dest))
+            copy_regular(folder, tmp, what=f"study import {runs_dir}")
+            if done:
+                copied += 1
+            else:
+                staged.setdefault(desc.run_keys[0][1], (desc, {}))[1][folder.name] = history
+    except BaseException as exc:
+        for tmp, _ in moves:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, FolderError):
+            raise SpecError(f"{exc}; nothing imported") from None
+        if isinstance(exc, OSError):
+            raise SpecError(f"study import {runs_dir}: {exc}; nothing imported") from None
+        raise
+    for tmp, dest in moves:
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    for first, (desc, histories) in staged.items():
+        stage_offline(paths, desc, first, histories)
+    return copied, unfinished, present, staged, kept
+
+
+def import_line(name: str, study_dir: Path, runs_dir: Path, *, copied: int, present: int, n_staged: int,
+                unfinished: list[str], kept: list[str], others: dict[str, int]) -> str:
+    """The line ``study import`` ends with: what was imported, what was kept or left out."""
     line = f"[study {name}] imported {copied} finished runs from {runs_dir}"
     if present:
         line += f"; {present} were finished in the study already"
-    n_staged = sum(len(h) for _, h in staged.values())
     if n_staged:
         line += f"; {n_staged} not finished, imported with their checkpoints (study resume continues them)"
     if unfinished:
@@ -253,9 +281,7 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
     if others:
         line += ("; skipped the folders of other studies (" + ", ".join(f"{k}: {v}" for k, v in sorted(others.items()))
                  + f"), for `study import <that study> {runs_dir} --skip-other-studies`")
-    print(f"{line}. Record them: `study resume {paths.dir}`", file=out)
-    return {"copied": copied, "present": present, "staged": n_staged, "unfinished": unfinished,
-            "other_studies": others}
+    return f"{line}. Record them: `study resume {study_dir}`"
 
 
 def checkpoint_history(folder: Path) -> list[dict[str, Any]] | None:

@@ -226,38 +226,13 @@ def resolve_spec(
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         raise spec_error(path, unknown[0], "unknown key", sorted(TOP_KEYS))
-    plugins = spec_plugins(raw, path)
-    for module in plugins:
-        if module not in sys.modules:
-            raise SpecError(f"{path}: plugins: {module!r} is not imported (`study launch` imports a "
-                            "spec's plugins; `study resume` only installed ones and --plugin's)")
-    profiles = check_mapping(path, "profiles", raw.get("profiles", {}))
-    for pname, pbody in profiles.items():
-        check_study_name(pname, f"{path}: profiles:")  # the default study name ends with it
-        pbody = check_mapping(path, f"profiles.{pname}", pbody if pbody is not None else {})
-        bad = sorted(set(pbody) - PROFILE_KEYS)
-        if bad:
-            raise spec_error(path, f"profiles.{pname}.{bad[0]}", "unknown profile key", sorted(PROFILE_KEYS))
-    if profile is None:
-        profile = raw.get("default_profile", "quick" if "quick" in profiles else None)
-    if profile is not None and profile not in profiles:
-        raise spec_error(path, "profile", f"unknown profile {profile!r}", sorted(profiles))
-    base = {k: v for k, v in raw.items() if k not in ("profiles", "default_profile", "plugins")}
-    merged = _merge(base, profiles[profile] or {}) if profile is not None else base
+    plugins = check_plugins_imported(path, raw)
+    profile, merged = apply_profile(path, raw, profile)
 
     name = merged.get("name", Path(path).stem)
     check_study_name(name, f"{path}: name:")
     description = merged.get("description", "")
-    tables = merged.get("tables", [])
-    if isinstance(tables, str):
-        tables = [tables]
-    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
-        raise spec_error(path, "tables", f"expected a list of table ids, got {tables!r}")
-    valid_tables = sorted(schema.TABLE_IDS)
-    for table in tables:
-        if table not in valid_tables:
-            raise spec_error(path, "tables", f"unknown table {table!r}{did_you_mean(table, valid_tables)}",
-                             valid_tables)
+    tables = check_tables(path, merged.get("tables", []))
 
     overrides = check_mapping(path, "overrides", merged.get("overrides") or {})
     grid = check_mapping(path, "grid", merged.get("grid") or {})
@@ -275,43 +250,21 @@ def resolve_spec(
             raise spec_error(path, f"hparams.{key}", "not a config path; put it under grid")
         check_unique(path, f"hparams.{key}", [hparams_json({key: v}) for v in values], values)
 
-    seeds_raw = merged.get("seeds", 5) if seeds is None else seeds
-    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
-        seeds = tuple(range(check_int(path, "seeds", seeds_raw, 1, MAX_SEEDS)))
-    elif isinstance(seeds_raw, list) and seeds_raw:
-        if len(seeds_raw) > MAX_SEEDS:
-            raise spec_error(path, "seeds", f"{len(seeds_raw):,} seeds; at most {MAX_SEEDS:,}")
-        seeds = tuple(check_int(path, "seeds[]", s, 0, MAX_SEED) for s in seeds_raw)
-        if len(set(seeds)) != len(seeds):
-            raise spec_error(path, "seeds", f"duplicate seeds in {seeds_raw!r}")
-    else:
-        raise spec_error(path, "seeds", f"expected an int n or a non-empty list of ints, got {seeds_raw!r}")
-
+    seeds = check_seeds(path, merged.get("seeds", 5) if seeds is None else seeds)
     search = parse_search(path, merged.get("search"))
     if search is not None:
         clash = sorted(set(search.space) & (set(hparams) | set(grid)))
         if clash:
             raise spec_error(path, f"search.space.{clash[0]}", "also a grid/hparams axis; choose one")
 
-    resources = check_mapping(path, "resources", merged.get("resources") or {})
-    bad = sorted(set(resources) - RESOURCE_KEYS)
-    if bad:
-        raise spec_error(path, f"resources.{bad[0]}", "unknown key", sorted(RESOURCE_KEYS))
-    cpus = check_number(path, "resources.cpus", resources.get("cpus", 1), 0.0)
-    gpus = check_number(path, "resources.gpus", resources.get("gpus", 0), 0.0)
-    if cpus <= 0:
-        raise spec_error(path, "resources.cpus", f"expected > 0, got {cpus!r}")
+    cpus, gpus = check_resources(path, merged)
     max_concurrent = check_int(path, "max_concurrent", merged.get("max_concurrent", 0))
     max_failures = check_int(path, "max_failures", merged.get("max_failures", 1))
     pack_seeds = merged.get("pack_seeds", False)
     if not isinstance(pack_seeds, bool):
         raise spec_error(path, "pack_seeds", f"expected true or false, got {pack_seeds!r}")
     pack_seeds, pack_axes, auto_pack = parse_pack(path, merged, hparams, search, gpus, pack_seeds)
-    cost_raw = check_mapping(path, "cost", merged.get("cost") or {})
-    bad = sorted(set(cost_raw) - COST_KEYS)
-    if bad:
-        raise spec_error(path, f"cost.{bad[0]}", "unknown key", sorted(COST_KEYS))
-    spk = check_number(path, "cost.seconds_per_1k_examples", cost_raw.get("seconds_per_1k_examples", 1.3))
+    spk = check_cost(path, merged)
     keep = merged.get("keep", DEFAULT_KEEP)
     if keep not in KEEP_POLICIES:
         raise spec_error(path, "keep", f"unknown policy {short_repr(keep)}", list(KEEP_POLICIES))
@@ -321,6 +274,21 @@ def resolve_spec(
     if auto_pack is not None:
         pack_seeds, pack_axes = auto_pack(cells)
 
+    return assemble_spec(
+        path, name=name, profile=profile, description=description, tables=tables, grid=grid, only=only,
+        hparams=hparams, search_raw=merged.get("search"), search=search, seeds=seeds, overrides=overrides,
+        cells=cells, cpus=cpus, gpus=gpus, max_concurrent=max_concurrent, max_failures=max_failures, spk=spk,
+        pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes, plugins=plugins)
+
+
+def assemble_spec(path: str, *, name: str, profile: str | None, description: Any, tables: list[str],
+                  grid: dict[str, Any], only: Mapping[str, list] | None, hparams: dict[str, Any],
+                  search_raw: Any, search: Any, seeds: tuple[int, ...], overrides: dict[str, Any],
+                  cells: list[Any], cpus: float, gpus: float, max_concurrent: int, max_failures: int,
+                  spk: float, pack_seeds: bool, keep: str, pack_axes: Any, plugins: list[str]) -> StudySpec:
+    """The :class:`StudySpec` of a validated spec's parts, with its ``resolved`` mapping (what
+    study.json saves and :func:`same_spec` compares; optional keys only when set, so that a
+    study saved before a key existed still matches)."""
     resolved = {
         "name": name,
         "profile": profile,
@@ -329,7 +297,7 @@ def resolve_spec(
         "grid": grid,
         "only": {k: list(v) for k, v in (only or {}).items()},
         "hparams": hparams,
-        "search": merged.get("search"),
+        "search": search_raw,
         "seeds": list(seeds),
         "overrides": overrides,
         "resources": {"cpus": cpus, "gpus": gpus},
@@ -346,22 +314,88 @@ def resolve_spec(
     if plugins:  # likewise
         resolved["plugins"] = plugins
     return StudySpec(
-        path=path,
-        name=name,
-        profile=profile or "",
-        description=str(description),
-        tables=tuple(tables),
-        cells=tuple(cells),
-        hparams={k: list(v) for k, v in hparams.items()},
-        seeds=seeds,
-        search=search,
-        cpus=cpus,
-        gpus=gpus,
-        max_concurrent=max_concurrent,
-        max_failures=max_failures,
-        seconds_per_1k_examples=spk,
-        pack_seeds=pack_seeds,
-        keep=keep,
-        pack_axes=pack_axes,
+        path=path, name=name, profile=profile or "", description=str(description), tables=tuple(tables),
+        cells=tuple(cells), hparams={k: list(v) for k, v in hparams.items()}, seeds=seeds, search=search,
+        cpus=cpus, gpus=gpus, max_concurrent=max_concurrent, max_failures=max_failures,
+        seconds_per_1k_examples=spk, pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes,
         resolved=json.loads(json.dumps(resolved, default=str)),
     )
+
+
+def check_plugins_imported(path: str, raw: Mapping[str, Any]) -> list[str]:
+    """The spec's ``plugins:`` modules, each of which must be imported already (:class:`SpecError`)."""
+    plugins = spec_plugins(raw, path)
+    for module in plugins:
+        if module not in sys.modules:
+            raise SpecError(f"{path}: plugins: {module!r} is not imported (`study launch` imports a "
+                            "spec's plugins; `study resume` only installed ones and --plugin's)")
+    return plugins
+
+
+def apply_profile(path: str, raw: Mapping[str, Any], profile: str | None) -> tuple[str | None, dict[str, Any]]:
+    """Check the spec's ``profiles:`` and merge the chosen one (``profile``, else
+    ``default_profile``, else ``quick`` when there is one) over the spec's other keys; returns
+    (profile or None, the merged mapping)."""
+    profiles = check_mapping(path, "profiles", raw.get("profiles", {}))
+    for pname, pbody in profiles.items():
+        check_study_name(pname, f"{path}: profiles:")  # the default study name ends with it
+        pbody = check_mapping(path, f"profiles.{pname}", pbody if pbody is not None else {})
+        bad = sorted(set(pbody) - PROFILE_KEYS)
+        if bad:
+            raise spec_error(path, f"profiles.{pname}.{bad[0]}", "unknown profile key", sorted(PROFILE_KEYS))
+    if profile is None:
+        profile = raw.get("default_profile", "quick" if "quick" in profiles else None)
+    if profile is not None and profile not in profiles:
+        raise spec_error(path, "profile", f"unknown profile {profile!r}", sorted(profiles))
+    base = {k: v for k, v in raw.items() if k not in ("profiles", "default_profile", "plugins")}
+    return profile, (_merge(base, profiles[profile] or {}) if profile is not None else base)
+
+
+def check_tables(path: str, tables: Any) -> list[str]:
+    """The spec's ``tables:``: a table id or a list of them, each one of :data:`record.schema.TABLE_IDS`."""
+    if isinstance(tables, str):
+        tables = [tables]
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+        raise spec_error(path, "tables", f"expected a list of table ids, got {tables!r}")
+    valid_tables = sorted(schema.TABLE_IDS)
+    for table in tables:
+        if table not in valid_tables:
+            raise spec_error(path, "tables", f"unknown table {table!r}{did_you_mean(table, valid_tables)}",
+                             valid_tables)
+    return tables
+
+
+def check_seeds(path: str, seeds_raw: Any) -> tuple[int, ...]:
+    """``seeds:`` (or ``--seeds``): a count n (seeds 0..n-1) or a non-empty list of distinct seeds."""
+    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
+        return tuple(range(check_int(path, "seeds", seeds_raw, 1, MAX_SEEDS)))
+    if isinstance(seeds_raw, list) and seeds_raw:
+        if len(seeds_raw) > MAX_SEEDS:
+            raise spec_error(path, "seeds", f"{len(seeds_raw):,} seeds; at most {MAX_SEEDS:,}")
+        seeds = tuple(check_int(path, "seeds[]", s, 0, MAX_SEED) for s in seeds_raw)
+        if len(set(seeds)) != len(seeds):
+            raise spec_error(path, "seeds", f"duplicate seeds in {seeds_raw!r}")
+        return seeds
+    raise spec_error(path, "seeds", f"expected an int n or a non-empty list of ints, got {seeds_raw!r}")
+
+
+def check_resources(path: str, merged: Mapping[str, Any]) -> tuple[float, float]:
+    """``resources:``: (cpus > 0, gpus >= 0) a trial asks for."""
+    resources = check_mapping(path, "resources", merged.get("resources") or {})
+    bad = sorted(set(resources) - RESOURCE_KEYS)
+    if bad:
+        raise spec_error(path, f"resources.{bad[0]}", "unknown key", sorted(RESOURCE_KEYS))
+    cpus = check_number(path, "resources.cpus", resources.get("cpus", 1), 0.0)
+    gpus = check_number(path, "resources.gpus", resources.get("gpus", 0), 0.0)
+    if cpus <= 0:
+        raise spec_error(path, "resources.cpus", f"expected > 0, got {cpus!r}")
+    return cpus, gpus
+
+
+def check_cost(path: str, merged: Mapping[str, Any]) -> float:
+    """``cost:``: seconds per 1,000 training examples (default 1.3)."""
+    cost_raw = check_mapping(path, "cost", merged.get("cost") or {})
+    bad = sorted(set(cost_raw) - COST_KEYS)
+    if bad:
+        raise spec_error(path, f"cost.{bad[0]}", "unknown key", sorted(COST_KEYS))
+    return check_number(path, "cost.seconds_per_1k_examples", cost_raw.get("seconds_per_1k_examples", 1.3))
