@@ -12,6 +12,7 @@
   ``sqlite:`` tracking URI;
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
+- no function in ``study``, ``record`` or ``reports`` is longer than 80 lines;
 - in ``locattn``, ``record``, ``study`` and ``reports`` an import inside a function says why in a
   comment (which heavy or optional dependency it keeps off which light path).
 """
@@ -471,3 +472,33 @@ def test_the_import_reason_checker_flags_what_it_should(tmp_path, source, expect
     path = tmp_path / "probe.py"
     path.write_text(source)
     assert len(_unreasoned_imports(path)) == expected
+
+
+# -- function length ------------------------------------------------------------------------------
+
+#: The packages whose functions are read top to bottom: none longer than this many lines (the
+#: ``def`` line to the last line of its body, docstring included).
+MAX_FUNCTION_LINES = 80
+SHORT_FUNCTION_PACKAGES = ("study", "record", "reports")
+
+
+def _long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line: name (n lines)`` for each function (nested ones too) longer than ``limit``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{where}:{node.lineno}: {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_in_study_record_or_reports_is_longer_than_80_lines():
+    found = [line for name, path in MODULES.items() if name.split(".")[0] in SHORT_FUNCTION_PACKAGES
+             for line in _long_functions(path)]
+    assert not found, (f"functions longer than {MAX_FUNCTION_LINES} lines (split them: plan, run, "
+                       "summarise):\n" + "\n".join(found))
+
+
+def test_the_length_checker_names_the_function_and_its_length(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 80)
+    assert _long_functions(path) == [f"{path}:5: long (81 lines)"]
