@@ -7,6 +7,7 @@ in order, and run with the project's console
 scripts in one scratch folder (with ``ablations/`` beside it, as in a clone), so that a later
 command sees what an earlier one wrote (``study status rc_table2-smoke`` after its launch).
 A command is left out only for a reason in :data:`SKIP`, each matching at least one command.
+Each line runs in bash as written (``&&``, pipes and redirections included; :func:`run_as_written`).
 The commands that train (the smoke study and what reads it, ``locattn train``: 3-10 minutes in
 all) are marked ``readme`` and ``slow``: deselected by default, run by ``.ci/run``'s integration
 step (``-m "... or readme"``). The ones that talk to ``http://127.0.0.1:5000`` run against a real
@@ -63,18 +64,18 @@ SERVER = "http://127.0.0.1:5000"
 PAGES = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")))
 
 
+def block_commands(block: str) -> list[str]:
+    """The command lines of one ``bash`` block as a reader pastes them: continuation lines
+    joined, comment-only and blank lines dropped, and each line otherwise as written, so that
+    ``&&``, ``|``, ``>`` and quoting reach the shell as they do from the page."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.strip() for line in joined.splitlines() if shlex.split(line, comments=True)]
+
+
 def readme_commands(page: str = "README.md") -> list[str]:
-    """The commands of a page's ``bash`` blocks, continuation lines joined, comments and blank
-    lines dropped."""
+    """The commands of a page's ``bash`` blocks (:func:`block_commands`)."""
     text = (ROOT / page).read_text()
-    out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        joined = re.sub(r"\\\n\s*", " ", block)
-        for line in joined.splitlines():
-            words = shlex.split(line, comments=True)
-            if words:
-                out.append(shlex.join(words))
-    return out
+    return [cmd for block in re.findall(r"```bash\n(.*?)```", text, re.S) for cmd in block_commands(block)]
 
 
 SOURCED = [(page, cmd) for page in PAGES for cmd in readme_commands(page)]
@@ -146,6 +147,27 @@ def mlflow_server(clone: Path, tmp_path_factory) -> Iterator[str]:
             proc.wait(timeout=30)
 
 
+def run_as_written(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``cmd`` in bash, as a reader's terminal runs it, but failing when any part of a pipe
+    fails (``pipefail``)."""
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=590)
+
+
+def test_a_command_with_shell_operators_runs_as_written(tmp_path: Path) -> None:
+    block = ('echo "a  b" > out.txt && cat out.txt | tr a x >> out.txt  # a comment\n'
+             "# a comment line\n\n"
+             "printf '%s\\n' one \\\n  two | wc -l\n")
+    cmds = block_commands(block)
+    assert cmds == ['echo "a  b" > out.txt && cat out.txt | tr a x >> out.txt  # a comment',
+                    "printf '%s\\n' one  two | wc -l"]
+    env = dict(os.environ)
+    assert run_as_written(cmds[0], tmp_path, env).returncode == 0
+    assert (tmp_path / "out.txt").read_text() == "a  b\nx  b\n"
+    assert run_as_written(cmds[1], tmp_path, env).stdout.strip() == "2"
+    assert run_as_written("false | cat", tmp_path, env).returncode != 0
+
+
 def test_every_skip_reason_still_matches_a_command() -> None:
     assert len(COMMANDS) > 30
     for needle, _ in SKIP:
@@ -167,8 +189,7 @@ def test_readme_command_works_as_written(cmd: str, clone: Path, request) -> None
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bindir}:{os.environ.get('PATH', '')}",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "MPLBACKEND": "Agg"}
-    proc = subprocess.run(cmd, shell=True, cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=590)
+    proc = run_as_written(cmd, clone, env)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     if SERVER in readme_cmd and cmd.startswith("study launch"):
         # the smoke study again, now on the server: every trial is finished there (the server
