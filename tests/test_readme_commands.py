@@ -53,7 +53,7 @@ SKIP = (
 )
 #: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
 #: ``slow``, which keeps them out of the default run).
-SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke", "search_lr-smoke",
+SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke", "search_lr-smoke", "smoke-slices",
         "study launch ablations/rc_table2.yaml --profile smoke",
         "study launch ablations/search_lr.yaml --profile smoke")
 #: The MLflow server the README's Clusters section starts; the tests start one on a free port.
