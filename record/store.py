@@ -1,4 +1,5 @@
-"""The one door into MLflow's database, and the only code that parses or redacts a tracking URI.
+"""The one door into MLflow's store, for everyone: the :class:`Store` protocol and its contract,
+the readers (:func:`read_rows`, ...), the creation of a SQLite store and the schema check.
 
 Three ways in, one answer (:class:`RunRows`, plain tuples):
 
@@ -8,276 +9,170 @@ Three ways in, one answer (:class:`RunRows`, plain tuples):
   with MLflow);
 - an MLflow server (``http://`` / ``https://``): ``MlflowClient.search_runs`` page by page.
 
-The SQL reads only the tables ``experiments``, ``runs``, ``tags``, ``params``, ``metrics`` and
-``latest_metrics`` of MLflow's schema, and only the keys asked for. It writes in two places: the
-artifact paths of a moved study (:func:`move_artifact_root`) and synthetic stores for tests and
-benchmarks (:func:`insert_rows`). Everything else is written through MLflow's client
-(:mod:`record.writer`).
+The SQL itself, and every private name of MLflow the project uses, is in the adapter
+:mod:`record.mlflow_sql`; tracking URIs (parsing, redaction, the SQLite file) are in
+:mod:`record.uri`. Both are re-exported here, so callers import from this one module. Everything
+else is written through MLflow's client (:mod:`record.writer`).
 """
 
 from __future__ import annotations
 
-import lzma
-import math
 import os
-import shutil
-import sqlite3
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+from urllib.parse import unquote, urlsplit
 
-from record import schema
-
-SQLITE_PREFIX = "sqlite:///"
-ARCHIVE_SUFFIX = ".xz"
-"""A SQLite store committed compressed is ``<store>.xz`` (``xz -9 -k mlflow.db``): see :func:`unpack`."""
-
-
-class StoreError(ValueError):
-    """The store cannot be read or written as asked; the message is one line naming it (password
-    redacted)."""
+from record import mlflow_sql, schema
+from record.mlflow_sql import (  # noqa: F401 - re-exported: the door callers use
+    SQLReader, experiment_id, insert_rows, move_artifact_root, open_database, stored_value)
+from record.uri import (  # noqa: F401 - re-exported: the door callers use
+    ARCHIVE_SUFFIX, PASSWORD_QUERY_KEYS, SECRET_QUERY_KEYS, SQLITE_PREFIX, USER_QUERY_KEYS, StoreError,
+    StudyNotFound, UriParts, hidden_secrets, is_server, local_store, portable_uri, readonly_uri, redact,
+    split_credentials, sqlite_path, sqlite_uri, unpack, uri_parts)
 
 
-class StudyNotFound(StoreError):
-    """The store holds no study (MLflow experiment) of that name."""
+# ---------------------------------------------------------------------------- the contract
 
 
-# ---------------------------------------------------------------------------- tracking URIs
+@runtime_checkable
+class Store(Protocol):
+    """The record's store as the project uses it: one MLflow tracking store (a SQLite file, a
+    SQL database or an MLflow server) holding one experiment per study. :func:`open_store` gives
+    one (:class:`MlflowStore`); the writes go through MLflow's client in
+    :class:`record.writer.RecordWriter`.
 
+    **Who writes.** One process per study: its driver (``study launch``/``resume``), which holds
+    the study folder's ``study.lock`` (:class:`study.driver.DriverLock`). Trial processes never
+    talk to the store. Readers (``study status``, ``reports``, ``study ui``) never write, except
+    :func:`adopt_artifact_root` (a moved study folder, before ``study ui``).
 
-def sqlite_uri(path: str | Path) -> str:
-    """The tracking URI of a SQLite store file. ``%``, ``?`` and ``#`` in the path are
-    percent-encoded (SQLAlchemy decodes them; unencoded, ``?`` and ``#`` end the path and ``%``
-    starts an escape); any other path is written as it is, so the URIs in committed records
-    still match."""
-    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
-    return f"{SQLITE_PREFIX}{text}"
+    **What is atomic** (on a SQL store, where each MLflow client call opens its own session):
 
+    - creating a run together with its tags (``create_run``): a run never appears without the
+      tags it was created with (its ``locattn.run_key``, role, cell);
+    - one ``log_batch``'s params, then its metrics (with their ``latest_metrics`` rows), then its
+      tags: three transactions, in that order, not one. A driver killed between them leaves a
+      run's final metrics without its ``locattn.status=finished`` tag (the writer then logs only
+      the finals the store lacks: ``RunState.finals_logged``);
+    - a run's params are logged in chunks of 100 after ``create_run``: a killed driver can leave
+      a run with some of them (a resume completes them: ``RecordWriter.complete_params``);
+    - a new SQLite store: built aside and renamed into place (:func:`ensure_sqlite_store`), so it
+      appears whole or not at all;
+    - the project's own SQL writes (:func:`record.mlflow_sql.move_artifact_root`,
+      :func:`record.mlflow_sql.insert_rows`): one transaction each.
 
-def readonly_uri(path: str | Path) -> str:
-    """sqlite3's URI opening ``path`` read-only (the path percent-encoded: a '?' or '#' in it
-    would end it)."""
-    return f"file:{quote(str(path), safe='/')}?mode=ro"
+    **What is idempotent.** Opening (the experiment and the study's run are created only if
+    missing); a run is found by its deterministic ``locattn.run_key`` tag, so relaunching or
+    resuming continues the same run; an epoch metric at or below a run's last logged step is not
+    logged again; a finished run's record is final; a cell's medians and the study's summary
+    metrics are logged only when their value changed (``record.writer.unlogged``); artifacts are
+    copied to the same paths. Two active runs of one identity (MLflow's restore of a deleted
+    experiment revives its deleted runs) are resolved by :func:`superseded`, by readers and the
+    writer alike.
 
+    **What a reader may assume while a driver writes.** It sees only committed transactions
+    (a SQLite reader opens the file read-only, ``mode=ro``, and waits up to its timeout for a
+    writer's lock). So: every run it sees has its run key; a run may still lack params or
+    metrics; a run's ``locattn.status`` tag, not its MLflow status, says whether it finished
+    (a run RUNNING in MLflow's status may hold all its finals, and the reverse for a moment);
+    a cell's run lags its seeds (rewritten after each finished seed); metrics of a running
+    trial arrive in batches (every ``flush_seconds``, 5 s by default). It must not assume that
+    two reads see the same set of runs.
 
-def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI, else None."""
-    if not tracking_uri.startswith(SQLITE_PREFIX):
-        return None
-    return Path(unquote(tracking_uri[len(SQLITE_PREFIX):].split("?", 1)[0]))
+    **Schema.** A driver opens a SQL store only at the schema revision the installed MLflow
+    writes (:func:`check_schema`; a newer or older one is refused in one line). Readers read the
+    six tables they need by SQL and do not check the revision.
+    """
 
+    tracking_uri: str
+    """The store's tracking URI (it may hold a password: show it through :func:`redact`)."""
 
-def unpack(db: Path) -> bool:
-    """Unpack a store committed compressed: ``<db>.xz`` becomes ``db`` when ``db`` is missing or
-    older than the archive (a pull brought a newer one; the older file is kept as ``<db>.old``).
-    Returns whether it unpacked. A committed SQLite file is ~14x the size of its ``xz -9``
-    archive, so records are committed compressed and unpacked beside themselves on first use."""
-    archive = db.with_name(db.name + ARCHIVE_SUFFIX)
-    if not archive.is_file() or (db.is_file() and db.stat().st_mtime >= archive.stat().st_mtime):
-        return False
-    tmp = db.with_name(f".{db.name}.unpacking")
-    try:
-        with lzma.open(archive) as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except (OSError, lzma.LZMAError) as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"{archive}: cannot unpack ({exc})") from None
-    if db.is_file():
-        os.replace(db, db.with_name(db.name + ".old"))
-    os.replace(tmp, db)
-    return True
+    def read_rows(self, study: str, *, tag_keys: Sequence[str], metric_keys: Sequence[str] | None = None,
+                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] = (),
+                  as_stored: bool = False) -> "RunRows":
+        """The active runs of ``study``: :func:`read_rows`."""
 
+    def run_index(self, experiment_id: str) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
+        """run key -> what the record holds of that run: :func:`run_index`."""
 
-def local_store(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI, unpacked first if it was committed
-    compressed (:func:`unpack`); None for any other store."""
-    db = sqlite_path(tracking_uri)
-    if db is not None:
-        unpack(db)
-    return db
+    def superseded_runs(self, experiment_id: str) -> list[str]:
+        """The active runs another run of their identity supersedes: :func:`superseded_runs`."""
 
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[int, float]]]:
+        """run id -> key -> (step, value) of its latest row: :func:`latest_metrics`."""
 
-#: Query parameters of a tracking URI that name its user (libpq's ``user``), shown as ``***``
-#: as a userinfo user is (a user name alone may be a token).
-USER_QUERY_KEYS = frozenset({"user", "username"})
-#: Query parameters that carry its password (libpq's ``password``).
-PASSWORD_QUERY_KEYS = frozenset({"password", "passwd", "pwd"})
-#: Other query parameters that carry a secret: never saved, shown as ``***``.
-SECRET_QUERY_KEYS = frozenset({"sslpassword", "token", "access_token", "api_key", "apikey", "secret",
-                               "auth", "private_key"})
-
-
-def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
-    """``(uri without its credentials, user, password)``: a ``user:password@`` userinfo, or the
-    query's ``user``/``password`` parameters (:data:`USER_QUERY_KEYS`,
-    :data:`PASSWORD_QUERY_KEYS`: libpq's ``?user=u&password=p``); the URI unchanged when it
-    has none. Other secrets (:func:`hidden_secrets`) are left in place: no client variable
-    carries them."""
-    head, hash_, fragment = uri.partition("#")
-    base, _, query = head.partition("?")
-    user = password = None
-    netloc = urlsplit(base).netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        name, _, secret = userinfo.partition(":")
-        user, password = unquote(name) or None, unquote(secret) if secret else None
-        base = base.replace(netloc, hostport, 1)
-    pairs = parse_qsl(query, keep_blank_values=True)
-    kept = [(k, v) for k, v in pairs if k.lower() not in USER_QUERY_KEYS | PASSWORD_QUERY_KEYS]
-    for k, v in pairs:
-        if k.lower() in USER_QUERY_KEYS:
-            user = user or v or None
-        elif k.lower() in PASSWORD_QUERY_KEYS:
-            password = password or v or None
-    if user is None and password is None and len(kept) == len(pairs):
-        return uri, None, None
-    query = query if len(kept) == len(pairs) else urlencode(kept)
-    return base + (f"?{query}" if query else "") + hash_ + fragment, user, password
-
-
-def hidden_secrets(uri: str) -> list[str]:
-    """The parts of ``uri`` that hold a secret :func:`split_credentials` does not take: a query
-    parameter of :data:`SECRET_QUERY_KEYS`, a fragment (never sent to a store; only a secret
-    would put one there)."""
-    head, _, fragment = uri.partition("#")
-    query = head.partition("?")[2]
-    found = [f"query parameter {k!r}" for k, _ in parse_qsl(query, keep_blank_values=True)
-             if k.lower() in SECRET_QUERY_KEYS]
-    return found + (["fragment"] if fragment else [])
-
-
-def open_database(tracking_uri: str, seconds: float = 10.0) -> None:
-    """For a database store other than SQLite (``postgresql://``, ``mysql://``, ``mssql://``):
-    one connection, waiting at most ``seconds``, then closed (MLflow alone retries a refused
-    connection for about 100 s, then ends in a traceback). :class:`StoreError` in one line
-    naming the store (password redacted) and the database's own first line of error."""
-    scheme = tracking_uri.split(":", 1)[0].split("+", 1)[0].lower()
-    if scheme not in ("postgresql", "mysql", "mssql"):
-        return
-    import sqlalchemy  # reason: only a database store needs it, and it is heavy
-
-    engine = sqlalchemy.create_engine(tracking_uri, connect_args={"connect_timeout": max(1, int(seconds))})
-    try:
-        engine.connect().close()
-    except Exception as exc:  # noqa: BLE001 - the driver's own error (refused, auth, no such database)
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        reason = first[0] if first else type(exc).__name__
-        raise StoreError(f"its store {redact(tracking_uri)} cannot be opened: {reason}") from None
-    finally:
-        engine.dispose()
-
-
-def redact(uri: str) -> str:
-    """The URI with every secret shown as ``***`` (for messages and provenance lines): the
-    userinfo's password (and a user name without one: it may be a token), the values of the
-    query's user, password and secret parameters, and a fragment."""
-    head, hash_, fragment = uri.partition("#")
-    base, q, query = head.partition("?")
-    parts = urlsplit(base)
-    if "@" in parts.netloc:
-        userinfo, _, hostport = parts.netloc.rpartition("@")
-        user, has_password, _ = userinfo.partition(":")
-        shown = f"{user}:***" if has_password else "***"
-        base = base.replace(parts.netloc, f"{shown}@{hostport}", 1)
-    secret = USER_QUERY_KEYS | PASSWORD_QUERY_KEYS | SECRET_QUERY_KEYS
-    query = "&".join(f"{item.partition('=')[0]}=***" if unquote(item.partition("=")[0]).lower() in secret
-                     else item for item in query.split("&")) if query else query
-    return base + q + query + (f"{hash_}***" if hash_ else "")
+    def artifact_uris(self, run_ids: Sequence[str], local_root: Path | None = None) -> dict[str, str]:
+        """run id -> its artifact location: :func:`artifact_uris`."""
 
 
 @dataclass(frozen=True)
-class UriParts:
-    """What a tracking URI names: the kind of store, and the host it is reached at."""
+class MlflowStore:
+    """The :class:`Store` of one MLflow tracking URI (the module's functions, bound to it)."""
 
-    uri: str
-    """The URI as given."""
-    scheme: str
-    """Its scheme, lowercased, with any SQLAlchemy driver (``postgresql+psycopg``); ``""`` for a
-    bare path."""
+    tracking_uri: str
 
-    @property
-    def kind(self) -> str:
-        """The scheme without its driver: ``sqlite``, ``postgresql``, ``http``, ``file``, ..."""
-        return self.scheme.split("+", 1)[0]
+    def read_rows(self, study: str, *, tag_keys: Sequence[str], metric_keys: Sequence[str] | None = None,
+                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] = (),
+                  as_stored: bool = False) -> "RunRows":
+        """:func:`read_rows` of this store."""
+        return read_rows(self.tracking_uri, study, tag_keys=tag_keys, metric_keys=metric_keys,
+                         metric_prefixes=metric_prefixes, param_keys=param_keys, as_stored=as_stored)
 
-    def address(self) -> tuple[str | None, int | None]:
-        """``(host, port)``, each None when absent. A port that is not a number, or is out of
-        range, is a ``ValueError``."""
-        parts = urlsplit(self.uri)
-        return parts.hostname, parts.port
+    def run_index(self, experiment_id: str) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
+        """:func:`run_index` of this store."""
+        return run_index(self.tracking_uri, experiment_id)
 
+    def superseded_runs(self, experiment_id: str) -> list[str]:
+        """:func:`superseded_runs` of this store."""
+        return superseded_runs(self.tracking_uri, experiment_id)
 
-def uri_parts(uri: str) -> UriParts:
-    """The parts of a tracking URI that say where its store is (:class:`UriParts`)."""
-    return UriParts(uri=uri, scheme=urlsplit(uri).scheme)
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[int, float]]]:
+        """:func:`latest_metrics` of this store."""
+        return latest_metrics(self.tracking_uri, run_ids)
 
-
-def portable_uri(uri: str) -> str:
-    """A SQLite store as ``sqlite: <study dir>/<file>``, so that the same store gives the same
-    bytes wherever it is checked out; other URIs as they are (passwords already redacted)."""
-    if uri.startswith("sqlite:"):
-        path = uri.split(":///", 1)[-1]
-        parts = [p for p in path.split("/") if p]
-        return "sqlite: " + "/".join(parts[-2:])
-    return uri
+    def artifact_uris(self, run_ids: Sequence[str], local_root: Path | None = None) -> dict[str, str]:
+        """:func:`artifact_uris` of this store."""
+        return artifact_uris(self.tracking_uri, run_ids, local_root)
 
 
-def is_server(tracking_uri: str) -> bool:
-    """Whether the URI names an MLflow tracking server (``http(s)://``) rather than a database."""
-    return urlsplit(tracking_uri).scheme in ("http", "https")
+def open_store(tracking_uri: str, *, writing: bool = False) -> MlflowStore:
+    """The :class:`Store` of ``tracking_uri``. ``writing`` (a driver): the store's schema must be
+    the installed MLflow's (:func:`check_schema`; :class:`StoreError` in one line otherwise)."""
+    if writing:
+        check_schema(tracking_uri)
+    return MlflowStore(tracking_uri)
 
 
-# ---------------------------------------------------------------------------- SQL access
+def check_schema(tracking_uri: str) -> None:
+    """Refuse a SQL store whose MLflow schema revision (alembic's ``alembic_version``) is not the
+    one the installed MLflow writes: :class:`StoreError` in one line naming the store (redacted),
+    the revision found and the one expected, and what to do. A new store (no stamp yet) and an
+    MLflow server (it checks its own database) pass. MLflow alone refuses such a store too, but
+    with a traceback, and after a newer MLflow wrote it, with no word of which to install."""
+    if is_server(tracking_uri) or urlsplit(tracking_uri).scheme in ("", "file"):
+        return
+    found = mlflow_sql.schema_revision(tracking_uri)
+    if found is None:
+        return
+    known = mlflow_sql.known_revisions()
+    if found == known[0]:
+        return
+    mlflow = f"MLflow {metadata.version('mlflow')}"
+    if found in known:
+        raise StoreError(
+            f"the store {redact(tracking_uri)} has MLflow schema {found}, older than {known[0]} that "
+            f"{mlflow} writes: back it up and run `mlflow db upgrade {redact(tracking_uri)}`, or "
+            "install the MLflow that wrote it")
+    raise StoreError(
+        f"the store {redact(tracking_uri)} has MLflow schema {found}, newer than {mlflow} knows "
+        f"(its newest is {known[0]}): install the newer MLflow that wrote it "
+        "(`pip install -U mlflow`; the record's locattn.versions tag names it)")
 
 
-class SQLReader:
-    """Read-only queries over sqlite3 (fast path) or SQLAlchemy (other databases), with named
-    parameters (``:name``) in both."""
-
-    def __init__(self, uri: str, *, timeout: float = 5.0) -> None:
-        self.uri = uri
-        path = local_store(uri)
-        if path is not None:
-            if not path.exists():
-                raise StoreError(f"SQLite store {str(path)!r} does not exist")
-            self._conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout)
-            self._engine = None
-        else:
-            import sqlalchemy  # installed with mlflow; only non-SQLite stores need it
-
-            try:
-                self._engine = sqlalchemy.create_engine(uri)
-                self._conn = self._engine.connect()
-            except Exception as exc:  # driver missing, server down
-                raise StoreError(f"cannot open tracking store {redact(uri)}: {exc}") from exc
-
-    def query(self, sql: str, params: Mapping[str, object]) -> list[tuple]:
-        try:
-            if self._engine is None:
-                return self._conn.execute(sql, dict(params)).fetchall()
-            import sqlalchemy  # see __init__
-
-            return [tuple(r) for r in self._conn.execute(sqlalchemy.text(sql), dict(params))]
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{redact(self.uri)} is not a readable MLflow store ({exc})") from exc
-
-    def close(self) -> None:
-        self._conn.close()
-        if self._engine is not None:
-            self._engine.dispose()
-
-    def __enter__(self) -> "SQLReader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-def _in_clause(name: str, values: Sequence[str]) -> tuple[str, dict[str, object]]:
-    params = {f"{name}{i}": v for i, v in enumerate(values)}
-    return ", ".join(f":{k}" for k in params), params
+# ---------------------------------------------------------------------------- reading
 
 
 @dataclass(frozen=True)
@@ -293,6 +188,7 @@ class RunRows:
     tags: list[tuple]
     params: list[tuple]
     metrics: list[tuple]
+
 
 
 def read_rows(
@@ -389,73 +285,9 @@ def _read_sql(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
     param_keys: Sequence[str], metric_prefixes: Sequence[str],
 ) -> RunRows:
-    with SQLReader(uri) as db:
-        try:
-            exps = db.query(
-                "SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active'", {}
-            )
-        except Exception as exc:
-            raise StoreError(f"{redact(uri)} is not an MLflow tracking store ({exc})") from exc
-        ids = [e for e, n in exps if n == study]
-        if not ids:
-            names = sorted(n for _, n in exps if n != "Default")
-            raise StudyNotFound(
-                f"study {study!r} not found in {redact(uri)}; studies there: "
-                + (", ".join(names) if names else "(none)")
-            )
-        exp = {"exp": ids[0]}
-        run_filter = "r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
-        runs = db.query(
-            "SELECT r.run_uuid, r.status, r.start_time, r.end_time FROM runs r "
-            f"WHERE {run_filter}", exp,
-        )
-        tag_in, tag_params = _in_clause("t", tag_keys)
-        tags = db.query(
-            "SELECT t.run_uuid, t.key, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-            f"WHERE {run_filter} AND t.key IN ({tag_in})", {**exp, **tag_params},
-        )
-        params: list[tuple] = []
-        if param_keys:
-            p_in, p_params = _in_clause("p", param_keys)
-            params = db.query(
-                "SELECT p.run_uuid, p.key, p.value FROM params p "
-                "JOIN runs r ON r.run_uuid = p.run_uuid "
-                f"WHERE {run_filter} AND p.key IN ({p_in})", {**exp, **p_params},
-            )
-        conds: list[str] = []
-        m_params: dict[str, object] = {}
-        if metric_keys is not None:
-            if metric_keys:
-                m_in, m_params = _in_clause("m", metric_keys)
-                conds.append(f"m.key IN ({m_in})")
-            for i, prefix in enumerate(metric_prefixes):
-                m_params[f"pre{i}"] = prefix + "%"
-                conds.append(f"m.key LIKE :pre{i}")
-        where = f" AND ({' OR '.join(conds)})" if conds else ""
-        metrics: list[tuple] = []
-        if metric_keys is None or conds:
-            metrics = db.query(
-                "SELECT m.run_uuid, m.key, m.value, CASE WHEN m.is_nan THEN 1 ELSE 0 END "
-                f"FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid WHERE {run_filter}{where}",
-                {**exp, **m_params},
-            )
-    return RunRows(runs=runs, tags=tags, params=params,
-                   metrics=[(r, k, stored_value(v, is_nan)) for r, k, v, is_nan in metrics])
-
-
-#: MLflow's SQL store keeps +inf and -inf as the largest finite doubles (and NaN as 0 with
-#: ``is_nan``); :func:`stored_value` turns them back.
-_MAX_DOUBLE = 1.7976931348623157e308
-
-
-def stored_value(value: float, is_nan: int | bool = False) -> float:
-    """A metric value as logged, from its SQL row: NaN for ``is_nan``, ±inf for the ±largest
-    double that MLflow stores in their place, else ``value``."""
-    if is_nan:
-        return float("nan")
-    if value is not None and abs(value) >= _MAX_DOUBLE:
-        return math.copysign(math.inf, value)
-    return value
+    runs, tags, params, metrics = mlflow_sql.study_rows(uri, study, tag_keys, metric_keys, param_keys,
+                                                        metric_prefixes)
+    return RunRows(runs=runs, tags=tags, params=params, metrics=metrics)
 
 
 def _read_rest(
@@ -499,6 +331,7 @@ def _read_rest(
             return out
 
 
+
 def latest_metrics(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[int, float]]]:
     """run id -> metric key -> (step, value) of its latest row (MLflow's ``latest_metrics``: the
     highest step, then the newest), for ``run_ids``; by SQL on a SQL store, else through MLflow's
@@ -507,12 +340,8 @@ def latest_metrics(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, dict[
     if not run_ids:
         return out
     if not is_server(tracking_uri):
-        with SQLReader(tracking_uri, timeout=30) as con:
-            r_in, r_params = _in_clause("r", list(run_ids))
-            for run_id, key, step, value, is_nan in con.query(
-                    "SELECT run_uuid, key, step, value, CASE WHEN is_nan THEN 1 ELSE 0 END "
-                    f"FROM latest_metrics WHERE run_uuid IN ({r_in})", r_params):
-                out[run_id][key] = (int(step), stored_value(value, is_nan))
+        for run_id, key, step, value in mlflow_sql.latest_metric_rows(tracking_uri, run_ids):
+            out[run_id][key] = (step, value)
         return out
     from mlflow.tracking import MlflowClient  # a tracking server only: MLflow's REST client
 
@@ -533,26 +362,7 @@ def run_index(tracking_uri: str, experiment_id: str
     db = local_store(tracking_uri)
     if db is None or not db.is_file():
         return None
-    with SQLReader(tracking_uri, timeout=30) as con:
-        exp = {"exp": int(experiment_id)}
-        keys = con.query(
-            "SELECT t.value, r.run_uuid FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-            "WHERE t.key = :key AND r.experiment_id = :exp AND r.lifecycle_stage = 'active'",
-            {"key": schema.RUN_KEY, **exp})
-        m_in, m_params = _in_clause("m", schema.EPOCH_METRICS)
-        steps = dict(con.query(
-            "SELECT m.run_uuid, MAX(m.step) FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
-            f"WHERE r.experiment_id = :exp AND m.key IN ({m_in}) GROUP BY m.run_uuid",
-            {**exp, **m_params}))
-        statuses = dict(con.query(
-            "SELECT t.run_uuid, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
-            "WHERE t.key = :key AND r.experiment_id = :exp", {"key": schema.STATUS, **exp}))
-        others: dict[str, set[str]] = {}
-        for run_id, key in con.query(  # latest_metrics: one row per run and key
-                "SELECT m.run_uuid, m.key FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
-                f"WHERE r.experiment_id = :exp AND m.key NOT IN ({m_in})", {**exp, **m_params}):
-            others.setdefault(run_id, set()).add(key)
-        starts = dict(con.query("SELECT run_uuid, start_time FROM runs WHERE experiment_id = :exp", exp))
+    keys, steps, statuses, others, starts = mlflow_sql.run_key_rows(tracking_uri, experiment_id)
     drop = superseded([(run_id, key, statuses.get(run_id), starts.get(run_id)) for key, run_id in keys])
     return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id), frozenset(others.get(run_id, ())))
             for key, run_id in keys if run_id not in drop}
@@ -566,29 +376,8 @@ def superseded_runs(tracking_uri: str, experiment_id: str) -> list[str]:
     db = local_store(tracking_uri)
     if db is not None and not db.is_file():
         return []
-    with SQLReader(tracking_uri, timeout=30) as con:
-        rows = con.query(
-            "SELECT r.run_uuid, k.value, s.value, r.start_time FROM runs r "
-            "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = :key "
-            "LEFT JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = :status "
-            "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'",
-            {"key": schema.RUN_KEY, "status": schema.STATUS, "exp": int(experiment_id)})
+    rows = mlflow_sql.keyed_run_rows(tracking_uri, experiment_id)
     return sorted(superseded(rows))
-
-
-def experiment_id(tracking_uri: str, name: str) -> str | None:
-    """Id of the active experiment ``name`` in a SQLite store; None when it is not there, the
-    file is not a store, or the store is not SQLite (no MLflow import)."""
-    db = local_store(tracking_uri)
-    if db is None or not db.is_file():
-        return None
-    try:
-        with SQLReader(tracking_uri) as con:
-            rows = con.query("SELECT experiment_id FROM experiments WHERE name = :name AND "
-                             "lifecycle_stage = 'active'", {"name": name})
-    except StoreError:
-        return None
-    return str(rows[0][0]) if rows else None
 
 
 def artifact_uris(tracking_uri: str, run_ids: Sequence[str],
@@ -603,11 +392,7 @@ def artifact_uris(tracking_uri: str, run_ids: Sequence[str],
 
         client = MlflowClient(tracking_uri=tracking_uri)
         return {r: client.get_run(r).info.artifact_uri for r in run_ids}
-    r_in, params = _in_clause("r", run_ids)
-    with SQLReader(tracking_uri) as db:
-        rows = db.query(f"SELECT r.run_uuid, r.artifact_uri, e.artifact_location FROM runs r "
-                        f"JOIN experiments e ON e.experiment_id = r.experiment_id "
-                        f"WHERE r.run_uuid IN ({r_in})", params)
+    rows = mlflow_sql.artifact_rows(tracking_uri, run_ids)
     here = local_root.resolve().as_uri() if local_root is not None and local_root.is_dir() else None
     return {r: _in_moved_folder(a, root, here) for r, a, root in rows}
 
@@ -633,48 +418,13 @@ def adopt_artifact_root(db: Path, here: Path) -> list[str]:
     ``here``, the artifact folder beside it, where they name another folder of the same name (the
     study folder was moved or copied). ``study ui`` needs it: MLflow's server reads the stored
     paths. Returns the old locations rewritten."""
-    with SQLReader(sqlite_uri(db), timeout=30) as con:
-        locations = [r[0] for r in con.query("SELECT DISTINCT artifact_location FROM experiments", {})]
+    locations = mlflow_sql.artifact_locations(db)
     new = here.resolve().as_uri()
     old = [loc for loc in locations if loc and loc != new and urlsplit(loc).scheme == "file"
            and Path(unquote(urlsplit(loc).path)).name == here.name]
     for loc in old:
-        move_artifact_root(db, loc, new)
+        mlflow_sql.move_artifact_root(db, loc, new)
     return old
-
-
-# ---------------------------------------------------------------------------- SQL writes
-
-
-def move_artifact_root(db: Path, old: str, new: str) -> None:
-    """Rewrite the artifact locations under ``old`` (an experiment's and its runs') to ``new`` in
-    the SQLite store ``db``: the one edit a moved study folder needs, since MLflow keeps
-    absolute paths."""
-    con = sqlite3.connect(db)
-    try:
-        with con:
-            con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
-                        (new, old))
-            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
-                        "WHERE substr(artifact_uri, 1, ?) = ?",
-                        (new, len(old) + 1, len(old), old))
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: cannot adopt the moved study's store ({exc})") from None
-    finally:
-        con.close()
-
-
-def insert_rows(db: str | Path, tables: Mapping[str, tuple[Sequence[str], Sequence[tuple]]]) -> None:
-    """Bulk-insert rows into MLflow's tables of a SQLite store whose schema MLflow created, in
-    one transaction: ``{table: (columns, rows)}`` (synthetic stores for tests and benchmarks)."""
-    con = sqlite3.connect(str(db))
-    try:
-        with con:
-            for table, (columns, rows) in tables.items():
-                marks = ",".join("?" * len(columns))
-                con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
-    finally:
-        con.close()
 
 
 # ---------------------------------------------------------------------------- creating a store
@@ -695,7 +445,7 @@ def ensure_sqlite_store(db: Path) -> str | None:
         stale.unlink(missing_ok=True)
     note = None
     if db.exists():
-        if not _half_built(db):
+        if not mlflow_sql.half_built(db):
             return None
         aside = db.with_name(f"{db.name}.half-built")
         os.replace(db, aside)
@@ -706,62 +456,8 @@ def ensure_sqlite_store(db: Path) -> str | None:
     # second creation under the same name (a store lost and rebuilt by one process) got the
     # cached store and no file to rename.
     tmp = db.with_name(f".{db.name}.creating-{os.getpid()}-{time.time_ns()}")
-    _migrate(tmp)
+    mlflow_sql.create_store(tmp)
     os.replace(tmp, db)
-    _forget_engines(tmp, db)
+    mlflow_sql.forget_engines(tmp, db)
     return note
 
-
-def _forget_engines(*dbs: Path) -> None:
-    """Drop this process's cached MLflow engines of these SQLite files. MLflow keeps one engine
-    per URI for the life of the process; an engine of a store that was deleted and built anew
-    holds connections to the deleted file, and every write through it failed as "readonly"
-    (a study resumed in the process whose driver lost the store)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # heavy: only when a store is built
-
-    engines = getattr(SqlAlchemyStore, "_engine_map", None)
-    if not isinstance(engines, dict):  # (another MLflow: nothing of ours to forget)
-        return
-    gone = {Path(os.path.abspath(d)) for d in dbs}
-    for uri in list(engines):
-        path = sqlite_path(uri)
-        if path is not None and Path(os.path.abspath(path)) in gone:
-            engines.pop(uri).dispose()
-
-
-def _migrate(db: Path) -> None:
-    """Create a complete MLflow store in ``db`` and close every connection to it."""
-    from mlflow.tracking import MlflowClient  # heavy: only when a store is created
-
-    # The client's own store (its default artifact root, as a store opened in place gets);
-    # building it runs the migrations. Closing its engine lets the file be renamed whole.
-    store = MlflowClient(tracking_uri=sqlite_uri(db))._tracking_client.store
-    store.engine.dispose()
-
-
-def _head_revision() -> str:
-    """MLflow's newest schema revision (its migration scripts' head)."""
-    # alembic and mlflow (installed with MLflow; about 1 s): only when a store is created
-    from alembic.script import ScriptDirectory
-    from mlflow.store.db.utils import _get_alembic_config
-
-    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
-
-
-def _half_built(db: Path) -> bool:
-    """Whether ``db`` holds no run and is not stamped at MLflow's newest schema."""
-    try:
-        con = sqlite3.connect(readonly_uri(db), uri=True, timeout=30)
-    except sqlite3.Error:
-        return False
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "runs" in tables and con.execute("SELECT count(*) FROM runs").fetchone()[0]:
-            return False  # runs recorded: never rebuilt (MLflow upgrades or refuses it itself)
-        stamp = (con.execute("SELECT version_num FROM alembic_version").fetchall()
-                 if "alembic_version" in tables else [])
-    except sqlite3.Error:
-        return False
-    finally:
-        con.close()
-    return [r[0] for r in stamp] != [_head_revision()]

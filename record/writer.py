@@ -41,8 +41,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from record import layout, schema
-from record.store import (StoreError, StudyNotFound, ensure_sqlite_store, latest_metrics, local_store,
-                          read_rows, redact, run_index, superseded_runs)
+from record.store import (StoreError, StudyNotFound, ensure_sqlite_store, local_store, open_store, redact,
+                          run_index)
 from record.summary import cell_medians, chosen_point
 
 MAX_TAG_CHARS = 5000
@@ -384,13 +384,14 @@ class RecordWriter:
         if self.ready:
             return self
         with store_lock(self.tracking_uri) as lock:  # a new SQLite store is created (migrated) once
+            self.store = open_store(self.tracking_uri, writing=True)  # the schema this MLflow writes
             what = f"[study {self.study}] the store {redact(self.tracking_uri)}"
             with waiting_notice(what):  # a database store's engine: MLflow retries it for ~100 s
                 self.client = PatientClient(MlflowClient(tracking_uri=self.tracking_uri), what)
             self.experiment_id = ensure_experiment(self.client, self.study, self.artifact_location)
         if lock.note:
             print(f"[study {self.study}] {lock.note}", flush=True)
-        for run_id in superseded_runs(self.tracking_uri, self.experiment_id):
+        for run_id in self.store.superseded_runs(self.experiment_id):
             # One active run per identity: a restored experiment revived a run deleted in the
             # UI whose seed was recorded again since. The superseded one goes back to deleted.
             self.client.delete_run(run_id)
@@ -490,10 +491,10 @@ class RecordWriter:
         Returns how many cells were written."""
         wanted = None if cells is None else set(cells)
         try:
-            rows = read_rows(self.tracking_uri, self.study,
-                             tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS,
-                                       schema.TASK, schema.VARIANT),
-                             metric_keys=schema.FINAL_METRICS, metric_prefixes=("test.",))
+            rows = self.store.read_rows(self.study,
+                                        tag_keys=(schema.ROLE, schema.CELL, schema.STATUS, schema.HPARAMS,
+                                                  schema.TASK, schema.VARIANT),
+                                        metric_keys=schema.FINAL_METRICS, metric_prefixes=("test.",))
         except (StudyNotFound, StoreError):  # a file store (tests) or a store not there yet
             return 0
         tags: dict[str, dict[str, str]] = {}
@@ -530,7 +531,7 @@ class RecordWriter:
         """run id -> key -> (step, value) of the latest row the store holds (empty for a store
         that cannot be read by SQL: a file store in tests)."""
         try:
-            return latest_metrics(self.tracking_uri, run_ids)
+            return self.store.latest_metrics(run_ids)
         except StoreError:
             return {r: {} for r in run_ids}
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from locattn.config import config_to_dict, flatten
 from record import layout, schema
-from record.store import redact, sqlite_path
+from record.store import StoreError, redact, sqlite_path
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
@@ -127,6 +127,8 @@ class RecordCallback(_TuneCallback):
         is a :class:`StudyError` naming the store's file, not the study folder."""
         try:
             self.writer.open()
+        except StoreError as exc:  # a schema this MLflow does not write (record.store.check_schema)
+            raise StudyError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - only an unwritable store is turned into one line
             db = sqlite_path(self.settings["tracking_uri"])
             if db is None or getattr(self, "store_id", None) is not None or not unwritable(exc):

@@ -8,8 +8,8 @@
   an imported project module (tests and benchmarks included: they use the public seams too);
 - the packages stand on floors: ``locattn`` at the bottom, ``record`` (the run record) on it,
   and ``study`` and ``reports`` side by side on both, never importing each other;
-- only ``record.store`` opens MLflow's database (``sqlite3``, SQLAlchemy) or writes a
-  ``sqlite:`` tracking URI;
+- only ``record.mlflow_sql`` opens MLflow's database (``sqlite3``, SQLAlchemy), and only
+  ``record.uri`` writes a ``sqlite:`` tracking URI;
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
 - no function in ``study``, ``record`` or ``reports`` is longer than 80 lines;
@@ -331,7 +331,10 @@ def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path
 
 # ---------------------------------------------------------------------------- the store's one door
 
-STORE_MODULE = "record.store"
+#: The one module that opens MLflow's database (the SQL adapter), and the one that builds a
+#: ``sqlite:`` tracking URI (the URI helpers); everyone else goes through ``record.store``.
+DATABASE_MODULE = "record.mlflow_sql"
+URI_MODULE = "record.uri"
 DATABASE_MODULES = ("sqlite3", "sqlalchemy")
 
 
@@ -356,9 +359,11 @@ def _store_access(path: Path) -> list[str]:
 def test_only_the_record_store_opens_mlflows_database():
     bad = []
     for name, path in MODULES.items():
-        if name != STORE_MODULE:
-            bad += [f"{path.relative_to(ROOT).parent}/{b}" for b in _store_access(path)]
-    assert not bad, "MLflow's database opened (or its URI built) outside record/store.py:\n" + "\n".join(bad)
+        allowed = {DATABASE_MODULE: ": imports ", URI_MODULE: ": a sqlite: URI literal"}.get(name)
+        bad += [f"{path.relative_to(ROOT).parent}/{b}" for b in _store_access(path)
+                if allowed is None or allowed not in b]
+    assert not bad, ("MLflow's database opened outside record/mlflow_sql.py (or its URI built outside "
+                     "record/uri.py):\n" + "\n".join(bad))
 
 
 @pytest.mark.parametrize("source, expected", [
