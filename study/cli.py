@@ -55,7 +55,7 @@ from locattn.cliparse import Parser, closest_path, parse
 from locattn.folders import FolderError
 from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
-from study import preflight, slices
+from study import preflight, ray_compat, slices
 from study.driver import StudyLock, early_signals, hold_signals
 from study.folder import load_meta, migrate, take_credentials
 from study.launch import launch, resume
@@ -532,7 +532,7 @@ def program() -> None:
     except BrokenPipeError:  # `study status ... | head`: the reader left; drop the rest quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
-    if "ray._raylet" in sys.modules:
+    if ray_compat.core_loaded():
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:

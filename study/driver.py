@@ -15,12 +15,13 @@ import signal
 import socket
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths
-from study import slices
+from study import ray_compat, slices
 from study.folder import StudyError
 from study.status import pid_alive
 
@@ -198,26 +199,17 @@ def init_ray(address: str | None = None, resume: str = "",
     if ray.is_initialized():
         return RayStart(started=False)
     if not address and os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
-        # Ray reads the variable once, when first imported, and has no public setter: if ray was
-        # imported before study, apply it to the constant it was read into.
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = False
+        ray_compat.keep_on_loopback()  # ray may have been imported before study read the variable
     # Workers of a local Ray inherit the environment: make this checkout importable.
     pp = os.environ.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in pp.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pp) if p)
     ours = signal.getsignal(signal.SIGTERM)
-    if callable(ours):
-        # A driver's Interrupt handles SIGTERM. ray.init replaces any handler with one that
-        # calls sys.exit, which inside Ray's start-up gave a traceback or a C++ abort; it has no
-        # option to keep ours, so its setter is skipped while it runs. Then Ray's core installs
-        # its own (it logs, then the driver aborts at exit, -6): ours is put back after it.
-        from ray._private import utils as ray_utils
-
-        setter, ray_utils.set_sigterm_handler = ray_utils.set_sigterm_handler, lambda handler: None
-    else:
-        ray_utils = setter = None
+    # A driver's Interrupt handles SIGTERM. ray.init replaces any handler with one that calls
+    # sys.exit, which inside Ray's start-up gave a traceback or a C++ abort: its setter is
+    # skipped while it runs (ray_compat). Then Ray's core installs its own (it logs, then the
+    # driver aborts at exit, -6): ours is put back after it.
+    kept = ray_compat.sigterm_handler_kept() if callable(ours) else nullcontext()
     # Ray puts the driver's working directory first on every worker's sys.path (Ray 2.60,
     # ray._private.worker.connect: no option turns it off short of a runtime_env working_dir,
     # which uploads the folder). `cd <study> && study resume .` would then let a module lying in
@@ -225,31 +217,31 @@ def init_ray(address: str | None = None, resume: str = "",
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
-        if address:
-            ray.init(address=address, log_to_driver=False, configure_logging=False,
-                     runtime_env=runtime_env)
-            return RayStart(started=True)
-        try:
-            context = ray.init(
-                address="local",
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
-        except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
-            if ray.is_initialized():
-                ray.shutdown()
-            cause = (str(exc).strip().splitlines() or [""])[0]
-            raise StudyError(
-                f"a private local Ray did not start ({type(exc).__name__}: {cause}); nothing ran. Check "
-                f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
-                f"moves it){f', then {resume}' if resume else ''}"
-            ) from None
-        return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+        with kept:
+            if address:
+                ray.init(address=address, log_to_driver=False, configure_logging=False,
+                         runtime_env=runtime_env)
+                return RayStart(started=True)
+            try:
+                context = ray.init(
+                    address="local",
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+            except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
+                if ray.is_initialized():
+                    ray.shutdown()
+                cause = (str(exc).strip().splitlines() or [""])[0]
+                raise StudyError(
+                    f"a private local Ray did not start ({type(exc).__name__}: {cause}); nothing ran. Check "
+                    f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
+                    f"moves it){f', then {resume}' if resume else ''}"
+                ) from None
+            return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
     finally:
         os.chdir(cwd)
-        if setter is not None:
-            ray_utils.set_sigterm_handler = setter
+        if callable(ours):
             signal.signal(signal.SIGTERM, ours)
 
 

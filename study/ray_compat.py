@@ -1,0 +1,51 @@
+"""The adapter to Ray's private names: every use of ``ray._private`` (and of any other private
+module or attribute of Ray) in the project lives here, each with the reason Ray's public API does
+not serve (``tests/test_architecture.py`` enforces it). Checked with Ray 2.60; a Ray that moved
+one of these names breaks here, in one place.
+
+Nothing here imports Ray at import time: ``study --help`` and ``study status`` stay light.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def keep_on_loopback() -> None:
+    """Make a Ray imported before this call keep a private local cluster on 127.0.0.1, as
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` does when set before Ray's first import."""
+    # Private: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER``. Ray reads the variable once,
+    # when first imported, into this constant, and has no public setter; a driver that imported
+    # ray before the study code did (a notebook, a test) would advertise the network address.
+    from ray._private import ray_constants  # the driver's heavy import (Ray)
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+@contextmanager
+def sigterm_handler_kept() -> Iterator[None]:
+    """While the block runs (``ray.init``), Ray does not replace the process's SIGTERM handler."""
+    # Private: ``ray._private.utils.set_sigterm_handler``. ray.init installs a handler that calls
+    # sys.exit, which inside Ray's start-up gave a traceback or a C++ abort, and it has no option
+    # to keep the caller's; its setter is made a no-op for the duration of the call.
+    from ray._private import utils as ray_utils  # the driver's heavy import (Ray)
+
+    setter, ray_utils.set_sigterm_handler = ray_utils.set_sigterm_handler, lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = setter
+
+
+#: Ray's C++ core, as a module name: loaded once a process has started or joined Ray.
+RAY_CORE_MODULE = "ray._raylet"
+
+
+def core_loaded() -> bool:
+    """Whether this process loaded Ray's C++ core (it started or joined Ray): such a process
+    leaves through ``os._exit`` (``study.cli.program``)."""
+    # Private: the module ``ray._raylet``. Ray has no public "is the core loaded" (its
+    # ``ray.is_initialized`` is false again after ``ray.shutdown``, when the core still is).
+    return RAY_CORE_MODULE in sys.modules
