@@ -10,6 +10,9 @@
   and ``study`` and ``reports`` side by side on both, never importing each other;
 - only ``record.mlflow_sql`` opens MLflow's database (``sqlite3``, SQLAlchemy), and only
   ``record.uri`` writes a ``sqlite:`` tracking URI;
+- MLflow's and Ray's private names (``ray._private``, ``mlflow`` modules and attributes starting
+  with ``_``) appear only in their adapters, ``record.mlflow_sql`` and ``study.ray_compat``, and
+  raw SQL only in ``record.mlflow_sql``;
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
 - no function in ``study``, ``record`` or ``reports`` is longer than 80 lines;
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -378,6 +382,140 @@ def test_the_store_checker_flags_what_it_should(tmp_path, source, expected):
     path = tmp_path / "probe.py"
     path.write_text(source)
     assert len(_store_access(path)) == expected
+
+
+# ---------------------------------------------------------------------------- the engines' doors
+
+#: The one module that may use an engine's private names (modules, attributes, names starting
+#: with ``_``), each use with a comment saying why the public API does not serve.
+ENGINE_ADAPTERS = {"mlflow": "record.mlflow_sql", "ray": "study.ray_compat"}
+#: The one module that holds raw SQL (statements, ``execute``, ``sqlalchemy.text``).
+SQL_MODULE = "record.mlflow_sql"
+SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "PRAGMA")
+SQL_CALLS = ("execute", "executemany", "executescript", "text")
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _engine_private(path: Path) -> list[tuple[str, str]]:
+    """``(engine, where)`` for each private name of an engine (:data:`ENGINE_ADAPTERS`) in one
+    file: an import of a private module or name (``from ray._private import utils``, ``from
+    mlflow.store.db.utils import _get_alembic_config``), a private attribute reached from a name
+    imported from the engine (``SqlAlchemyStore._engine_map``, ``MlflowClient()._tracking_client``,
+    ``getattr(SqlAlchemyStore, "_engine_map")``), or a private module named in a string
+    (``"ray._raylet" in sys.modules``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    bound: dict[str, str] = {}  # local name -> engine
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                engine = a.name.split(".")[0]
+                if engine in ENGINE_ADAPTERS:
+                    bound[(a.asname or a.name).split(".")[0]] = engine
+                    if any(_is_private(p) for p in a.name.split(".")):
+                        out.append((engine, f"{where}:{node.lineno}: import {a.name}"))
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            engine = node.module.split(".")[0]
+            if engine not in ENGINE_ADAPTERS:
+                continue
+            for a in node.names:
+                bound[a.asname or a.name] = engine
+                if any(_is_private(p) for p in [*node.module.split("."), a.name]):
+                    out.append((engine, f"{where}:{node.lineno}: from {node.module} import {a.name}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = node.value.split(".")
+            if (parts[0] in ENGINE_ADAPTERS and len(parts) > 1 and " " not in node.value
+                    and any(_is_private(p) for p in parts[1:])):
+                out.append((parts[0], f"{where}:{node.lineno}: {node.value!r}"))
+
+    def root(node: ast.AST) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    for node in ast.walk(tree):
+        name = attr = None
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            name, attr = root(node.value), node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _is_private(node.args[1].value)):
+            name, attr = root(node.args[0]), node.args[1].value
+        if name in bound:
+            out.append((bound[name], f"{where}:{node.lineno}: {name}...{attr}"))
+    return out
+
+
+def _raw_sql(path: Path) -> list[str]:
+    """Raw SQL in one file: a string that starts with an SQL statement's word (:data:`SQL_WORDS`,
+    upper case, then a space), and calls of ``.execute``, ``.executemany``, ``.executescript`` or
+    ``sqlalchemy.text``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    out = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and re.match(rf"\s*({'|'.join(SQL_WORDS)})\s", node.value)):
+            out.append(f"{where}:{node.lineno}: {node.value.strip()[:40]!r}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in SQL_CALLS
+              and (node.func.attr != "text" or (isinstance(node.func.value, ast.Name)
+                                                and node.func.value.id == "sqlalchemy"))):
+            out.append(f"{where}:{node.lineno}: .{node.func.attr}(...)")
+    return out
+
+
+def test_engines_private_names_and_raw_sql_only_in_their_adapters():
+    bad = []
+    for name, path in MODULES.items():
+        bad += [w for engine, w in _engine_private(path) if ENGINE_ADAPTERS[engine] != name]
+        if name != SQL_MODULE:
+            bad += _raw_sql(path)
+    assert not bad, ("MLflow's or Ray's private names, or raw SQL, outside their adapters "
+                     f"({', '.join(sorted(set(ENGINE_ADAPTERS.values())))}):\n" + "\n".join(bad))
+
+
+def test_the_adapters_do_hold_what_the_rule_keeps_there():
+    """The rule guards something: each adapter still uses its engine's private names (else the
+    rule and the adapter are stale; move the names back out of the list)."""
+    for engine, module in ENGINE_ADAPTERS.items():
+        assert any(e == engine for e, _ in _engine_private(MODULES[module])), module
+    assert _raw_sql(MODULES[SQL_MODULE])
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from ray._private import utils\n", 1),
+    ("def f():\n    import ray._private.worker\n", 1),
+    ("from mlflow.store.db.utils import _get_alembic_config\n", 1),
+    ("from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore\nSqlAlchemyStore._engine_map\n", 1),
+    ("from mlflow.tracking import MlflowClient\nMlflowClient(tracking_uri='x')._tracking_client.store\n", 1),
+    ("from mlflow.tracking import MlflowClient as C\ngetattr(C, '_x', None)\n", 1),
+    ("import sys\nloaded = 'ray._raylet' in sys.modules\n", 1),
+    ("import ray\nray.init(address='local')\n", 0),
+    ("from mlflow.tracking import MlflowClient\nMlflowClient().search_runs(['1'])\n", 0),
+    ("class A:\n    def f(self):\n        return self._x\n", 0),
+    ("HELP = 'see ray._private in the docs'\n", 0),
+])
+def test_the_engine_private_checker_flags_what_it_should(tmp_path, source, expected):
+    assert len(_engine_private(_probe(tmp_path, source))) == expected
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("q = 'SELECT run_uuid FROM runs'\n", 1),
+    ("def f(t):\n    return f'UPDATE {t} SET x = 1'\n", 1),
+    ("def f(con):\n    con.execute(q)\n", 1),
+    ("import sqlalchemy\nsqlalchemy.text(q)\n", 1),
+    ("MSG = 'Select a study'\n", 0),
+    ("WORD = 'DELETE'\n", 0),
+    ("def f(w):\n    w.text('x')\n", 0),
+])
+def test_the_raw_sql_checker_flags_what_it_should(tmp_path, source, expected):
+    assert len(_raw_sql(_probe(tmp_path, source))) == expected
 
 
 # ---------------------------------------------------------------------------- file names, once
