@@ -352,6 +352,37 @@ def test_a_read_only_store_is_one_line_naming_the_store(tmp_path: Path, tmpfs) -
     assert not has_traceback(res.stdout + res.stderr)
 
 
+@pytest.mark.faults  # a real launch against a store another MLflow stamped
+def test_a_store_of_another_mlflows_schema_is_one_line_and_left_as_it_was(tmp_path: Path) -> None:
+    """Issue 44: a store stamped at a schema revision the installed MLflow does not know (a newer
+    MLflow wrote it) is refused before anything runs, in one line naming the store and what to
+    do. MLflow alone ended in a 30-line traceback advising `mlflow db upgrade`, which cannot
+    work on a newer store."""
+    db = tmp_path / "store.db"
+    made = subprocess.run(
+        [sys.executable, "-c", "from record.writer import RecordWriter\n"
+         f"RecordWriter(tracking_uri='sqlite:///{db}', study='other', "
+         f"artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}).open()\n"],
+        env=ENV, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and db.is_file(), made.stderr[-2000:]
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE alembic_version SET version_num = '0123456789ab'")
+    con.close()
+    spec = write_spec(tmp_path, "newer")
+    res = study_cli("launch", str(spec), "--root", str(tmp_path / "s"), "--tracking-uri", f"sqlite:///{db}",
+                    timeout=600)
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = driver_lines(res.stderr)
+    assert len(lines) == 1 and str(db) in lines[0], res.stderr[-3000:]
+    assert "has MLflow schema 0123456789ab, newer than MLflow" in lines[0], lines[0]
+    assert not has_traceback(res.stdout + res.stderr)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0123456789ab",)]
+    assert con.execute("SELECT count(*) FROM experiments WHERE name = 'newer'").fetchone() == (0,)
+    con.close()
+
+
 @pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
 @pytest.mark.timeout(900)  # (its driver alone may take the default 600 s under load)
 def test_full_disk_says_so_in_a_few_lines(tmp_path: Path, tmpfs) -> None:
