@@ -44,7 +44,6 @@ if __name__ == "__main__" or os.path.basename(getattr(sys, "argv", [""])[0]) == 
 # Everything else is imported once the handler is in.
 import argparse
 import importlib
-import json
 import logging
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -53,7 +52,7 @@ from typing import Any
 
 from locattn.cliparse import Parser, closest_path, parse
 from locattn.folders import FolderError
-from record.layout import META_FILE, StudyPaths, is_study_dir, study_paths
+from record.layout import StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study import preflight, ray_compat, slices
 from study.driver import StudyLock, early_signals, hold_signals
@@ -296,8 +295,8 @@ def show_results(summary: dict[str, Any]) -> None:
         return
     study_dir = Path(summary["dir"])
     try:
-        saved = json.loads((study_dir / META_FILE).read_text())["tracking_uri"]
-    except (OSError, ValueError, KeyError, TypeError):
+        saved = load_meta(study_paths(study_dir)).tracking_uri
+    except SpecError:  # no readable study.json (StudyError is a SpecError): no table
         return
     results = cell_results(current_store(saved, study_dir), summary["name"])
     print(format_results(results, report_target(study_dir, summary["name"])), flush=True)
@@ -413,13 +412,12 @@ def run_status(args: argparse.Namespace) -> int:
     paths = find_study(args.study, args.root)
     meta = load_meta(paths)
     # a moved folder (a committed record): its own store, not the saved path
-    meta = {**meta, "tracking_uri": current_store(meta["tracking_uri"], paths.dir)}
+    meta = meta.replace(tracking_uri=current_store(meta.tracking_uri, paths.dir))
     rows, driver = study_status(meta, paths.dir)
     # the resume command as it works when pasted here: the name, or the folder under --root
-    print(format_status(rows, driver, report_target(paths.dir, meta["name"])))
+    print(format_status(rows, driver, report_target(paths.dir, meta.name)))
     print()
-    print(format_results(cell_results(meta["tracking_uri"], meta["name"]),
-                         report_target(paths.dir, meta["name"])))
+    print(format_results(cell_results(meta.tracking_uri, meta.name), report_target(paths.dir, meta.name)))
     return 0
 
 
@@ -434,22 +432,22 @@ def run_ui(args: argparse.Namespace) -> int:
     """``study ui``: serve the MLflow UI over the study's store (or point to its server)."""
     paths = find_study(args.study, args.root)
     meta = load_meta(paths)
-    remote = server_url(meta["tracking_uri"])
+    remote = server_url(meta.tracking_uri)
     if remote is not None:  # the server already serves the UI
-        print(f"study {meta['name']!r} records to the MLflow server {remote}: open it "
-              f"there (experiment {meta['name']!r}); no local server is needed")
+        print(f"study {meta.name!r} records to the MLflow server {remote}: open it "
+              f"there (experiment {meta.name!r}); no local server is needed")
         return 0
     # credentials (an older study.json's) go to the server by environment, not its command line
-    store = take_credentials(store_uri(meta["tracking_uri"], paths.dir, meta["name"]), sys.stderr)
+    store = take_credentials(store_uri(meta.tracking_uri, paths.dir, meta.name), sys.stderr)
     check_port(args.host, args.port)
     base = f"http://{browse_host(args.host)}:{args.port}"
-    view = save_view(store, meta["name"])
-    url = base + view if view else experiment_url(base, store, meta["name"])
+    view = save_view(store, meta.name)
+    url = base + view if view else experiment_url(base, store, meta.name)
     print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
           file=sys.stderr, flush=True)
 
     def ready() -> None:
-        print(f"MLflow UI for study {meta['name']!r}: {url}", flush=True)
+        print(f"MLflow UI for study {meta.name!r}: {url}", flush=True)
         print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
               "its seeds' runs inside; the headline metric columns)" if view else
               f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
@@ -511,12 +509,12 @@ def run_report(args: argparse.Namespace) -> int:
     paths = find_study(args.study, args.root)
     meta = load_meta(paths)
     # a moved folder (a committed record, a copy): its own store, as status and ui read it
-    db = sqlite_path(current_store(meta["tracking_uri"], paths.dir))
+    db = sqlite_path(current_store(meta.tracking_uri, paths.dir))
     if db is not None and db.resolve() == paths.db.resolve():
         args.study_dir, args.tracking_uri = str(paths.dir), None
     else:  # a store outside the study directory (an MLflow server, Postgres)
-        args.study_dir, args.tracking_uri = None, meta["tracking_uri"]
-    args.study = meta["name"]
+        args.study_dir, args.tracking_uri = None, meta.tracking_uri
+    args.study = meta.name
     args.out = args.out or str(paths.dir / "reports")
     return cli.run_build(args, prog="study report")
 

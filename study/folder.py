@@ -2,8 +2,9 @@
 
 The folder's layout is :mod:`record.layout`'s; its record format, and the upgrade of an older
 one, :mod:`study.migrate`'s (a ``study.json`` is upgraded in memory when read, on disk by
-``study migrate``). Standard library, ``record``, ``study.spec`` and ``study.migrate`` only: no
-Ray, no MLflow.
+``study migrate``). The study is :class:`study.meta.StudyMeta`, which maps it to and from JSON.
+Standard library, ``record``, ``study.spec``, ``study.migrate`` and ``study.meta`` only: no Ray,
+no MLflow.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, TextIO
 from record.layout import StudyPaths, study_paths
 from record.store import (StoreError, hidden_secrets, move_artifact_root, open_database, redact, split_credentials,
                           sqlite_path, unpack, uri_parts)
-from study.migrate import FORMAT_KEY, FORMAT_VERSION, FormatError, upgrade_meta
+from study.meta import StudyMeta
+from study.migrate import FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
 
@@ -36,15 +38,15 @@ def new_study_paths(root: str | Path, name: Any, where: str = "--name") -> Study
     return study_paths(Path(root).resolve() / name)
 
 
-def load_meta(paths: StudyPaths) -> dict[str, Any]:
+def load_meta(paths: StudyPaths) -> StudyMeta:
     """The saved ``study.json``, upgraded to the current record format (:mod:`study.migrate`); a
     one-line error when it is missing, empty, corrupt, unreadable or of a newer format."""
-    return _upgraded(paths, read_meta(paths))[0]
+    return StudyMeta.from_json(_upgraded(paths, read_meta(paths))[0])
 
 
-def _upgraded(paths: StudyPaths, meta: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _upgraded(paths: StudyPaths, doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     try:
-        return upgrade_meta(meta)
+        return upgrade_meta(doc)
     except FormatError as exc:
         raise StudyError(f"{paths.meta}: {exc}") from None
 
@@ -131,10 +133,10 @@ def take_credentials(tracking_uri: str | None, out: TextIO) -> str | None:
     return clean
 
 
-def spec_from_meta(meta: dict[str, Any]) -> StudySpec:
+def spec_from_meta(meta: StudyMeta) -> StudySpec:
     """Rebuild the study's spec from what was saved at launch (the YAML may have changed)."""
-    return resolve_spec(meta["raw"], path=meta["spec_path"], profile=meta["profile"] or None,
-                        only=meta.get("only") or None, seeds=meta.get("seeds"))
+    return resolve_spec(meta.raw, path=meta.spec_path, profile=meta.profile or None,
+                        only=meta.only or None, seeds=meta.seeds)
 
 
 def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None) -> str:
@@ -153,12 +155,11 @@ def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None
     return f"{where}: {type(exc).__name__}: {first[:300]}"
 
 
-def write_meta(paths: StudyPaths, meta: dict[str, Any]) -> None:
-    """Write ``study.json`` atomically, in the current record format (``meta`` is read through
-    :func:`load_meta`, or new)."""
+def write_meta(paths: StudyPaths, meta: StudyMeta) -> None:
+    """Write ``study.json`` atomically, in the current record format (:meth:`StudyMeta.to_json`)."""
     tmp = paths.meta.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps({**meta, FORMAT_KEY: FORMAT_VERSION}, indent=1, default=str))
+        tmp.write_text(json.dumps(meta.to_json(), indent=1, default=str))
         os.replace(tmp, paths.meta)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -176,30 +177,30 @@ def legacy_tune_state(tune_dir: Path) -> bool:
     return False
 
 
-def relocate(paths: StudyPaths, meta: dict[str, Any], out: TextIO) -> bool:
+def relocate(paths: StudyPaths, meta: StudyMeta, out: TextIO) -> StudyMeta:
     """Adopt a study folder that was moved (committed, copied to another machine, renamed).
 
     A study's own SQLite store is saved in ``study.json`` by absolute path, and MLflow keeps the
     absolute artifact location of its experiment and runs. When the folder now lives elsewhere
     and holds its ``mlflow.db``, the study uses that store and its paths are rewritten to point
     into the folder (one line says so); a store outside the folder (a server, another file) is
-    left as it is. Returns whether anything changed.
+    left as it is. Returns the study, with its new store when it moved.
     """
     unpack(paths.db)  # a record committed compressed
-    old_db = sqlite_path(meta["tracking_uri"])
+    old_db = sqlite_path(meta.tracking_uri)
     if old_db is None or old_db.name != paths.db.name or not paths.db.is_file():
-        return False
+        return meta
     old_dir = old_db.parent
     if old_dir == paths.dir or (old_dir.exists() and old_dir.resolve() == paths.dir.resolve()):
-        return False
+        return meta
     try:
         move_artifact_root(paths.db, (old_dir / paths.artifacts.name).as_uri(), paths.artifacts.as_uri())
     except StoreError as exc:
         raise StudyError(str(exc)) from None
-    meta["tracking_uri"] = paths.default_tracking_uri()
+    meta = meta.replace(tracking_uri=paths.default_tracking_uri())
     write_meta(paths, meta)
-    print(f"[study {meta['name']}] moved from {old_dir}: now recording in {paths.db}", file=out)
-    return True
+    print(f"[study {meta.name}] moved from {old_dir}: now recording in {paths.db}", file=out)
+    return meta
 
 
 def migrate(paths: StudyPaths, out: TextIO) -> list[str]:
@@ -207,7 +208,8 @@ def migrate(paths: StudyPaths, out: TextIO) -> list[str]:
     what changed (one line each; none when it is current). A pickled searcher state
     (:func:`legacy_tune_state`) is set aside as ``tune.legacy-<time>``, since it is never
     loaded; the runs and the store are untouched. The caller holds the study's lock."""
-    meta, changes = _upgraded(paths, read_meta(paths))
+    doc, changes = _upgraded(paths, read_meta(paths))
+    meta = StudyMeta.from_json(doc)
     if legacy_tune_state(paths.tune):
         aside = paths.tune.with_name(f"tune.legacy-{int(time.time())}")
         paths.tune.rename(aside)
@@ -215,7 +217,7 @@ def migrate(paths: StudyPaths, out: TextIO) -> list[str]:
                        "remaining trials are planned from the record)")
     if changes:
         write_meta(paths, meta)
-    name = meta["name"]
+    name = meta.name
     for change in changes:
         print(f"[study {name}] {change}", file=out)
     print(f"[study {name}] {paths.dir}: record format {FORMAT_VERSION}"

@@ -23,6 +23,7 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
                           limit_text, quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
                           spec_from_meta, take_credentials, write_meta)
+from study.meta import DEFAULT_TRAIN_PATH, StudyMeta
 from study.preflight import check_train_path_fits
 from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
                            solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
@@ -194,57 +195,46 @@ def prepare_launch(spec: StudySpec, spec_path: Path, name: str, paths: StudyPath
 
 def new_meta(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: StudyPaths, name: str, *,
              only: dict[str, list] | None, seeds: int | list[int] | None, sets: dict[str, Any] | None,
-             train_path: str | None, tracking_uri: str | None) -> dict[str, Any]:
-    """The study.json of a new study (not written)."""
-    return {
-        "name": name,
-        "spec_path": str(spec_path),
-        "profile": spec.profile,
-        "only": only or {},
-        **({"seeds": seeds} if seeds is not None else {}),
-        **({"set": dict(sets)} if sets else {}),
-        **({"train_path": train_path} if train_path not in (None, "eager") else {}),
-        "raw": raw,
-        "resolved": spec.resolved,
-        "tracking_uri": tracking_uri or paths.default_tracking_uri(),
-        **({"plugin_sources": sources} if (sources := spec_plugin_sources(spec.cells)) else {}),
-        "created": time.time(),
-    }
+             train_path: str | None, tracking_uri: str | None) -> StudyMeta:
+    """The study of a new launch (not written)."""
+    return StudyMeta(name=name, spec_path=str(spec_path), profile=spec.profile, only=dict(only or {}), seeds=seeds,
+                     sets=dict(sets or {}), train_path=train_path or DEFAULT_TRAIN_PATH, raw=raw,
+                     resolved=spec.resolved, tracking_uri=tracking_uri or paths.default_tracking_uri(),
+                     plugin_sources=spec_plugin_sources(spec.cells), created=time.time())
 
 
 def _relaunch(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: StudyPaths, name: str, *,
               only: dict[str, list] | None, seeds: int | list[int] | None, train_path: str | None,
-              tracking_uri: str | None, allow_dirty: bool, out: TextIO) -> dict[str, Any]:
+              tracking_uri: str | None, allow_dirty: bool, out: TextIO) -> StudyMeta:
     """A launch of a study that exists: the same spec resumes it, a wider ``only`` or more
     ``seeds`` widens it, another spec is refused (:class:`SpecError`); returns its saved meta,
     updated (YAML, train path, tracking URI)."""
     meta = load_meta(paths)
-    check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
-                  allow_dirty)
-    relocate(paths, meta, out)
-    if widens(meta["resolved"], spec.resolved):
-        _widen(paths, meta, spec, raw, only or {}, seeds, out)
-    elif not same_spec(meta["resolved"], spec.resolved):
-        changed = spec_changes(meta["resolved"], spec.resolved)
+    check_sources(meta.plugin_sources, spec_plugin_sources(spec.cells), paths.meta, allow_dirty)
+    meta = relocate(paths, meta, out)
+    if widens(meta.resolved, spec.resolved):
+        meta = _widen(paths, meta, spec, raw, only or {}, seeds, out)
+    elif not same_spec(meta.resolved, spec.resolved):
+        changed = spec_changes(meta.resolved, spec.resolved)
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         raise SpecError(
             f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-            f"profile (changed: {shown}) ({meta['spec_path']}, profile {meta['profile']}, --only "
-            f"{_only_text(meta.get('only'))}{_seeds_text(meta)}); resume it with `study "
+            f"profile (changed: {shown}) ({meta.spec_path}, profile {meta.profile}, --only "
+            f"{_only_text(meta.only)}{_seeds_text(meta)}); resume it with `study "
             f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
             "or more --seeds, or launch under another --name"
         )
-    elif meta["raw"] != raw or meta["resolved"] != spec.resolved:
+    elif meta.raw != raw or meta.resolved != spec.resolved:
         # the YAML changed elsewhere (a description, a former key's new name): saved, so
         # that a resume rebuilds this spec
-        meta["raw"], meta["resolved"] = raw, spec.resolved
+        meta = meta.replace(raw=raw, resolved=spec.resolved)
         write_meta(paths, meta)
-    _set_train_path(paths, meta, train_path, out)
-    if tracking_uri and tracking_uri != meta["tracking_uri"]:
+    meta = _set_train_path(paths, meta, train_path, out)
+    if tracking_uri and tracking_uri != meta.tracking_uri:
         print(f"[study {name}] WARNING: --tracking-uri {tracking_uri} differs from the one "
-              f"saved in study.json ({meta['tracking_uri']}); using {tracking_uri} from now on "
+              f"saved in study.json ({meta.tracking_uri}); using {tracking_uri} from now on "
               "(finished runs missing there are re-recorded from the run directories)", file=out)
-        meta["tracking_uri"] = tracking_uri
+        meta = meta.replace(tracking_uri=tracking_uri)
         write_meta(paths, meta)
     print(f"[study {name}] exists at {paths.dir}: resuming (finished trials are not rerun)",
           file=out)
@@ -261,21 +251,19 @@ def _only_text(only: dict[str, list] | None) -> str:
     return " ".join(f"{k}={','.join(map(str, v))}" for k, v in (only or {}).items()) or "(none)"
 
 
-def _set_train_path(paths: StudyPaths, meta: dict[str, Any], train_path: str | None, out: TextIO) -> None:
+def _set_train_path(paths: StudyPaths, meta: StudyMeta, train_path: str | None, out: TextIO) -> StudyMeta:
     """Save a launch's or resume's ``--train-path`` in study.json when it changes the study's."""
-    if train_path is None or train_path == meta.get("train_path", "eager"):
-        return
-    print(f"[study {meta['name']}] --train-path {train_path} (was {meta.get('train_path', 'eager')}) "
+    if train_path is None or train_path == meta.train_path:
+        return meta
+    print(f"[study {meta.name}] --train-path {train_path} (was {meta.train_path}) "
           "from now on; run identities and finished runs are unchanged", file=out)
-    if train_path == "eager":
-        meta.pop("train_path", None)
-    else:
-        meta["train_path"] = train_path
+    meta = meta.replace(train_path=train_path)
     write_meta(paths, meta)
+    return meta
 
 
-def _seeds_text(meta: dict[str, Any]) -> str:
-    return f", --seeds {_seeds_arg(meta['seeds'])}" if meta.get("seeds") is not None else ""
+def _seeds_text(meta: StudyMeta) -> str:
+    return f", --seeds {_seeds_arg(meta.seeds)}" if meta.seeds is not None else ""
 
 
 def _seeds_arg(seeds: int | list[int]) -> str:
@@ -289,19 +277,19 @@ def _seed_range(seeds: list[int]) -> str:
     return ",".join(map(str, seeds))
 
 
-def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, raw: dict[str, Any],
-           only: dict[str, list], seeds: int | list[int] | None, out: TextIO) -> None:
+def _widen(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, raw: dict[str, Any],
+           only: dict[str, list], seeds: int | list[int] | None, out: TextIO) -> StudyMeta:
     """Grow a study to a wider ``--only`` or more ``--seeds`` of its own spec and profile. Finished runs stay in the
     record and are not rerun. Tune's state knows only the old trials, so it is set aside (kept,
     never deleted) and the trials are planned from the record; a run that was part-way through
     starts again from its first epoch. The YAML read now (``raw``) is saved with the wider
     ``--only``: its grid may have grown since the launch, and a resume rebuilds the spec from both."""
-    before = resolve_spec(raw, path=meta["spec_path"], profile=meta["profile"] or None,
-                          only=meta.get("only") or None, seeds=meta.get("seeds")).n_trials()
-    old_seeds = meta["resolved"].get("seeds") or []
+    before = resolve_spec(raw, path=meta.spec_path, profile=meta.profile or None,
+                          only=meta.only or None, seeds=meta.seeds).n_trials()
+    old_seeds = meta.resolved.get("seeds") or []
     grown = (f" and seeds {_seed_range(old_seeds)} -> {_seed_range(list(spec.seeds))}"
              if list(spec.seeds) != old_seeds else "")
-    print(f"[study {meta['name']}] widening --only {_only_text(meta.get('only'))} -> "
+    print(f"[study {meta.name}] widening --only {_only_text(meta.only)} -> "
           f"{_only_text(only)}{grown}: {before} -> {spec.n_trials()} trials; finished runs are kept, "
           "unfinished ones start again", file=out)
     if paths.tune.exists():
@@ -310,16 +298,11 @@ def _widen(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, raw: dict[s
             paths.tune.rename(aside)
         except OSError as exc:
             raise StudyError(one_line_os_error(exc, paths.dir)) from None
-        print(f"[study {meta['name']}] Tune's state of the narrower study set aside as {aside.name}",
+        print(f"[study {meta.name}] Tune's state of the narrower study set aside as {aside.name}",
               file=out)
-    meta["only"] = only
-    if seeds is None:
-        meta.pop("seeds", None)
-    else:
-        meta["seeds"] = seeds
-    meta["raw"] = raw
-    meta["resolved"] = spec.resolved
+    meta = meta.replace(only=only, seeds=seeds, raw=raw, resolved=spec.resolved)
     write_meta(paths, meta)
+    return meta
 
 
 def resume(
@@ -348,18 +331,18 @@ def resume(
     paths = study_paths(study, root)
     out = out or sys.stdout
     meta = load_meta(paths)
-    _, user, password = split_credentials(meta["tracking_uri"])
+    _, user, password = split_credentials(meta.tracking_uri)
     if user or password:  # a study.json written before credentials were stripped
-        meta["tracking_uri"] = take_credentials(meta["tracking_uri"], out)
-    named = spec_plugins(meta["raw"], paths.meta)
+        meta = meta.replace(tracking_uri=take_credentials(meta.tracking_uri, out))
+    named = spec_plugins(meta.raw, paths.meta)
     plugin_names = import_named(trusted_for_resume(named, plugins, paths.meta), "--plugin")
     try:
         spec = spec_from_meta(meta)
     except SpecError as exc:  # e.g. a study widened before the widening saved its YAML
-        only = " ".join(f"--only {k}={','.join(map(str, v))}" for k, v in (meta.get("only") or {}).items())
-        profile = f" --profile {meta['profile']}" if meta["profile"] else ""
-        more = f" --seeds {_seeds_arg(meta['seeds'])}" if meta.get("seeds") is not None else ""
-        command = (f"study launch {meta['spec_path']}{profile} --name {meta['name']} "
+        only = " ".join(f"--only {k}={','.join(map(str, v))}" for k, v in meta.only.items())
+        profile = f" --profile {meta.profile}" if meta.profile else ""
+        more = f" --seeds {_seeds_arg(meta.seeds)}" if meta.seeds is not None else ""
+        command = (f"study launch {meta.spec_path}{profile} --name {meta.name} "
                    f"--root {paths.dir.parent} {only}{more}").strip()
         raise SpecError(
             f"{paths.meta}: the spec saved there does not rebuild with its --only ({exc}); save the "
@@ -368,25 +351,24 @@ def resume(
     set_spec = spec_with_sets(meta, sets) if sets else None  # validated before anything changes
     spec = set_spec or spec
     require_task_data(spec)
-    check_train_path_fits(spec, train_path or meta.get("train_path"))
-    check_sources(meta.get("plugin_sources") or {}, spec_plugin_sources(spec.cells), paths.meta,
-                  allow_dirty)
+    check_train_path_fits(spec, train_path or meta.train_path)
+    check_sources(meta.plugin_sources, spec_plugin_sources(spec.cells), paths.meta, allow_dirty)
     lock = StudyLock(paths, out).acquire()
     try:
-        relocate(paths, meta, out)
-        db = sqlite_path(meta["tracking_uri"])
+        meta = relocate(paths, meta, out)
+        db = sqlite_path(meta.tracking_uri)
         if db is not None and not db.is_file() and db.parent.resolve() != paths.dir.resolve():
             # a store study.json names elsewhere that is gone: creating it (and its directories)
             # would start an empty record there; the study's own folder is where a lost store is rebuilt
             raise StudyError(f"{paths.meta}: its store {db} does not exist; resume records only into an "
                              f"existing store or the study's own folder ({paths.db}): restore it, or "
-                             f"`study launch <spec> --name {meta['name']} --tracking-uri <store>`")
-        reach_database(meta["tracking_uri"], paths.meta)  # a server down, no credentials: one line
+                             f"`study launch <spec> --name {meta.name} --tracking-uri <store>`")
+        reach_database(meta.tracking_uri, paths.meta)  # a server down, no credentials: one line
         if user or password:
             write_meta(paths, meta)
         if set_spec is not None:
-            resume_sets(paths, meta, set_spec, sets or {}, out)
-        _set_train_path(paths, meta, train_path, out)
+            meta = resume_sets(paths, meta, set_spec, sets or {}, out)
+        meta = _set_train_path(paths, meta, train_path, out)
         return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
                     progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
                     trainer=trainer, plugins=plugin_names)
@@ -394,48 +376,48 @@ def resume(
         lock.release()
 
 
-def spec_with_sets(meta: dict[str, Any], sets: dict[str, Any]) -> StudySpec:
+def spec_with_sets(meta: StudyMeta, sets: dict[str, Any]) -> StudySpec:
     """The study's saved spec with ``sets`` as its last overrides (:func:`study.spec.apply_sets`
     in its profile), validated as a launch's are; raises :class:`SpecError` in one line."""
-    raw = apply_sets(meta["raw"], meta["profile"] or None, sets)
-    return resolve_spec(raw, path=meta["spec_path"], profile=meta["profile"] or None,
-                        only=meta.get("only") or None, seeds=meta.get("seeds"))
+    raw = apply_sets(meta.raw, meta.profile or None, sets)
+    return resolve_spec(raw, path=meta.spec_path, profile=meta.profile or None,
+                        only=meta.only or None, seeds=meta.seeds)
 
 
-def resume_sets(paths: StudyPaths, meta: dict[str, Any], spec: StudySpec, sets: dict[str, Any],
-                out: TextIO) -> None:
+def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[str, Any],
+                out: TextIO) -> StudyMeta:
     """Record ``study resume --set`` in ``study.json`` (``raw``, ``resolved`` and ``set``), so
     that later resumes, status and reports see the spec the runs train under. A set that
     changes the spec changes the runs' identities: it is said, and refused once a run has
     finished under the old values, since the tables would pool the old and the new runs of a
     cell (launch such a study under another ``--name``)."""
-    changed = spec_changes(meta["resolved"], spec.resolved)
-    name = meta["name"]
+    changed = spec_changes(meta.resolved, spec.resolved)
+    name = meta.name
     if changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-        done = sum(1 for *_, status in trial_runs(meta["tracking_uri"], name)
+        done = sum(1 for *_, status in trial_runs(meta.tracking_uri, name)
                    if status == schema.STATUS_FINISHED)
         if done:
             given = " ".join(f"--set {k}={json.dumps(v)}" for k, v in sets.items())
             raise SpecError(
                 f"--set changes study {name!r}'s spec ({shown}), but {done} of its runs finished under "
                 f"the old values and its tables would pool them with the new ones: launch it as another "
-                f"study, `study launch {meta['spec_path']}"
-                f"{f' --profile {p}' if (p := meta['profile']) else ''} --name {name}-2 {given}`")
+                f"study, `study launch {meta.spec_path}"
+                f"{f' --profile {p}' if (p := meta.profile) else ''} --name {name}-2 {given}`")
         print(f"[study {name}] --set changes its spec ({shown}): the runs from here on train under the "
               "new values (new run identities; no run had finished under the old ones)", file=out)
-    meta["raw"] = apply_sets(meta["raw"], meta["profile"] or None, sets)
-    meta["resolved"] = spec.resolved
-    meta["set"] = {**(meta.get("set") or {}), **sets}
+    meta = meta.replace(raw=apply_sets(meta.raw, meta.profile or None, sets), resolved=spec.resolved,
+                        sets={**meta.sets, **sets})
     write_meta(paths, meta)
+    return meta
 
 
-def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], *, out: TextIO,
+def _run(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, *, out: TextIO,
          deadline: tuple[float, float] | None = None, **kw: Any) -> dict[str, Any]:
     """:func:`_run_locked`, with Ctrl-C and SIGTERM ours from here on (a signal in the first
     seconds of a launch stops it in one line and leaves it resumable: driver.Interrupt), and a
     full disk or a read-only store said in one line."""
-    interrupt = Interrupt(meta["name"], out, deadline).install()
+    interrupt = Interrupt(meta.name, out, deadline).install()
     try:
         return _run_locked(spec, paths, meta, out=out, deadline=deadline, interrupt=interrupt, **kw)
     except OSError as exc:
@@ -444,8 +426,8 @@ def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], *, out: TextI
         text = str(exc)
         if any(m in text for m in ("database or disk is full", "No space left", "readonly database",
                                    "attempt to write a readonly")):
-            db = sqlite_path(meta["tracking_uri"])  # the store failed: name it, not the study folder
-            raise StudyError(one_line_os_error(exc, db or Path(redact(meta["tracking_uri"])),
+            db = sqlite_path(meta.tracking_uri)  # the store failed: name it, not the study folder
+            raise StudyError(one_line_os_error(exc, db or Path(redact(meta.tracking_uri)),
                                                paths.dir)) from None
         raise
     finally:
@@ -455,7 +437,7 @@ def _run(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], *, out: TextI
 def _run_locked(
     spec: StudySpec,
     paths: StudyPaths,
-    meta: dict[str, Any],
+    meta: StudyMeta,
     *,
     address: str | None,
     max_concurrent: int | None,
@@ -474,7 +456,7 @@ def _run_locked(
     # --dry-run` starts no Ray.
     from study import plan
 
-    name = meta["name"]
+    name = meta.name
     t_start = time.time()
     if lock is not None:
         reaped = lock.reap_stale_ray()
@@ -497,7 +479,7 @@ def _run_locked(
         search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
             return all_finished(recorder, spec, paths, meta, skipped, t_start, out)
-        check_gpus(spec.gpus, address, f"{meta['spec_path']} (profile {spec.profile})", out)
+        check_gpus(spec.gpus, address, f"{meta.spec_path} (profile {spec.profile})", out)
         note = solo_note(spec)
         if note:
             print(f"[study {name}] {note}", file=out)
@@ -507,7 +489,7 @@ def _run_locked(
                                        interrupt=interrupt, trainer=trainer)
         interrupted = interrupt.event.is_set()
         counts = close_record(recorder, spec, paths, interrupted=interrupted)
-        summary = summarise(name, paths.dir, meta["tracking_uri"], grid, counts, skipped=skipped,
+        summary = summarise(name, paths.dir, meta.tracking_uri, grid, counts, skipped=skipped,
                             wall_seconds=time.time() - t_start, fit_seconds=fit_seconds,
                             interrupted=interrupted, timed_out=interrupt.timed_out)
         print(summary_line(summary, max_concurrent=max_concurrent, address=address, deadline=deadline),
@@ -517,15 +499,15 @@ def _run_locked(
         stop_ray(ray_start)
 
 
-def study_recorder(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any]) -> Any:
+def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
     """The study's :class:`study.record.RecordCallback` (not opened): its store, experiment,
     artifact location and the parent run's tags."""
     from study.record import RecordCallback  # Ray Tune's Callback: only when a study runs
 
-    tracking_uri = meta["tracking_uri"]
+    tracking_uri = meta.tracking_uri
     return RecordCallback(
         tracking_uri=tracking_uri,
-        study=meta["name"],
+        study=meta.name,
         study_dir=str(paths.dir),
         # On an MLflow server the server's default root (its artifact proxy, mlflow-artifacts:/):
         # no node needs the study folder for artifacts. A database URI: the study folder.
@@ -534,7 +516,7 @@ def study_recorder(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any]) -> 
             schema.TABLES: ",".join(spec.tables),
             schema.LABELS: labels_tag(spec.cells),
             schema.PROFILE: spec.profile,
-            schema.SPEC_PATH: meta["spec_path"],
+            schema.SPEC_PATH: meta.spec_path,
             schema.N_TRIALS: str(spec.n_trials()),
             schema.N_RUNS: str(spec.n_runs()),
             schema.N_SEEDS: str(len(spec.seeds)),
@@ -556,14 +538,14 @@ def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> Non
               "(from their run directories)", file=out)
 
 
-def all_finished(recorder: Any, spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], skipped: int,
+def all_finished(recorder: Any, spec: StudySpec, paths: StudyPaths, meta: StudyMeta, skipped: int,
                  t_start: float, out: TextIO) -> dict[str, Any]:
     """A study with nothing left to run: say so, close the parent run, return its summary."""
-    name, writer = meta["name"], recorder.writer
+    name, writer = meta.name, recorder.writer
     counts = writer.run_counts(spec.n_runs())
     print(f"[study {name}] every trial is already finished in the record "
           f"({counts['runs_finished']} of {counts['runs_expected']} runs finished, "
-          f"{counts['runs_failed']} failed); {browse_advice(meta['tracking_uri'], paths.dir, name)}",
+          f"{counts['runs_failed']} failed); {browse_advice(meta.tracking_uri, paths.dir, name)}",
           file=out)
     writer.finish_parent(interrupted=False)
     return {"name": name, "dir": str(paths.dir), "skipped": skipped,

@@ -21,22 +21,22 @@ FORMAT_VERSION = 2
 FORMAT_KEY = "format"
 
 
-def _to_1(meta: dict[str, Any]) -> list[str]:
+def _to_1(doc: dict[str, Any]) -> list[str]:
     """Format 0 -> 1: the optional keys a launch has always written get explicit values, so
     readers need no defaults of their own (``train_fn`` too, until format 2 dropped it)."""
     done = []
-    if "only" not in meta:
-        meta["only"] = {}
+    if "only" not in doc:
+        doc["only"] = {}
         done.append("only: {} (the whole grid)")
     return done
 
 
-def _to_2(meta: dict[str, Any]) -> list[str]:
+def _to_2(doc: dict[str, Any]) -> list[str]:
     """Format 1 -> 2: ``train_fn`` is gone (the code chooses the trainer). The default value is
     dropped; any other is refused (:class:`FormatError`): it was never imported from here."""
-    if "train_fn" not in meta:
+    if "train_fn" not in doc:
         return []
-    value = meta.pop("train_fn")
+    value = doc.pop("train_fn")
     if value != LEGACY_TRAIN_FN:
         raise FormatError(f"train_fn {value!r}: a study folder does not choose its trainer (only "
                           f"{LEGACY_TRAIN_FN!r}, the one every study runs, is read; a custom trainer "
@@ -53,9 +53,9 @@ class FormatError(ValueError):
     """A ``study.json`` whose format this code cannot read (newer, or not a format number)."""
 
 
-def meta_format(meta: dict[str, Any]) -> int:
+def meta_format(doc: dict[str, Any]) -> int:
     """The record format of a ``study.json`` (0 when it has no ``format`` key)."""
-    version = meta.get(FORMAT_KEY, 0)
+    version = doc.get(FORMAT_KEY, 0)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise FormatError(f"{FORMAT_KEY}: {version!r} is not a record format (0 to {FORMAT_VERSION})")
     if version > FORMAT_VERSION:
@@ -64,11 +64,11 @@ def meta_format(meta: dict[str, Any]) -> int:
     return version
 
 
-def upgrade_meta(meta: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``meta`` upgraded to :data:`FORMAT_VERSION` (a copy; ``meta`` itself is unchanged), and
+def upgrade_meta(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``doc`` upgraded to :data:`FORMAT_VERSION` (a copy; ``doc`` itself is unchanged), and
     what each step changed, as ``"format n -> n+1: <change>"`` lines."""
-    version = meta_format(meta)
-    out = copy.deepcopy(meta)
+    version = meta_format(doc)
+    out = copy.deepcopy(doc)
     log = []
     while version < FORMAT_VERSION:
         changes = MIGRATIONS[version](out)

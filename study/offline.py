@@ -34,6 +34,7 @@ from record.writer import existing_runs
 from study.descriptor import TrialDescriptor, finished_result, write_trial_file
 from study.driver import StudyLock
 from study.folder import load_meta, new_study_paths, spec_from_meta, write_meta
+from study.meta import StudyMeta
 from study.plan import plan_trials
 from study.retention import DROPPED, study_keep
 from study.trial_state import RUN_SUBDIR, stage_checkpoint
@@ -48,22 +49,22 @@ OFFLINE_TRIAL = "trial_offline_{}"
 OFFLINE_CHECKPOINT = "checkpoint_000000"
 
 
-def _grid_spec(paths: StudyPaths, meta: Mapping[str, Any], what: str) -> StudySpec:
-    spec = spec_from_meta(dict(meta))
+def _grid_spec(paths: StudyPaths, meta: StudyMeta, what: str) -> StudySpec:
+    spec = spec_from_meta(meta)
     if spec.search is not None:
-        raise SpecError(f"study {meta['name']!r} is a search study (Optuna samples its trials as it "
+        raise SpecError(f"study {meta.name!r} is a search study (Optuna samples its trials as it "
                         f"goes): only grid studies can be {what}")
     return spec
 
 
-def record_runs(meta: Mapping[str, Any], paths: StudyPaths) -> dict[str, Any]:
+def record_runs(meta: StudyMeta, paths: StudyPaths) -> dict[str, Any]:
     """run key -> RunState of every run in the study's record (empty before its first run)."""
-    uri = current_store(meta["tracking_uri"], paths.dir)
+    uri = current_store(meta.tracking_uri, paths.dir)
     if local_store(uri) is not None:  # SQLite: read without creating a store
-        exp = experiment_id(uri, meta["name"])
+        exp = experiment_id(uri, meta.name)
         return existing_runs(None, uri, exp) if exp is not None else {}
     client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(meta["name"])
+    found = client.get_experiment_by_name(meta.name)
     return existing_runs(client, uri, found.experiment_id) if found is not None else {}
 
 
@@ -85,9 +86,9 @@ def create(spec_path: Path, *, profile: str | None, name: str | None, root: str 
         return paths
     require_task_data(spec)
     paths.dir.mkdir(parents=True, exist_ok=True)
-    write_meta(paths, {"name": name, "spec_path": str(spec_path), "profile": spec.profile, "only": {},
-                       "raw": raw, "resolved": spec.resolved, "tracking_uri": paths.default_tracking_uri(),
-                       "created": time.time()})
+    write_meta(paths, StudyMeta(name=name, spec_path=str(spec_path), profile=spec.profile, raw=raw,
+                                resolved=spec.resolved, tracking_uri=paths.default_tracking_uri(),
+                                created=time.time()))
     print(f"[study {name}] created at {paths.dir} (nothing run yet)", file=out)
     return paths
 
@@ -113,7 +114,7 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
     if seeds is not None:
         stray = sorted(set(seeds) - set(spec.seeds))
         if stray:
-            raise SpecError(f"--seeds: {', '.join(map(str, stray))} not a seed of study {meta['name']!r} "
+            raise SpecError(f"--seeds: {', '.join(map(str, stray))} not a seed of study {meta.name!r} "
                             f"(its seeds: {', '.join(map(str, spec.seeds))})")
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecError(f"--out {out_dir}: a file, not a folder; export into a new folder")
@@ -147,15 +148,15 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
             if limit is not None and len(entries) >= limit:
                 break
         out_dir.mkdir(parents=True, exist_ok=True)
-        manifest = {"format": MANIFEST_FORMAT, "study": meta["name"], "created": time.time(),
+        manifest = {"format": MANIFEST_FORMAT, "study": meta.name, "created": time.time(),
                     "trials": entries, DROP_KEY: list(DROPPED[study_keep(paths.dir)])}
         (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     finally:
         lock.release()
-    print(f"[study {meta['name']}] exported {len(entries)} trials ({n_runs} runs) to {out_dir}"
+    print(f"[study {meta.name}] exported {len(entries)} trials ({n_runs} runs) to {out_dir}"
           + (f"; {on_disk} finished runs are on disk already (`study resume` records them)" if on_disk else "")
           + f". Train them with `python -m locattn.offline {out_dir} --out RUNS_DIR`, then "
-          f"`study import {meta['name']} RUNS_DIR`", file=out)
+          f"`study import {meta.name} RUNS_DIR`", file=out)
     return {"trials": len(entries), "runs": n_runs, "on_disk": on_disk}
 
 
@@ -167,7 +168,7 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
     worker's ``--out`` can hold several studies' runs)."""
     meta = load_meta(paths)
     spec = _grid_spec(paths, meta, "imported")
-    name = meta["name"]
+    name = meta.name
     if not runs_dir.is_dir():
         raise SpecError(f"{runs_dir}: no such folder")
     lock = StudyLock(paths, out).acquire()  # never under a running driver

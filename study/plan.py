@@ -17,6 +17,7 @@ from record import layout, schema
 from record.layout import StudyPaths
 from record.store import sqlite_uri
 from record.summary import SELECTION_KEY
+from study.meta import StudyMeta
 from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
 from study.trainable import TrialDescriptor, run_trial, trial_dirname
@@ -32,15 +33,15 @@ from study.trainable import TrialDescriptor, run_trial, trial_dirname
 TUNE_CHECKPOINTS_KEPT = 10
 
 
-def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], recorder: Any
+def plan_trials(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, recorder: Any
                 ) -> tuple[list[TrialDescriptor], int]:
     """(trial descriptors, trials skipped): a grid study's trials the record does not hold
     finished, or a search study's cell groups (one per cell x hparams point)."""
 
-    common = dict(study=meta["name"], study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
+    common = dict(study=meta.name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
                   metric=spec.search.metric if spec.search else SELECTION_KEY,
                   pack=spec.pack_seeds,
-                  train_path=meta.get("train_path", "eager"))
+                  train_path=meta.train_path)
     if spec.search is not None:
         return [TrialDescriptor(cell=cell.cell, task=cell.task, variant=cell.variant,
                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=tuple(spec.seeds),
@@ -58,12 +59,12 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], record
     return trials, skipped
 
 
-def searcher(spec: StudySpec, paths: StudyPaths, meta: dict[str, Any], trials: list[TrialDescriptor],
+def searcher(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, trials: list[TrialDescriptor],
              skipped: int, out: TextIO) -> tuple[Any | None, int, int]:
     """(Tune searcher, trials it will run, trials skipped), from :func:`plan_trials`; no
     searcher when every trial is already finished in the record. A grid study queues its
     trials; a search study runs Optuna per cell."""
-    name = meta["name"]
+    name = meta.name
     if spec.search is not None:
         search = CellSearch(
             groups=[t.to_dict() for t in trials], space=spec.search.space, num_samples=spec.search.num_samples,

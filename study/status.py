@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from record import schema
 from record.layout import LOCK_FILE
 from record.store import StoreError, StudyNotFound, read_rows
+from study.meta import StudyMeta
 from study.spec import SpecError, cell_id
 
 STALE = "stale"
@@ -143,13 +144,13 @@ def _status_of(mlflow_status: str) -> str:
     return schema.MLFLOW_STATUS_FALLBACK.get(status, status)
 
 
-def study_status(meta: Mapping[str, Any], study_dir: Path) -> tuple[list[CellStatus], Driver]:
-    """Per-cell status of a study (``meta`` is its ``study.json``) and its driver."""
+def study_status(meta: StudyMeta, study_dir: Path) -> tuple[list[CellStatus], Driver]:
+    """Per-cell status of a study (``meta``: its ``study.json``, :func:`study.folder.load_meta`) and its driver."""
     # A study.json without the resolved spec (none written so far) still lists its runs by cell.
-    cells, expected = expected_cells(meta.get("resolved") or {})
+    cells, expected = expected_cells(meta.resolved or {})
     driver = read_driver(study_dir)
     by_cell: dict[str, dict[str, list[int]]] = {c: {} for c in cells}
-    for cell, seed, status in trial_runs(meta["tracking_uri"], meta["name"]):
+    for cell, seed, status in trial_runs(meta.tracking_uri, meta.name):
         if status == schema.STATUS_INTERRUPTED or (status == schema.STATUS_RUNNING and driver.alive is False):
             status = STALE  # stopped with its driver (Ctrl-C, kill): resumable
         by_cell.setdefault(cell, {}).setdefault(status, []).append(seed)

@@ -113,7 +113,8 @@ def test_load_meta_reads_a_format_0_folder_in_the_current_format(tmp_path: Path)
     meta.pop("format", None)  # (records made since format 1 carry it; a format-0 folder has none)
     (study / META_FILE).write_text(json.dumps(meta))
     loaded = load_meta(StudyPaths(dir=study))
-    assert loaded["format"] == FORMAT_VERSION and loaded["only"] == {} and "train_fn" not in loaded
+    doc = loaded.to_json()
+    assert doc["format"] == FORMAT_VERSION and loaded.only == {} and "train_fn" not in doc
     assert "format" not in json.loads((study / META_FILE).read_text())  # reading writes nothing
 
 

@@ -71,10 +71,11 @@ def test_a_spec_override_by_its_former_path_is_the_same_study() -> None:
 
 
 def test_a_committed_study_json_with_former_paths_resolves() -> None:
-    from study.folder import spec_from_meta
+    from record.layout import StudyPaths
+    from study.folder import load_meta, spec_from_meta
 
-    meta = json.loads((ROOT / "results" / "record" / "raffel_table1-quick" / "study.json").read_text())
-    assert meta["raw"]["overrides"]["optim.raffel_protocol"] == "paper"
+    meta = load_meta(StudyPaths(dir=ROOT / "results" / "record" / "raffel_table1-quick"))
+    assert meta.raw["overrides"]["optim.raffel_protocol"] == "paper"
     spec = spec_from_meta(meta)
     cell = spec.cells[0]
     cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)

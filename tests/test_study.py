@@ -32,6 +32,8 @@ from study_helpers import duplicate_metric_rows, start_private_ray, trial_run_ro
 from study.launch import launch, resume  # noqa: E402
 from study.spec import SpecError  # noqa: E402
 from study.status import STALE, study_status  # noqa: E402
+from study.folder import load_meta  # noqa: E402
+from record.layout import StudyPaths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = {"task.train_size": 64, "task.dev_size": 32, "task.test_size": 32,
@@ -61,7 +63,7 @@ def write_spec(tmp_path: Path, name: str, **body) -> Path:
 def status(study_dir: Path) -> list[dict]:
     """``study status``'s rows as dicts (a run marked running after its driver exited counts
     as running here)."""
-    rows, _ = study_status(json.loads((Path(study_dir) / "study.json").read_text()), Path(study_dir))
+    rows, _ = study_status(load_meta(StudyPaths(dir=Path(study_dir))), Path(study_dir))
     return [{"done": r.count(schema.STATUS_FINISHED), "failed": r.count(schema.STATUS_FAILED),
              "running": r.count(schema.STATUS_RUNNING) + r.count(STALE), "missing": r.missing,
              "seeds_done": r.seeds.get(schema.STATUS_FINISHED, [])} for r in rows]
