@@ -16,6 +16,7 @@
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
 - no function in ``study``, ``record`` or ``reports`` is longer than 80 lines;
+- no signature in ``study`` takes the study as a dict: a parameter ``meta`` is a ``StudyMeta``;
 - in ``locattn``, ``record``, ``study`` and ``reports`` an import inside a function says why in a
   comment (which heavy or optional dependency it keeps off which light path).
 """
@@ -645,3 +646,44 @@ def test_the_length_checker_names_the_function_and_its_length(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 80)
     assert _long_functions(path) == [f"{path}:5: long (81 lines)"]
+
+
+# -- the typed study ------------------------------------------------------------------------------
+
+#: Parameters named like the study's metadata that are something else (module.function: why).
+NOT_THE_STUDY = {
+    "study.calibration.merge_rates": "meta is a calibration table's provenance per device, not a study",
+}
+STUDY_META_NAMES = ("meta", "study_meta")
+
+
+def _untyped_study_params(name: str, path: Path) -> list[str]:
+    """``path:line: function(meta: annotation)`` for each parameter named like the study's
+    metadata whose annotation is not :class:`study.meta.StudyMeta` (a dict, a Mapping, none)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or f"{name}.{node.name}" in NOT_THE_STUDY:
+            continue
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            note = ast.unparse(arg.annotation) if arg.annotation is not None else "no annotation"
+            if arg.arg in STUDY_META_NAMES and "StudyMeta" not in note:
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                out.append(f"{where}:{node.lineno}: {node.name}({arg.arg}: {note})")
+    return out
+
+
+def test_no_study_signature_takes_the_study_as_a_dict():
+    found = [line for name, path in MODULES.items() if name.split(".")[0] == "study"
+             for line in _untyped_study_params(name, path)]
+    assert not found, ("the study is study.meta.StudyMeta, not a dict (read it with study.folder.load_meta):\n"
+                       + "\n".join(found))
+
+
+def test_the_study_type_checker_flags_a_dict_meta(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("def f(meta: dict[str, Any]) -> None: ...\n"
+                    "def g(meta: StudyMeta) -> None: ...\n"
+                    "def h(*, study_meta: Mapping[str, Any] | None = None) -> None: ...\n")
+    assert _untyped_study_params("study.probe", path) == [
+        f"{path}:1: f(meta: dict[str, Any])", f"{path}:3: h(study_meta: Mapping[str, Any] | None)"]
