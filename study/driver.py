@@ -306,8 +306,8 @@ def quiet_tune() -> None:
 
 def _store_error_filter(record: Any) -> bool:
     """Drop MLflow's own traceback of a store failure: the recorder turns the same exception into
-    one line naming the store (``study.record.store_failure``) and stops the study."""
-    from study.record import store_failure  # study.record imports Ray Tune: only once running
+    one line naming the store (``study.record_callback.store_failure``) and stops the study."""
+    from study.record_callback import store_failure  # study.record_callback imports Ray Tune: only once running
 
     exc = record.exc_info[1] if record.exc_info else None
     return exc is None or store_failure("", exc) is None

@@ -2,7 +2,7 @@
 
 :func:`launch` and :func:`resume` take the study's lock and hand the study to one runner, which
 fits a new Tuner that :mod:`study.plan` plans from the spec and the record. The folder is :mod:`study.folder`'s, the driver process's plumbing :mod:`study.driver`'s, the record
-:mod:`study.record`'s. Nothing here calls ``ray.init`` at import time.
+:mod:`study.record_callback`'s. Nothing here calls ``ray.init`` at import time.
 """
 
 from __future__ import annotations
@@ -500,9 +500,9 @@ def _run_locked(
 
 
 def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
-    """The study's :class:`study.record.RecordCallback` (not opened): its store, experiment,
+    """The study's :class:`study.record_callback.RecordCallback` (not opened): its store, experiment,
     artifact location and the parent run's tags."""
-    from study.record import RecordCallback  # Ray Tune's Callback: only when a study runs
+    from study.record_callback import RecordCallback  # Ray Tune's Callback: only when a study runs
 
     tracking_uri = meta.tracking_uri
     return RecordCallback(
@@ -528,7 +528,7 @@ def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
 def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> None:
     """Open the study's record and re-record the finished runs the store lost (a deleted
     mlflow.db, another store, a study copied without tune/) from their run directories."""
-    from study.record import reconcile  # Ray Tune's Callback: only when a study runs
+    from study.record_callback import reconcile  # Ray Tune's Callback: only when a study runs
 
     run_folders(paths.dir)  # one linking out of the study: refused before the store opens
     recorder.open()

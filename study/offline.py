@@ -5,7 +5,7 @@ folder for :mod:`locattn.offline`: its manifest (per trial the descriptor, per r
 seed and resolved ``RunConfig``) and per run a seed folder with the run's trial file and any
 partial trainer checkpoint. The worker trains them there into ``RUNS_DIR/<run key>/``;
 ``import`` copies the run folders back into ``<study>/runs/``: the next ``study resume``
-records the finished ones from disk (:func:`study.record.reconcile`) instead of training them,
+records the finished ones from disk (:func:`study.record_callback.reconcile`) instead of training them,
 and continues the unfinished ones from their checkpoints, which the import stages as a Tune
 checkpoint of an earlier attempt of their trial (:func:`stage_offline`).
 Grid studies only: a search study's trials are sampled by Optuna as it goes.

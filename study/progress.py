@@ -1,6 +1,6 @@
 """The driver's progress line: trials done, running, failed and pending, elapsed time and ETA.
 
-A Tune callback of its own beside the recorder (``study.record.RecordCallback``), which it asks
+A Tune callback of its own beside the recorder (``study.record_callback.RecordCallback``), which it asks
 how many trials are really done: Tune marks a trial stopped by Ctrl-C as terminated too. On a
 terminal a second line names the running runs with their epoch and dev score
 (``running: 1step·copy·s0 ep 3/10 dev 45.2%``); not on a pipe or in a log, whose lines stay

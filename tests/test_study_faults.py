@@ -1041,7 +1041,7 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
     """#27 item 10: SQLite writes on to an open, unlinked store without an error; the recorder
     compares the file with the one it opened at every Tune step, and says "it is gone"."""
     from record.store import sqlite_uri
-    from study.record import RecordCallback, store_failure
+    from study.record_callback import RecordCallback, store_failure
 
     db = tmp_path / "mlflow.db"
     rec = RecordCallback(tracking_uri=sqlite_uri(db), study="g", study_dir=str(tmp_path),
@@ -1068,7 +1068,7 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
 
 
 def test_store_failures_are_told_apart_and_bugs_keep_their_traceback() -> None:
-    from study.record import store_failure
+    from study.record_callback import store_failure
 
     db = "/x/mlflow.db"
     assert store_failure(db, sqlite3.OperationalError("attempt to write a readonly database")) == (
