@@ -84,9 +84,10 @@ class Store(Protocol):
     trial arrive in batches (every ``flush_seconds``, 5 s by default). It must not assume that
     two reads see the same set of runs.
 
-    **Schema.** A driver opens a SQL store only at the schema revision the installed MLflow
-    writes (:func:`check_schema`; a newer or older one is refused in one line). Readers read the
-    six tables they need by SQL and do not check the revision.
+    **Schema.** A driver, and ``study ui`` (its ``mlflow server``), open a SQL store only at the
+    schema revision the installed MLflow writes (:func:`check_schema`; a newer or older one is
+    refused in one line). Readers read the six tables they need by SQL and do not check the
+    revision.
     """
 
     tracking_uri: str

@@ -33,9 +33,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
 from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
-from record.store import (StoreError, StudyNotFound, adopt_artifact_root, experiment_id, hidden_secrets,
-                          read_rows, redact, split_credentials, sqlite_path, sqlite_uri, superseded_runs,
-                          unpack)
+from record.store import (StoreError, StudyNotFound, adopt_artifact_root, check_schema, experiment_id,
+                          hidden_secrets, read_rows, redact, split_credentials, sqlite_path, sqlite_uri,
+                          superseded_runs, unpack)
 from record.summary import SEEDS_KEY, SELECTION_KEY
 from study.results import HEADLINE_METRICS, cell_results
 from study.spec import SpecError
@@ -200,7 +200,8 @@ def current_store(tracking_uri: str, study_dir: Path) -> str:
 
 def store_uri(tracking_uri: str, study_dir: Path, study: str | None = None) -> str:
     """The store ``study ui`` serves (:func:`current_store`); a SQLite store that exists nowhere
-    is refused, since ``mlflow server`` would create an empty one at the stale path. With
+    is refused, since ``mlflow server`` would create an empty one at the stale path, and so is a
+    store of another MLflow schema (:func:`record.store.check_schema`). With
     ``study``, runs of that study superseded by another run of their identity (a deleted run
     revived by a restore, :func:`record.store.superseded`) are deleted again first, so that the
     UI counts each identity once, as status and the tables do."""
@@ -209,6 +210,10 @@ def store_uri(tracking_uri: str, study_dir: Path, study: str | None = None) -> s
     if db is not None and not db.is_file():
         raise SpecError(f"no MLflow store at {db} (saved in {Path(study_dir) / META_FILE}) and "
                         f"none in the study folder: nothing to show")
+    try:  # before any repair writes to it; `mlflow server` would refuse it with a traceback
+        check_schema(uri)
+    except StoreError as exc:
+        raise SpecError(str(exc)) from None
     own = Path(study_dir) / STORE_FILE
     if db is not None and own.is_file() and db.resolve() == own.resolve():
         # A moved or copied folder: the server reads the artifact paths the store holds, so they

@@ -14,6 +14,8 @@ import pytest
 from record import mlflow_sql, schema
 from record.store import MlflowStore, Store, StoreError, check_schema, open_store, sqlite_uri
 from record.writer import RecordWriter
+from study.spec import SpecError
+from study.ui import store_uri
 
 
 def writer(uri: str) -> RecordWriter:
@@ -102,3 +104,13 @@ def test_the_mlflow_store_is_a_store_and_reads_what_the_writer_wrote(store) -> N
     rows = s.read_rows("s", tag_keys=[schema.RUN_KEY], param_keys=["lr"])
     assert (run_id, "lr", "0.1") in rows.params
     assert s.latest_metrics([run_id]) == {run_id: {}}
+
+
+def test_study_ui_refuses_a_store_of_another_schema_before_any_repair_writes(store, tmp_path: Path) -> None:
+    db, uri, _ = store
+    older = mlflow_sql.known_revisions()[1]
+    stamp(db, older)
+    before = db.read_bytes()
+    with pytest.raises(SpecError, match=f"has MLflow schema {older}, older than"):
+        store_uri(uri, tmp_path, "s")
+    assert db.read_bytes() == before
