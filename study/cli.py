@@ -51,6 +51,7 @@ from types import ModuleType
 from typing import Any
 
 from locattn.cliparse import Parser, closest_path, parse
+from locattn.config import TRAIN_PATHS
 from locattn.folders import FolderError
 from record.layout import StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
@@ -103,7 +104,7 @@ def add_launch(sub: Any) -> None:
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     lp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
-    lp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
+    lp.add_argument("--train-path", choices=TRAIN_PATH_CHOICES, help=TRAIN_PATH_HELP)
     lp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                     help="dotted config override applied after the profile's, e.g. --set optim.epochs=3 "
                          "(repeatable; validated with the spec, saved in study.json, part of the "
@@ -123,7 +124,7 @@ def add_resume(sub: Any) -> None:
     rp.add_argument("--max-concurrent", type=int, help=MAX_CONCURRENT_HELP)
     rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
-    rp.add_argument("--train-path", choices=TRAIN_PATHS, help=TRAIN_PATH_HELP)
+    rp.add_argument("--train-path", choices=TRAIN_PATH_CHOICES, help=TRAIN_PATH_HELP)
     rp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     rp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
                     help=PLUGIN_HELP + "; a plugin study.json names is imported only when installed "
@@ -234,7 +235,9 @@ ADDRESS_HELP = ("join this Ray cluster (e.g. auto, or ray://head:10001) instead 
                 "private local Ray on 127.0.0.1")
 PROGRESS_HELP = "seconds between progress lines (default 10)"
 MAX_CONCURRENT_HELP = "most trials at once, >= 0 (default: the spec's; 0: as many as the CPUs allow)"
-TRAIN_PATHS = ("eager", "compiled", "fused")
+#: ``--train-path``'s choices: every model kind's training steps (:data:`locattn.config.TRAIN_PATHS`,
+#: their one owner), eager first.
+TRAIN_PATH_CHOICES = tuple(dict.fromkeys(p for paths in TRAIN_PATHS.values() for p in paths))
 ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each run records the "
                     "diff (artifact code.diff) and a locattn.dirty tag, and tables mark those runs")
 PLUGIN_HELP = ("import this plugin module first, on the driver and in every trial: attenders, "
