@@ -18,6 +18,7 @@ from typing import Any, Literal, Mapping
 
 from locattn.metric_names import AttnLossDecode, AttnLossSteps
 from locattn.models.config import ModelConfig
+from locattn.renamed import RENAMED_FIELDS
 from locattn.tasks.config import TaskConfig, data_version, task_defaults
 from locattn.variants import get_variant
 
@@ -336,16 +337,6 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         return value
     return value
 
-
-#: Config fields whose dotted path changed: former path -> current path. A :class:`RunConfig`
-#: mapping or override set that names a field by its former path (a spec, a saved ``study.json``
-#: or ``config.json``) loads as if it named the current one, and :func:`identity_dict` keys the
-#: field by its former path, so the run identities made before the change stand.
-RENAMED_FIELDS: Mapping[str, str] = types.MappingProxyType({
-    "optim.attn_loss_steps": "eval.attn_loss_steps",
-    "optim.attn_loss_decode": "eval.attn_loss_decode",
-    "optim.raffel_protocol": "eval.regression_protocol",
-})
 
 _ABSENT = object()
 

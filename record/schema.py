@@ -1,8 +1,10 @@
 """Names of the MLflow run record: tags, statuses and metric keys, written by ``study`` and read
 by ``reports``.
 
-See docs/architecture.md §6. Imports nothing.
+See docs/architecture.md §6. Imports only :mod:`locattn.renamed` (standard library).
 """
+
+from locattn.renamed import RENAMED_FIELDS
 
 ROLE = "locattn.role"
 ROLE_STUDY = "study"
@@ -66,13 +68,8 @@ FINAL_METRICS = ("best_selection_score", "best_epoch", "epochs_run", "epochs_to_
 #: sees only the current names (:func:`record.store.read_rows` renames as it reads), and a spec
 #: may name a metric by its former name.
 RENAMED_METRICS = {"best_dev_score": "best_selection_score"}
-#: Params (config paths) likewise: ``locattn.config.RENAMED_FIELDS``, restated here so that
-#: reading a record imports no torch (a test keeps the two equal).
-RENAMED_PARAMS = {
-    "optim.attn_loss_steps": "eval.attn_loss_steps",
-    "optim.attn_loss_decode": "eval.attn_loss_decode",
-    "optim.raffel_protocol": "eval.regression_protocol",
-}
+#: Params (config paths) likewise: :data:`locattn.renamed.RENAMED_FIELDS`, their one owner.
+RENAMED_PARAMS = RENAMED_FIELDS
 
 
 def current_metric(key: str) -> str:
