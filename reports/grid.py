@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reports.aggregate import CellSummary
 from reports.labels import StudyLabels
@@ -34,6 +34,8 @@ class Grid:
     """The headline metric key of each column after the first (``test.len100.seq_acc``)."""
     rows: list[tuple[str, list[CellSummary | None]]]
     """Per variant: its label and, per column after the first, its cell (None: not run)."""
+    tasks: list[str] = field(default_factory=list)
+    """The task label of each column after the first (empty: the columns are not by task)."""
 
 
 def grid_layout(summaries: list[CellSummary], keys: list[str], labels: StudyLabels) -> Grid | None:
@@ -52,7 +54,8 @@ def grid_layout(summaries: list[CellSummary], keys: list[str], labels: StudyLabe
                if any(k in s.medians for (t2, _), s in place.items() if t2 == t)]
     head = ["Variant", *(f"{labels.task(t)} {k.removeprefix('test.')}" for t, k in columns)]
     rows = [(labels.variant(v), [place.get((t, v)) for t, _ in columns]) for v in variants]
-    return Grid(head=head, keys=[k for _, k in columns], rows=rows)
+    return Grid(head=head, keys=[k for _, k in columns], rows=rows,
+                tasks=[labels.task(t) for t, _ in columns])
 
 
 def grid_rows(summaries: list[CellSummary], keys: list[str], labels: StudyLabels

@@ -33,13 +33,14 @@ HTML_FILE = "report.html"
 """The page's file name under the output directory."""
 
 STYLE = """
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 80em;
-       color: #222; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2em; color: #222; }
+p { max-width: 80em; }
 table.grid { border-collapse: collapse; margin: 1em 0; }
 table.grid th, table.grid td { border: 1px solid #bbb; padding: .35em .7em; }
 table.grid thead th { background: #eef1f5; }
 table.grid tbody th { text-align: left; font-weight: 600; }
-table.grid td { text-align: right; font-variant-numeric: tabular-nums; }
+table.grid td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+div.scroll { overflow-x: auto; }
 td.missing { color: #999; }
 .dirty { color: #b00; font-weight: 600; }
 .provenance { font-size: 13px; color: #555; }
@@ -66,6 +67,24 @@ def summary_grid(summaries: list[CellSummary], keys: list[str]) -> Grid:
                 rows=[(s.cell, [s] * len(keys)) for s in summaries])
 
 
+def head_rows(grid: Grid) -> list[str]:
+    """The table's head: with tasks, a row of task labels over their splits' columns (the
+    paper's layout), then the splits; else one row of :attr:`Grid.head`."""
+    e = escape
+    if not grid.tasks:
+        return ["<thead><tr>", *(f'<th scope="col">{e(h)}</th>' for h in grid.head), "</tr></thead>"]
+    spans: list[list] = []  # [task label, columns], consecutive columns of one task
+    for task in grid.tasks:
+        if spans and spans[-1][0] == task:
+            spans[-1][1] += 1
+        else:
+            spans.append([task, 1])
+    return ["<thead><tr>", f'<th scope="col" rowspan="2">{e(grid.head[0])}</th>',
+            *(f'<th scope="colgroup" colspan="{n}">{e(task)}</th>' for task, n in spans), "</tr><tr>",
+            *(f'<th scope="col">{e(k.removeprefix("test."))}</th>' for k in grid.keys),
+            "</tr></thead>"]
+
+
 def render_html(grid: Grid, provenance: Provenance, solved_at: float,
                 link: Callable[[CellSummary], str | None], where: str) -> str:
     """The page as text. ``link`` gives a cell's URL (None: no link); ``where`` is a sentence
@@ -79,8 +98,8 @@ def render_html(grid: Grid, provenance: Provenance, solved_at: float,
            f"<h1>{e(title)}</h1>"]
     if provenance.n_dirty:
         out.append(f'<p class="dirty">{e(provenance.dirty_text())}</p>')
-    out += [f"<p>{e(caption)} {e(where)}</p>", '<table class="grid">', "<thead><tr>",
-            *(f'<th scope="col">{e(h)}</th>' for h in grid.head), "</tr></thead>", "<tbody>"]
+    out += [f"<p>{e(caption)} {e(where)}</p>", '<div class="scroll">', '<table class="grid">',
+            *head_rows(grid), "<tbody>"]
     for label, cells in grid.rows:
         out.append(f'<tr><th scope="row">{e(label)}</th>')
         for s, key in zip(cells, grid.keys):
@@ -92,7 +111,7 @@ def render_html(grid: Grid, provenance: Provenance, solved_at: float,
             else:
                 out.append(f'<td><a href="{e(url)}" title="{e(s.cell)}">{e(text)}</a></td>')
         out.append("</tr>")
-    out += ["</tbody>", "</table>", '<h2>Provenance</h2>', '<ul class="provenance">',
+    out += ["</tbody>", "</table>", "</div>", '<h2>Provenance</h2>', '<ul class="provenance">',
             *(f"<li>{e(line)}</li>" for line in provenance.lines()), "</ul>", "</body>", "</html>"]
     return "\n".join(out) + "\n"
 
@@ -126,5 +145,5 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     return path
 
 
-__all__ = ["HTML_FILE", "cell_url", "render_html", "runs_filter", "summary_grid",
+__all__ = ["HTML_FILE", "cell_url", "head_rows", "render_html", "runs_filter", "summary_grid",
            "write_html"]

@@ -67,8 +67,10 @@ def test_the_page_is_the_variant_by_task_grid_in_percent_with_each_cell_linked_t
     d = _store(tmp_path)
     page = write_html(d, None, tmp_path / "out", ui="http://127.0.0.1:5123").read_text()
     # rows: variants by key (content, onestep); columns: tasks by key, each test split
-    head = re.findall(r'<th scope="col">([^<]+)</th>', page)
-    assert head == ["Variant", "Copy len100.seq_acc", "Reverse Copy len100.seq_acc"]
+    assert re.findall(r'<th scope="colgroup" colspan="(\d+)">([^<]+)</th>', page) == \
+        [("1", "Copy"), ("1", "Reverse Copy")]
+    head = re.findall(r'<th scope="col"(?: rowspan="2")?>([^<]+)</th>', page)
+    assert head == ["Variant", "len100.seq_acc", "len100.seq_acc"]
     rows = re.findall(r'<th scope="row">([^<]+)</th>', page)
     assert rows == ["Content", "OneStepAttn"]
     cells = _cells(page)
@@ -93,7 +95,7 @@ def test_labels_and_values_from_the_record_are_escaped_not_run(tmp_path: Path) -
     page = write_html(d, None, tmp_path / "out", ui=DEFAULT_UI).read_text()
     assert "<script>" not in page and "<b>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; Co" in page
-    assert '<th scope="col">Copy &lt;b&gt; len100.seq_acc</th>' in page
+    assert '<th scope="colgroup" colspan="1">Copy &lt;b&gt;</th>' in page
 
 
 def test_a_filter_value_is_quoted_into_the_url_and_escaped_in_the_attribute() -> None:
@@ -129,7 +131,7 @@ def test_chromium_renders_the_grid_and_a_picture_that_is_not_blank(tmp_path: Pat
     # the browser parsed the label as text (one table cell), not as a script element
     assert re.search(r'<th scope="row">&lt;script&gt;alert\(\'x\'\)&lt;/script&gt; &amp; Co</th>', dom), dom
     assert "<script" not in dom
-    for text in ("18.8 % (0/2)", "97.5 % (2/2)", "Reverse Copy len100.seq_acc", "Content"):
+    for text in ("18.8 % (0/2)", "97.5 % (2/2)", ">Reverse Copy<", "Content"):
         assert text in dom, text
     png = tmp_path / "report.png"
     _browser(f"--screenshot={png}", page.as_uri(), profile=tmp_path / "p2")
@@ -152,3 +154,22 @@ def test_study_report_html_writes_the_page_into_the_study_folder(tmp_path: Path,
                        "--html", "http://127.0.0.1:5999"]) == 0
     assert str(d / "reports" / HTML_FILE) in capsys.readouterr().out.split()
     assert "http://127.0.0.1:5999/#/experiments/1/runs?" in (d / "reports" / HTML_FILE).read_text()
+
+
+def test_cells_told_apart_by_another_axis_get_a_row_each_under_their_cell_id() -> None:
+    from reports.aggregate import CellSummary
+    from reports.grid import grid_layout
+    from reports.html import render_html, summary_grid
+    from reports.labels import StudyLabels
+    from reports.render import Provenance
+
+    cell = "model.attention.step=relu,task=copy,variant=onestep"
+    s = CellSummary(cell=cell, hparams="{}", n_points=1, dev=90.0, medians={KEY: 50.0},
+                    solved={KEY: 1}, n=3, n_expected=3, diverged={KEY: 1})
+    assert grid_layout([s], [KEY], StudyLabels()) is None
+    prov = Provenance(study="s", source="sqlite:////x/s/mlflow.db", n_runs=4, runs_hash="0" * 64,
+                      run_code_versions=("abc",), data_time="t", n_dirty=1, n_trials=3)
+    page = render_html(summary_grid([s], [KEY]), prov, 90.0, lambda c: None, "Not linked.")
+    assert re.findall(r'<th scope="col">([^<]+)</th>', page) == ["Cell", "len100.seq_acc"]
+    assert f'<tr><th scope="row">{cell}</th>\n<td>50.0 % (1/2, 1 diverged)</td>' in page
+    assert '<p class="dirty">UNCOMMITTED CODE: 1 of 3 trial runs' in page
