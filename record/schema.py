@@ -48,8 +48,9 @@ STATUS_INTERRUPTED = "interrupted"  # (parent) the driver was stopped with Ctrl-
 #: report), from MLflow's own status, lower-cased; other MLflow statuses read as they are.
 MLFLOW_STATUS_FALLBACK = {"killed": STATUS_FAILED, "scheduled": STATUS_RUNNING}
 
-#: Report table ids a spec may name under ``tables:`` (``reports.tables.TABLES`` defines them;
-#: a test keeps the two equal, so study need not import reports).
+#: Report table ids a spec may name under ``tables:`` (``reports.tables.TABLES`` and ``EXHIBITS``
+#: define them, and check at import that their ids are these: ``reports.tables.check_table_ids``;
+#: study validates a spec's ``tables:`` here, never importing reports).
 TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_table4", "rc_table6",
              "rc_table7", "rc_table8", "rc_table9", "raffel_variable",
              "dubois_interp", "rc_table10", "dubois_fig9")  # the last two: reports.tables.EXHIBITS

@@ -12,7 +12,9 @@ from __future__ import annotations
 import difflib
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Iterable, Literal
+
+from record import schema
 
 Stat = Literal["median", "mean_std", "mean", "iqr", "n"]
 Direction = Literal["max", "min"]
@@ -430,6 +432,17 @@ _register(TableDef(
 ))
 
 
+def check_table_ids(tables: Iterable[str], exhibits: Iterable[str]) -> None:
+    """Check that the ids of the tables and exhibits defined here are :data:`record.schema.TABLE_IDS`
+    (what a spec's ``tables:`` may name: ``study`` checks it there, never importing ``reports``);
+    :class:`ValueError` naming the ids only one side has. Run when this module loads, so the two
+    cannot drift."""
+    ours, named = set(tables) | set(exhibits), set(schema.TABLE_IDS)
+    if ours != named:
+        raise ValueError(f"reports.tables and record.schema.TABLE_IDS differ: only in reports.tables: "
+                         f"{sorted(ours - named)}; only in record.schema.TABLE_IDS: {sorted(named - ours)}")
+
+
 def get_table(table_id: str) -> TableDef:
     """The table definition for ``table_id``; ValueError listing the valid ids otherwise."""
     try:
@@ -440,3 +453,6 @@ def get_table(table_id: str) -> TableDef:
         raise ValueError(
             f"unknown table id {table_id!r}{hint}; valid: {', '.join(sorted(TABLES))}"
         ) from None
+
+
+check_table_ids(TABLES, EXHIBITS)
