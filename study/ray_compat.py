@@ -39,13 +39,13 @@ def sigterm_handler_kept() -> Iterator[None]:
         ray_utils.set_sigterm_handler = setter
 
 
-#: Ray's C++ core, as a module name: loaded once a process has started or joined Ray.
+#: Ray's C++ core, as a module name: ``import ray`` loads it.
 RAY_CORE_MODULE = "ray._raylet"
 
 
 def core_loaded() -> bool:
-    """Whether this process loaded Ray's C++ core (it started or joined Ray): such a process
-    leaves through ``os._exit`` (``study.cli.program``)."""
-    # Private: the module ``ray._raylet``. Ray has no public "is the core loaded" (its
-    # ``ray.is_initialized`` is false again after ``ray.shutdown``, when the core still is).
+    """Whether this process loaded Ray's C++ core (it imported ray: a launch or resume): such a
+    process leaves through ``os._exit`` (``study.cli.program``)."""
+    # Private: the module ``ray._raylet``. Ray has no public "is the core loaded"; its
+    # ``ray.is_initialized`` is false again after ``ray.shutdown``, when the core still is.
     return RAY_CORE_MODULE in sys.modules
