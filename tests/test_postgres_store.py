@@ -250,3 +250,39 @@ def test_a_launch_with_credentials_in_a_postgres_uri_connects_and_saves_none(tmp
     on_disk = [p for p in study.rglob("*") if p.is_file() and p.stat().st_size < 5_000_000]
     for text in (res.stdout, res.stderr, *(p.read_bytes().decode(errors="replace") for p in on_disk)):
         assert secret not in text and "alice:" not in text
+
+
+@pytest.mark.cluster
+def test_a_postgres_store_of_another_schema_is_refused_in_one_line_with_its_password_hidden(
+        tmp_path: Path) -> None:
+    """Issue 44: the schema check on a database store (SQLAlchemy, not sqlite3): a store stamped
+    at an older revision is refused in one line naming it with its password as ``***``; readers
+    still read it."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("psycopg", reason="the Postgres driver comes with the cluster extra")
+    if not (postgres_bin("initdb") and postgres_bin("pg_ctl")):
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (apt-get install postgresql)")
+    import sqlalchemy
+
+    from record import mlflow_sql, schema
+    from record.store import StoreError, check_schema, open_store
+    from record.writer import RecordWriter
+
+    secret = "pw-s3cret-44"
+    with postgres_server(user="alice", password=secret) as pg:
+        w = RecordWriter(tracking_uri=pg, study="s", artifact_location=(tmp_path / "a").as_uri(),
+                         parent_tags={}).open()
+        check_schema(pg)  # MLflow built it: at the head
+        older = mlflow_sql.known_revisions()[1]
+        engine = sqlalchemy.create_engine(pg)
+        with engine.begin() as con:
+            con.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = :v"), {"v": older})
+        engine.dispose()
+        with pytest.raises(StoreError) as exc:
+            check_schema(pg)
+        rows = open_store(pg).read_rows("s", tag_keys=[schema.ROLE])
+    message = str(exc.value)
+    assert "\n" not in message and secret not in message
+    assert f"the store postgresql://alice:***@127.0.0.1:" in message
+    assert f"has MLflow schema {older}, older than {mlflow_sql.head_revision()}" in message
+    assert [r[0] for r in rows.runs] == [w.parent_id]
