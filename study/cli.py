@@ -59,6 +59,7 @@ from study import preflight, ray_compat, slices
 from study.driver import StudyLock, early_signals, hold_signals
 from study.folder import load_meta, migrate, take_credentials
 from study.launch import launch, resume
+from study.meta import DriverOptions
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
 from study.spec import SpecError, parse_only, parse_seeds, parse_sets
@@ -102,7 +103,8 @@ def add_launch(sub: Any) -> None:
                          "relaunching with more seeds grows the study, keeping its finished runs")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
-    lp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
+    lp.add_argument("--progress-seconds", type=float, default=DriverOptions.progress_seconds,
+                    help=PROGRESS_HELP)
     lp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     lp.add_argument("--train-path", choices=TRAIN_PATH_CHOICES, help=TRAIN_PATH_HELP)
     lp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
@@ -122,7 +124,8 @@ def add_resume(sub: Any) -> None:
     rp.add_argument("--root", default="studies", help=ROOT_HELP)
     rp.add_argument("--address", help=ADDRESS_HELP)
     rp.add_argument("--max-concurrent", type=int, help=MAX_CONCURRENT_HELP)
-    rp.add_argument("--progress-seconds", type=float, default=10.0, help=PROGRESS_HELP)
+    rp.add_argument("--progress-seconds", type=float, default=DriverOptions.progress_seconds,
+                    help=PROGRESS_HELP)
     rp.add_argument("--time-limit", metavar="DURATION", help=TIME_LIMIT_HELP)
     rp.add_argument("--train-path", choices=TRAIN_PATH_CHOICES, help=TRAIN_PATH_HELP)
     rp.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)

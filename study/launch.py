@@ -23,7 +23,7 @@ from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline a
                           limit_text, quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
                           spec_from_meta, take_credentials, write_meta)
-from study.meta import DEFAULT_TRAIN_PATH, StudyMeta
+from study.meta import DEFAULT_TRAIN_PATH, DriverOptions, StudyMeta
 from study.preflight import check_train_path_fits
 from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
                            solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
@@ -85,18 +85,18 @@ def launch(
     profile: str | None = None,
     name: str | None = None,
     root: str | Path = "studies",
-    address: str | None = None,
+    address: str | None = DriverOptions.address,
     tracking_uri: str | None = None,
-    max_concurrent: int | None = None,
+    max_concurrent: int | None = DriverOptions.max_concurrent,
     dry_run: bool = False,
-    progress_seconds: float = 10.0,
+    progress_seconds: float = DriverOptions.progress_seconds,
     only: dict[str, list] | None = None,
     seeds: int | list[int] | None = None,
-    train_path: str | None = None,
+    train_path: str | None = DriverOptions.train_path,
     trainer: Any = None,
     out: TextIO | None = None,
     yes: bool = False,
-    time_limit: float | None = None,
+    time_limit: float | None = DriverOptions.time_limit,
     sets: dict[str, Any] | None = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
@@ -145,9 +145,10 @@ def launch(
             meta = new_meta(spec, spec_path, raw, paths, name, only=only, seeds=seeds, sets=sets,
                             train_path=train_path, tracking_uri=tracking_uri)
             write_meta(paths, meta)
-        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
-                    trainer=trainer, plugins=plugin_names)
+        options = DriverOptions(address=address, max_concurrent=max_concurrent,
+                                progress_seconds=progress_seconds, time_limit=time_limit, train_path=train_path)
+        return _run(spec, paths, meta, options, out=out, lock=lock, deadline=deadline, trainer=trainer,
+                    plugins=plugin_names)
     finally:
         lock.release()
 
@@ -309,12 +310,12 @@ def resume(
     study: str | Path,
     *,
     root: str | Path = "studies",
-    address: str | None = None,
-    progress_seconds: float = 10.0,
+    address: str | None = DriverOptions.address,
+    progress_seconds: float = DriverOptions.progress_seconds,
     out: TextIO | None = None,
-    time_limit: float | None = None,
-    max_concurrent: int | None = None,
-    train_path: str | None = None,
+    time_limit: float | None = DriverOptions.time_limit,
+    max_concurrent: int | None = DriverOptions.max_concurrent,
+    train_path: str | None = DriverOptions.train_path,
     trainer: Any = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
@@ -369,9 +370,10 @@ def resume(
         if set_spec is not None:
             meta = resume_sets(paths, meta, set_spec, sets or {}, out)
         meta = _set_train_path(paths, meta, train_path, out)
-        return _run(spec, paths, meta, address=address, max_concurrent=max_concurrent,
-                    progress_seconds=progress_seconds, out=out, lock=lock, deadline=deadline,
-                    trainer=trainer, plugins=plugin_names)
+        options = DriverOptions(address=address, max_concurrent=max_concurrent,
+                                progress_seconds=progress_seconds, time_limit=time_limit, train_path=train_path)
+        return _run(spec, paths, meta, options, out=out, lock=lock, deadline=deadline, trainer=trainer,
+                    plugins=plugin_names)
     finally:
         lock.release()
 
@@ -412,14 +414,14 @@ def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[
     return meta
 
 
-def _run(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, *, out: TextIO,
+def _run(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, options: DriverOptions, *, out: TextIO,
          deadline: tuple[float, float] | None = None, **kw: Any) -> dict[str, Any]:
     """:func:`_run_locked`, with Ctrl-C and SIGTERM ours from here on (a signal in the first
     seconds of a launch stops it in one line and leaves it resumable: driver.Interrupt), and a
     full disk or a read-only store said in one line."""
     interrupt = Interrupt(meta.name, out, deadline).install()
     try:
-        return _run_locked(spec, paths, meta, out=out, deadline=deadline, interrupt=interrupt, **kw)
+        return _run_locked(spec, paths, meta, options, out=out, deadline=deadline, interrupt=interrupt, **kw)
     except OSError as exc:
         raise StudyError(one_line_os_error(exc, paths.dir)) from None
     except Exception as exc:  # noqa: BLE001 - the store's own errors: one line when disk/permission
@@ -438,10 +440,8 @@ def _run_locked(
     spec: StudySpec,
     paths: StudyPaths,
     meta: StudyMeta,
+    options: DriverOptions,
     *,
-    address: str | None,
-    max_concurrent: int | None,
-    progress_seconds: float,
     out: TextIO,
     lock: StudyLock | None,
     interrupt: Interrupt,
@@ -451,6 +451,7 @@ def _run_locked(
 ) -> dict[str, Any]:
     """Reconcile the record, start Ray, plan the trials, fit them and summarise: the study's
     one driver pass, under its lock."""
+    address, max_concurrent = options.address, options.max_concurrent
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
     # --dry-run` starts no Ray.
@@ -485,7 +486,7 @@ def _run_locked(
             print(f"[study {name}] {note}", file=out)
         eta = study_eta(trials * (spec.search.num_samples if spec.search else 1), _slots(spec, max_concurrent))
         grid, fit_seconds = fit_trials(spec, paths, name, recorder, search_alg, n_trials, max_concurrent=max_concurrent,
-                                       progress_seconds=progress_seconds, out=out, t_start=t_start, eta=eta,
+                                       progress_seconds=options.progress_seconds, out=out, t_start=t_start, eta=eta,
                                        interrupt=interrupt, trainer=trainer)
         interrupted = interrupt.event.is_set()
         counts = close_record(recorder, spec, paths, interrupted=interrupted)

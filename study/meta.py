@@ -1,5 +1,6 @@
 """A study as ``study.json`` saves it: :class:`StudyMeta`, the one typed value every ``study``
-module takes, read from and written to JSON here and nowhere else.
+module takes, read from and written to JSON here and nowhere else; and :class:`DriverOptions`,
+how one launch or resume runs (never saved but its train path).
 
 The file's record format (``format``) and the upgrade of an older one are :mod:`study.migrate`'s:
 :meth:`StudyMeta.from_json` takes a document already upgraded to :data:`FORMAT_VERSION`, and
@@ -91,3 +92,21 @@ class StudyMeta:
     def replace(self, **changes: Any) -> StudyMeta:
         """A copy with ``changes`` (field name -> value)."""
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverOptions:
+    """The operational choices of one launch or resume (``study launch``/``resume``'s options):
+    none is part of the study or of a run's identity. Each field's default is the one default of
+    that choice (:func:`study.launch.launch`, :func:`study.launch.resume` and the command line take it)."""
+
+    #: The Ray cluster to join (``auto``, ``ray://head:10001``); None: a private local Ray on 127.0.0.1.
+    address: str | None = None
+    #: Most trials at once; None: the spec's ``max_concurrent`` (0: as many as the CPUs allow).
+    max_concurrent: int | None = None
+    #: Seconds between progress lines.
+    progress_seconds: float = 10.0
+    #: Stop gracefully before this many seconds of wall time; None: no limit (:mod:`study.slices`).
+    time_limit: float | None = None
+    #: How the runs' training steps run; None: the study's saved choice (:attr:`StudyMeta.train_path`).
+    train_path: str | None = None

@@ -47,3 +47,21 @@ def test_a_key_this_code_does_not_know_is_kept_and_the_study_is_frozen() -> None
     assert meta.extra == {"note": "kept"} and meta.to_json() == doc
     with pytest.raises(dataclasses.FrozenInstanceError):
         meta.name = "t"  # type: ignore[misc]
+
+
+def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli_take() -> None:
+    import inspect
+
+    from study.cli import parser
+    from study.launch import launch, resume
+    from study.meta import DriverOptions
+
+    defaults = DriverOptions()
+    for fn in (launch, resume):
+        params = inspect.signature(fn).parameters
+        for name in ("address", "max_concurrent", "progress_seconds", "time_limit", "train_path"):
+            assert params[name].default == getattr(defaults, name), (fn.__name__, name)
+    for command in (["launch", "spec.yaml"], ["resume", "s"]):
+        args = parser().parse_args(command)
+        assert (args.address, args.max_concurrent, args.progress_seconds, args.time_limit, args.train_path) == (
+            defaults.address, defaults.max_concurrent, defaults.progress_seconds, None, defaults.train_path)
