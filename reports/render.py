@@ -117,11 +117,17 @@ def cell_value_text(table: TableDef, stat: str, cell: Cell) -> str:
     raise ValueError(f"unknown stat {stat!r}")
 
 
+def shows_solved(result: TableResult) -> bool:
+    """Whether the table's cells carry (k/n) (:func:`solved_text`): ``--solved`` was asked for
+    and the metric is an accuracy where higher is better."""
+    t = result.table
+    return result.solved_at is not None and t.direction == "max" and t.kind != "epochs_or_accuracy"
+
+
 def solved_text(result: TableResult, cell: Cell) -> str:
     """`` (k/n)``: seeds of the cell at or above ``result.solved_at``; empty when not asked for,
     for lower-is-better metrics, and for empty cells."""
-    t = result.table
-    if result.solved_at is None or cell.missing or t.direction != "max" or t.kind == "epochs_or_accuracy":
+    if not shows_solved(result) or cell.missing:
         return ""
     k = sum(1 for _, v in cell.seeds if v >= result.solved_at)
     return f" ({k}/{cell.n})"
@@ -153,7 +159,7 @@ def caption_sentences(result: TableResult, label: Labeler) -> list[str]:
         s.append("Cells show the median over seeds.")
     else:
         s.append(f"Cells show {STAT_TEXT[result.stat]}.")
-    if result.solved_at is not None and t.direction == "max" and t.kind != "epochs_or_accuracy":
+    if shows_solved(result):
         s.append(f"(k/n): of the n finished seeds, k reached {result.solved_at:g} or more.")
     if t.note:
         s.append(t.note)
@@ -422,16 +428,46 @@ def _latex_panel(result: TableResult, panel: Panel, label: Labeler,
 LATEX_PLACEMENT = "!htbp"
 
 
+#: Most columns of one LaTeX tabular whose cells are long (``--solved``'s ``95.6 (3/5)``, or
+#: ``--side-by-side``'s ``ours / paper``): a wider panel is split at its column groups.
+WIDE_CELL_COLUMNS = 6
+
+
+#: Closes ``\sbox0{%<tabular>``: the box at its natural size, or scaled down to the line when
+#: wider (LaTeX's scratch box 0; no package beyond graphicx), never scaled up.
+SHRINK_IF_WIDER = r"}\ifdim\wd0>\linewidth\resizebox{\linewidth}{!}{\usebox0}\else\usebox0\fi"
+
+
+def latex_panels(panel: Panel, most: int = WIDE_CELL_COLUMNS) -> tuple[Panel, ...]:
+    """``panel`` as consecutive panels of at most ``most`` columns each, split between its column
+    groups (a group wider than ``most`` stays whole), each with the row labels again. A
+    ``--solved`` panel of Table 2's 12 columns, scaled to the line whole, came out near 4 pt; as
+    two panels of 6, each shrunk only if wider than the line (:data:`SHRINK_IF_WIDER`), it keeps
+    its natural size on a wide page and about twice that on a portrait line."""
+    chunks: list[list] = [[]]
+    for g in panel.groups:
+        if chunks[-1] and sum(len(x.columns) for x in chunks[-1]) + len(g.columns) > most:
+            chunks.append([])
+        chunks[-1].append(g)
+    return tuple(Panel(groups=tuple(c), header=panel.header) for c in chunks)
+
+
 def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
                  text, greyed, footnotes: list[str], short: str | None = None,
-                 tail: Callable[[str, str], str] | None = None) -> list[str]:
+                 tail: Callable[[str, str], str] | None = None, wide_cells: bool = False) -> list[str]:
     t = result.table
     head = rf"\caption[{{{latex_escape(short)}}}]" if short else r"\caption"
     out = [rf"\begin{{table}}[{LATEX_PLACEMENT}]", r"\centering", r"\small",
            rf"{head}{{{latex_escape(caption)}}}", rf"\label{{tab:{tag}}}"]
-    for i, panel in enumerate(t.panels):
+    panels = [p for panel in t.panels for p in (latex_panels(panel) if wide_cells else (panel,))]
+    for i, panel in enumerate(panels):
         if i:
             out.append(r"\par\medskip")
+        if wide_cells:
+            out.append(r"\sbox0{%")
+            out.extend(_latex_panel(result, panel, label, text, greyed, tail))
+            out.append(SHRINK_IF_WIDER)
+            continue
         out.append(r"\resizebox{\linewidth}{!}{%" if len(panel.columns) > 8 else "{%")
         out.extend(_latex_panel(result, panel, label, text, greyed, tail))
         out.append("}")
@@ -505,6 +541,7 @@ def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
         result, label, caption, t.id, _ours_text(result),
         lambda r, c: result.cell(r, c).greyed, notes(result, label), short=t.title,
         tail=_paper_tail(t, paper) if side else None,
+        wide_cells=side or shows_solved(result),
     )
     if paper is not None and not side:
         out.append("")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -353,3 +354,29 @@ def test_standalone_latex_compiles_alone(tid: str, tmp_path: Path) -> None:
     res = dataclasses.replace(res, solved_at=90.0)
     assert_compiles(standalone_latex(render_latex(
         res, _prov(rs), paper_label, load_paper_numbers(res.table))), tmp_path)
+
+
+@needs_pdflatex
+def test_a_solved_fragment_keeps_its_numbers_legible_on_a_portrait_line(tmp_path: Path) -> None:
+    """A --solved (k/n) table, as the fragment to \\input in an article (345 pt line, \\small):
+    wide panels are split at their column groups, at most 6 columns each, and each is shrunk only
+    when wider than the line, to no less than 0.7 of its size (Table 4's 12 columns were scaled
+    to the line whole: 0.41, under 4 pt). Widths are read from pdflatex itself."""
+    from reports.render import SHRINK_IF_WIDER
+
+    rs, res = _result("rc_table4")
+    res = dataclasses.replace(res, solved_at=90.0)
+    fragment = render_latex(res, _prov(rs), paper_label)
+    assert "(3/5)" in fragment or "(5/5)" in fragment
+    specs = [ln for ln in fragment.splitlines() if ln.startswith(r"\begin{tabular}")]
+    assert specs and all(ln.count("c") <= 6 for ln in specs), specs
+    assert r"\resizebox{\linewidth}{!}{%" not in fragment  # never scaled up, nor down unless wider
+    probe = r"}\typeout{BOX \the\wd0\space LINE \the\linewidth}\usebox0"
+    body = fragment.replace(SHRINK_IF_WIDER, probe)
+    doc = ("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
+           "\\usepackage{booktabs,graphicx,xcolor}\n\\begin{document}\n" + body + "\\end{document}\n")
+    assert_compiles(doc, tmp_path)
+    log = (tmp_path / "t.log").read_text(errors="replace")
+    sizes = [(float(b), float(w)) for b, w in re.findall(r"BOX ([\d.]+)pt\s*LINE ([\d.]+)pt", log)]
+    assert len(sizes) == len(specs)
+    assert min(min(1.0, w / b) for b, w in sizes) >= 0.7, sizes
