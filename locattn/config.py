@@ -29,7 +29,9 @@ TrainStep = Literal["eager", "graphed"]
 Precision = Literal["fp32", "tf32", "bf16"]
 TrainPath = Literal["eager", "compiled", "fused"]
 #: The train paths each model kind takes (``RunConfig.train_path``).
-TRAIN_PATHS = {"seq2seq": ("eager", "compiled"), "regressor": ("eager", "fused")}
+#: The training step a run takes unless its config chooses another (``train_path``; ``--train-path``).
+DEFAULT_TRAIN_PATH: TrainPath = "eager"
+TRAIN_PATHS = {"seq2seq": (DEFAULT_TRAIN_PATH, "compiled"), "regressor": (DEFAULT_TRAIN_PATH, "fused")}
 
 PACKABLE_FIELDS = (
     "seed", "optim.lr", "optim.weight_decay", "optim.clip", "optim.epochs", "optim.patience",
@@ -205,7 +207,7 @@ class RunConfig:
     """Torch device (operational)."""
     num_threads: int = 1
     """torch intra-op threads (operational)."""
-    train_path: TrainPath = "eager"
+    train_path: TrainPath = DEFAULT_TRAIN_PATH
     """How the seq2seq training step runs (operational, like ``device``): ``eager`` op by op, or
     ``compiled``: torch.compile (inductor) of each batch's forward and backward, one graph per
     batch shape, kept in inductor's on-disk cache; with ``optim.train_step="graphed"`` also the

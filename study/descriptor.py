@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-from locattn.config import make_run_config, run_identity
+from locattn.config import DEFAULT_TRAIN_PATH, make_run_config, run_identity
 from locattn.folders import confined
 from record import layout, schema
 from record.layout import TRIAL_FILE
@@ -71,7 +71,7 @@ class TrialDescriptor(TrialSpec):
     """The per-seed final metric a search optimises (its median over seeds is the objective)."""
     gpus: float = 0.0
     pack: bool = False
-    train_path: str = "eager"
+    train_path: str = DEFAULT_TRAIN_PATH
     """How the runs' training steps run, eager or graphed (``RunConfig.train_path``; operational:
     not part of a run's identity). A study sets it at launch or resume (``--train-path``)."""
     search: dict[str, Any] = field(default_factory=dict)
@@ -89,7 +89,7 @@ class TrialDescriptor(TrialSpec):
                    seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
                    gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
-                   train_path=str(t.get("train_path", "eager")), search=dict(config.get("search") or {}),
+                   train_path=str(t.get("train_path", DEFAULT_TRAIN_PATH)), search=dict(config.get("search") or {}),
                    cells=tuple(Cell(cell=c["cell"], task=c["task"], variant=c["variant"],
                                     overrides=dict(c["overrides"])) for c in t.get("cells") or ()),
                    packed_cells=tuple(str(c) for c in t.get("packed_cells") or ()))
@@ -107,7 +107,7 @@ class TrialDescriptor(TrialSpec):
         }
         if len(self.points) > 1:
             out["points"] = [dict(p) for p in self.points]
-        if self.train_path != "eager":  # absent otherwise, like points: older trial files stay equal
+        if self.train_path != DEFAULT_TRAIN_PATH:  # absent otherwise, like points: older trial files stay equal
             out["train_path"] = self.train_path
         if len(self.cells) > 1:  # likewise
             out["cells"] = [{"cell": c.cell, "task": c.task, "variant": c.variant, "overrides": dict(c.overrides)}
@@ -173,7 +173,7 @@ class TrialDescriptor(TrialSpec):
                               overrides={**m.cell.overrides, **m.hparams})
         if self.gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
             cfg = replace(cfg, device="cuda", gpu_share=min(1.0, self.gpus))
-        if self.train_path != "eager":
+        if self.train_path != DEFAULT_TRAIN_PATH:
             cfg = replace(cfg, train_path=self.train_path)
         return replace(cfg, num_threads=max(1, int(self.cpus)))
 

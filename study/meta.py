@@ -5,7 +5,7 @@ how one launch or resume runs (never saved but its train path).
 The file's record format (``format``) and the upgrade of an older one are :mod:`study.migrate`'s:
 :meth:`StudyMeta.from_json` takes a document already upgraded to :data:`FORMAT_VERSION`, and
 :meth:`StudyMeta.to_json` writes that version. The file itself is read, checked and written
-atomically by :mod:`study.folder`. Standard library only (and ``study.migrate``).
+atomically by :mod:`study.folder`. Standard library, ``locattn.config`` and ``study.migrate`` only.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from locattn.config import DEFAULT_TRAIN_PATH  # the training step a study takes unless it chose another
 from study.migrate import FORMAT_KEY, FORMAT_VERSION
-
-#: The training step a study's runs take unless it chose another (``--train-path``); not saved.
-DEFAULT_TRAIN_PATH = "eager"
 
 #: study.json's keys, in the order they are written. ``set`` is :attr:`StudyMeta.sets`.
 KNOWN_KEYS = ("name", "spec_path", "profile", "only", "seeds", "set", "train_path", "raw", "resolved",

@@ -14,7 +14,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from locattn.config import TRAIN_PATHS, make_run_config
+from locattn.config import DEFAULT_TRAIN_PATH, TRAIN_PATHS, make_run_config
 from record.store import redact, sqlite_path, uri_parts
 from study.spec import SpecError
 
@@ -46,7 +46,7 @@ def check_train_path(train_path: str | None) -> None:
 def check_train_path_fits(spec: Any, train_path: str | None) -> None:
     """Refuse a ``--train-path`` that some cell's model does not take (``compiled`` is for the
     seq2seq models, ``fused`` for Raffel & Ellis's regressors), before anything starts."""
-    if train_path in (None, "eager"):
+    if train_path in (None, DEFAULT_TRAIN_PATH):
         return
     for cell in spec.cells:
         kind = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides).model.kind
