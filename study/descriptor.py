@@ -116,8 +116,9 @@ class TrialDescriptor(TrialSpec):
             out["packed_cells"] = list(self.packed_cells)
         return out
 
-    def alone(self, key: str) -> "TrialDescriptor":
-        """This descriptor narrowed to the cell of the run ``key``: itself for a trial of one cell;
+    def alone(self, key: str | None) -> "TrialDescriptor":
+        """This descriptor narrowed to the cell of the run ``key`` (None: the first run): itself
+        for a trial of one cell;
         for an ablation pack the trial of that cell alone (its points and seeds), naming the pack's
         cells in :attr:`packed_cells`. What a run's record and trial file describe: a run of a
         pack reads as the same run of its own cell."""

@@ -82,7 +82,7 @@ class ProgressLine(_TuneCallback):
         if result.get("kind") == "epoch" and result.get("seed") is not None:
             self.fraction[trial.trial_id] = trial_fraction(trial, int(result["seed"]), int(result["epoch"]),
                                                            self.epochs_per_trial)
-            self.running[trial.trial_id] = running_label(TrialDescriptor.of(trial.config).alone(result["run_key"]), result,
+            self.running[trial.trial_id] = running_label(TrialDescriptor.of(trial.config).alone(result.get("run_key")), result,
                                                          self.epochs_per_trial)
             self.line(trials)
         elif result.get("kind") == "seed_final":
