@@ -28,7 +28,7 @@ from study.preflight import check_train_path_fits
 from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
                            solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
-from study.runs import run_folders
+from study.runs import run_folders, started_under_other_values
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
 from study.status import trial_runs
@@ -399,13 +399,22 @@ def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         done = sum(1 for *_, status in trial_runs(meta.tracking_uri, name)
                    if status == schema.STATUS_FINISHED)
+        another = " ".join([f"launch another study, `study launch {meta.spec_path}"]  # the study's own options too
+                           + ([f"--profile {meta.profile}"] if meta.profile else []) + [f"--name {name}-2"]
+                           + [f"--only {k}={','.join(map(str, v))}" for k, v in meta.only.items()]
+                           + ([f"--seeds {_seeds_arg(meta.seeds)}"] if meta.seeds is not None else [])
+                           + [f"--set {k}={json.dumps(v)}" for k, v in {**meta.sets, **sets}.items()]) + "`"
         if done:
-            given = " ".join(f"--set {k}={json.dumps(v)}" for k, v in sets.items())
             raise SpecError(
                 f"--set changes study {name!r}'s spec ({shown}), but {done} of its runs finished under "
-                f"the old values and its tables would pool them with the new ones: launch it as another "
-                f"study, `study launch {meta.spec_path}"
-                f"{f' --profile {p}' if (p := meta.profile) else ''} --name {name}-2 {given}`")
+                f"the old values and its tables would pool them with the new ones: {another}")
+        if started := started_under_other_values(paths.dir, sets):  # their checkpoints hold the old config
+            folders = ", ".join(str(p.relative_to(paths.dir)) for p in started[:3])
+            raise SpecError(
+                f"--set changes study {name!r}'s spec ({shown}), but {len(started)} of its runs started under "
+                f"the old values ({folders}{', ...' if len(started) > 3 else ''}) and their checkpoints cannot "
+                f"continue under the new ones: `study resume {paths.dir}` without --set finishes them, or "
+                f"{another}")
         print(f"[study {name}] --set changes its spec ({shown}): the runs from here on train under the "
               "new values (new run identities; no run had finished under the old ones)", file=out)
     meta = meta.replace(raw=apply_sets(meta.raw, meta.profile or None, sets), resolved=spec.resolved,

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from locattn.config import apply_overrides, run_config_from_dict, run_identity
 from locattn.folders import RUN_KEY
-from record.layout import CHECKPOINT_DIR, CHECKPOINT_META, RESULT_FILE, RUNS_DIR, TRIAL_FILE
+from record.layout import CHECKPOINT_DIR, CHECKPOINT_META, CONFIG_FILE, RESULT_FILE, RUNS_DIR, TRIAL_FILE
 from study.descriptor import run_dir
 from study.naming import run_name
 
@@ -64,6 +66,26 @@ def run_folders(study_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     return [run_dir(study_dir, p.name) for p in sorted(root.iterdir()) if RUN_KEY.fullmatch(p.name)]
+
+
+def started_under_other_values(study_dir: str | Path, sets: dict[str, Any]) -> list[Path]:
+    """The unfinished run folders whose run ``sets`` (dotted overrides, ``study resume --set``)
+    would give another identity: runs started under the old values, whose checkpoints (in the
+    folder or in a Tune trial it lists) hold the old config and cannot be continued under the
+    new one. Read from each folder's ``config.json``; a folder without one is left out (nothing
+    trained there), one that does not read or take the overrides is counted."""
+    out = []
+    for path in run_folders(study_dir):
+        if (path / RESULT_FILE).is_file() or not (path / CONFIG_FILE).is_file():
+            continue
+        try:
+            old = run_config_from_dict(json.loads((path / CONFIG_FILE).read_text()))
+            changed = run_identity(apply_overrides(old, sets)) != run_identity(old)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            changed = True
+        if changed:
+            out.append(path)
+    return out
 
 
 def list_runs(study_dir: Path) -> list[RunFolder]:

@@ -165,3 +165,59 @@ def test_a_resume_set_changes_the_runs_it_trains_says_so_and_is_recorded(tmp_pat
     configs = list((study / "runs").glob("*/config.json"))
     assert len(configs) == 2
     assert all(json.loads(c.read_text())["optim"]["epochs"] == 2 for c in configs)
+
+
+def _started_run(study: Path, seed: int, **overrides) -> Path:
+    """runs/<key>/config.json of tiny's copy/onestep run ``seed`` as its trainer writes it when
+    the run starts (locattn.training.run), under the spec's values (and ``overrides``)."""
+    from locattn.config import config_to_dict, make_run_config
+    from study.keys import run_key
+
+    values = {"task.train_size": 32, "task.dev_size": 8, "task.test_size": 8, "task.test_lengths": [15],
+              "optim.epochs": 1, **overrides}
+    folder = study / "runs" / run_key("tiny", "task=copy,variant=onestep", {}, seed)
+    folder.mkdir(parents=True)
+    cfg = make_run_config(task="copy", variant="onestep", seed=seed, overrides=values)
+    (folder / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=1) + "\n")
+    return folder
+
+
+def test_a_resume_set_on_runs_started_under_the_old_values_is_refused_naming_them(
+        tmp_path: Path, capsys) -> None:
+    """A killed study's unfinished runs hold checkpoints of the old config: resumed under a
+    --set that changes their identity, every one failed (CheckpointMismatchError, retried,
+    exit 1) and the study could never finish, nor go back (breaker, by hand: rc_table2 smoke,
+    kill -9, resume --set optim.epochs=30). Now one line names them and both ways out, with the
+    study's own --set carried into the launch command; study.json is untouched."""
+    from study.folder import load_meta, write_meta
+    from record.layout import study_paths
+
+    study = _tiny_study(tmp_path)
+    paths = study_paths("tiny", tmp_path / "studies")
+    write_meta(paths, load_meta(paths).replace(sets={"task.dev_size": 8}))
+    folder = _started_run(study, 0)
+    before = (study / "study.json").read_bytes()
+    code, out, err = _resume(capsys, study, "--set", "optim.epochs=3")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert (f"changes study 'tiny''s spec (overrides.optim.epochs: 1 -> 3), but 1 of its runs started under "
+            f"the old values (runs/{folder.name})") in lines[0], lines[0]
+    assert f"`study resume {study}` without --set finishes them" in lines[0], lines[0]
+    assert "--name tiny-2 --set task.dev_size=8 --set optim.epochs=3`" in lines[0], lines[0]
+    assert (study / "study.json").read_bytes() == before
+
+
+def test_runs_started_under_other_values_are_those_a_set_gives_another_identity(tmp_path: Path) -> None:
+    """An operational field (threads, device) keeps every run's identity: no run is in the way;
+    a finished run or a folder without a config is not counted."""
+    from study.runs import started_under_other_values
+
+    study = _tiny_study(tmp_path)
+    started = _started_run(study, 0)
+    finished = _started_run(study, 1)
+    (finished / "result.json").write_text("{}\n")
+    (study / "runs" / ("0" * 16)).mkdir()  # a run killed before its config was written
+    assert started_under_other_values(study, {"num_threads": 1, "device": "cpu"}) == []
+    assert started_under_other_values(study, {"optim.epochs": 1}) == []  # the value it has
+    assert started_under_other_values(study, {"optim.epochs": 3}) == [started]
+    assert started_under_other_values(study, {"model.hidden_size": 16}) == [started]
