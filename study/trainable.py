@@ -70,7 +70,13 @@ class TrialRecorder:
         replica["epoch"] = int(epoch)
         replica["history"].append({"epoch": int(epoch), **values})
         result = {"kind": "epoch", "seed": self.seed, "run_key": self.key, "epoch": int(epoch), **values}
-        self.trial.report(self.key, result, checkpoint_dir=Path(checkpoint_dir))
+        if self.trial.desc.packed:  # the pack's checkpoint comes with its group's last report
+            self.trial.defer(self.key, result, Path(checkpoint_dir))
+        else:
+            self.trial.report(self.key, result, checkpoint_dir=Path(checkpoint_dir))
+
+    def on_pack_epoch(self) -> None:
+        self.trial.flush()
 
     def on_end(self, result: Any) -> None:  # final metrics are reported by the trial
         pass
@@ -97,6 +103,7 @@ class Trial:
         self.resumed: dict[str, int] = {}
         self.replay: set[str] = set()
         self.notices: list[str] = []  # fallbacks and restarts, sent to the driver with the next report
+        self.deferred: tuple[str, dict[str, Any], Path] | None = None  # a packed epoch's last report (defer)
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(desc.study_dir) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
         self.keep = study_keep(desc.study_dir)  # what a finished run keeps (study.retention)
@@ -157,8 +164,28 @@ class Trial:
     def recorder(self, seed: int, key: str) -> TrialRecorder:
         return TrialRecorder(seed=seed, key=key, trial=self)
 
-    def report(self, key: str, result: dict[str, Any], *, checkpoint_dir: Path | None = None) -> None:
-        """Report one seed's result to Tune with a checkpoint of the whole trial.
+    def defer(self, key: str, result: dict[str, Any], checkpoint_dir: Path) -> None:
+        """A packed replica's epoch result: the one deferred before it is reported now without a
+        checkpoint, and this one waits for :meth:`flush` (the end of the pack's epoch), which
+        reports it with the checkpoint of the whole pack. A pack of K thus stages and persists
+        K run checkpoints once per epoch, not K times (K x K copies, which cost a 15-run pack
+        more than its training pass saved)."""
+        if self.deferred is not None:
+            k, r, _ = self.deferred
+            self.report(k, r, checkpoint=False)
+        self.deferred = (key, result, checkpoint_dir)
+
+    def flush(self) -> None:
+        """Report the deferred result (:meth:`defer`) with a checkpoint of the whole trial."""
+        if self.deferred is not None:
+            key, result, checkpoint_dir = self.deferred
+            self.deferred = None
+            self.report(key, result, checkpoint_dir=checkpoint_dir)
+
+    def report(self, key: str, result: dict[str, Any], *, checkpoint_dir: Path | None = None,
+               checkpoint: bool = True) -> None:
+        """Report one seed's result to Tune with a checkpoint of the whole trial (none when
+        ``checkpoint`` is false: Tune keeps the last one).
 
         ``checkpoint_dir`` is the reporting seed's trainer checkpoint as the trainer just saved
         it; the other unfinished seeds' checkpoints are looked up (and verified) in their run
@@ -172,6 +199,9 @@ class Trial:
             self.replay.discard(key)
             history = self.state["replicas"].get(key, {}).get("history", [])
             result.setdefault("history", [dict(h) for h in history])
+        if not checkpoint:
+            tune.report(result)
+            return
         sources: dict[str, Path] = {}
         for _, k in self.keys:
             if k in self.state["done"] or k not in self.state["replicas"]:

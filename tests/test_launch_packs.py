@@ -19,9 +19,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback; bef
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
+from locattn.config import run_identity  # noqa: E402
 from record import layout, schema  # noqa: E402
 from study_helpers import start_private_ray, trial_run_rows, wait_for  # noqa: E402
 from study.launch import launch, resume  # noqa: E402
+from study.descriptor import TrialDescriptor  # noqa: E402
 from study.spec import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,10 +75,28 @@ def test_the_plan_packs_the_switch_cells_and_leaves_step2_alone(tmp_path: Path) 
         []]
     plain = load_spec(write_spec(tmp_path, "t4", grid=grid), None)
     assert plain.cell_packs() == [(0,), (1,), (2,), (3,)]  # a spec that does not pack keeps its cells apart
+    packed_runs = {key: d.alone(key) for d in descriptors(spec) for _, key in d.run_keys}
+    solo_runs = {key: d for d in descriptors(plain) for _, key in d.run_keys}
+    assert sorted(packed_runs) == sorted(solo_runs)  # the same 8 runs, keys and identities
+    for key, narrowed in packed_runs.items():
+        solo = solo_runs[key]
+        assert run_identity(narrowed.run_config(key)) == run_identity(solo.run_config(key))
+        assert (narrowed.cell, narrowed.variant, narrowed.overrides) == (solo.cell, solo.variant, solo.overrides)
+    one_cell = descriptors(spec)[1]  # -Step 2 alone: its trial file reads as before (no cells)
+    assert "cells" not in one_cell.to_dict() and "packed_cells" not in one_cell.to_dict()
     assert "\npacks " not in plain.plan()
     graphed = load_spec(write_spec(tmp_path, "t4", grid=grid, pack_seeds=True,
                                    overrides={**BODY["overrides"], "optim.train_step": "graphed"}), None)
     assert graphed.cell_packs() == [(0,), (1,), (2,), (3,)]  # switches pack on the eager step only
+
+
+def descriptors(spec) -> list[TrialDescriptor]:
+    """Each trial's descriptor as a worker reads it: through the JSON of its Tune config."""
+    common = dict(study=spec.name, study_dir="/tmp/x", cpus=1, metric="best_selection_score", pack=spec.pack_seeds)
+    return [TrialDescriptor.of(json.loads(json.dumps({"trial": TrialDescriptor(
+                cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides, hparams=t.hparams,
+                seeds=t.seeds, points=t.points, cells=t.cells, **common).to_dict()})))
+            for t in spec.grid_trials()]
 
 
 def _launch_then_kill(spec: Path, root: Path, ray_address: str, log: Path, ready) -> None:
@@ -99,7 +119,8 @@ def test_an_ablation_pack_is_one_trial_killed_resumed_equal_to_solo_runs(ray_add
     """OneStepAttn, -Step 3 and -Sigmoid x 2 seeds on Copy: the dry run shows one pack, the
     launch trains the six runs in one trial (killed mid-training and resumed, it retrains only
     what is unfinished), and every run equals the same run of a study that trains each run alone:
-    the same run identity, every epoch's metrics and the test metrics, to the bit."""
+    the same run identity, every epoch's metrics and the test metrics, to the bit. The trial
+    saves one Tune checkpoint of the pack per epoch, not one per run per epoch."""
     import ray
 
     packed, root = write_spec(tmp_path, "abl", pack_seeds=True), tmp_path / "s"
@@ -133,6 +154,9 @@ def test_an_ablation_pack_is_one_trial_killed_resumed_equal_to_solo_runs(ray_add
     assert sorted(pk) == sorted(alone) == sorted((c, s) for c in cells for s in ("0", "1"))
     trials = {tuple(run["trial_file"]["tune_trials"]) for run in pk.values()}
     assert len(trials) == 1 and len(next(iter(trials))) == 2  # one trial: its launch and its resume
+    resumed = study_dir / "tune" / next(iter(trials))[-1]
+    saved = 1 + max(int(p.name.split("_")[1]) for p in resumed.glob("checkpoint_*"))
+    assert saved <= EPOCHS + 6  # one checkpoint of the pack per epoch and one per finished run, not 6 per epoch
     for where, run in pk.items():
         assert run["status"] == "FINISHED" and json.loads(run["tags"][schema.PACKED_CELLS]) == cells
         assert run["tags"][schema.PACKED_WITH] == "0,1" and int(run["tags"][schema.RESUMED_FROM]) >= 1

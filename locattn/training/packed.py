@@ -179,6 +179,10 @@ def _train_pack(cfgs: list[RunConfig], out_dirs: list[Any], recs: list[Any], dat
             runs[k].end_epoch(loss, seconds, recs[k], dev=devs.get(k))
             if runs[k].stop_reason is not None:
                 active.remove(k)
+        for k in group:  # every replica of the group has its epoch's checkpoint on disk now
+            after = getattr(recs[k], "on_pack_epoch", None)
+            if after is not None:
+                after()
     done = [k for k in range(len(runs)) if results[k] is None]
     decoded: list[Any] = [None] * len(runs)
     if graphed is not None and done:  # the pack's test splits decoded together (locattn.training.decode)

@@ -2,7 +2,10 @@
 
 ``train`` calls ``on_epoch`` after each completed epoch (once that epoch's checkpoint is on
 disk) and ``on_end`` once with the final result. A recorder may also have
-``on_test_split(split, done, total)``, called while the test splits are scored after training. ``study`` plugs Ray Tune / MLflow in here.
+``on_test_split(split, done, total)``, called while the test splits are scored after training,
+and ``on_pack_epoch()``, which the packed trainer (``locattn.packed.train_packed``) calls on the
+recorder of every replica of a group once each of them has saved and reported the epoch (a
+study saves one checkpoint of the whole pack there instead of one per replica). ``study`` plugs Ray Tune / MLflow in here.
 """
 
 from __future__ import annotations
