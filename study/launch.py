@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from locattn.config import OPERATIONAL_FIELDS
 from record import schema
 from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
@@ -392,10 +394,17 @@ def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[
     that later resumes, status and reports see the spec the runs train under. A set that
     changes the spec changes the runs' identities: it is said, and refused once a run has
     finished under the old values, since the tables would pool the old and the new runs of a
-    cell (launch such a study under another ``--name``)."""
+    cell (launch such a study under another ``--name``), or while an unfinished run holds a
+    checkpoint of the old values. A set of operational fields only (``num_threads``, ``device``:
+    :data:`locattn.config.OPERATIONAL_FIELDS`) changes no identity and is taken as it is."""
     changed = spec_changes(meta.resolved, spec.resolved)
     name = meta.name
-    if changed:
+    old, new = meta.resolved.get("overrides") or {}, spec.resolved.get("overrides") or {}
+    keys = {k for k in sets if old.get(k, old) != new.get(k, new)}  # the fields the sets change
+    if changed and keys <= OPERATIONAL_FIELDS:  # threads, device, ...: no run's identity or metrics
+        print(f"[study {name}] --set changes how its runs train ({'; '.join(changed)}), not what they "
+              "compute: their identities stay, finished runs are kept", file=out)
+    elif changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         done = sum(1 for *_, status in trial_runs(meta.tracking_uri, name)
                    if status == schema.STATUS_FINISHED)
@@ -403,7 +412,8 @@ def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[
                            + ([f"--profile {meta.profile}"] if meta.profile else []) + [f"--name {name}-2"]
                            + [f"--only {k}={','.join(map(str, v))}" for k, v in meta.only.items()]
                            + ([f"--seeds {_seeds_arg(meta.seeds)}"] if meta.seeds is not None else [])
-                           + [f"--set {k}={json.dumps(v)}" for k, v in {**meta.sets, **sets}.items()]) + "`"
+                           + ["--set " + shlex.quote(f"{k}={json.dumps(v, separators=(',', ':'))}")
+                              for k, v in {**meta.sets, **sets}.items()]) + "`"
         if done:
             raise SpecError(
                 f"--set changes study {name!r}'s spec ({shown}), but {done} of its runs finished under "

@@ -221,3 +221,18 @@ def test_runs_started_under_other_values_are_those_a_set_gives_another_identity(
     assert started_under_other_values(study, {"optim.epochs": 1}) == []  # the value it has
     assert started_under_other_values(study, {"optim.epochs": 3}) == [started]
     assert started_under_other_values(study, {"model.hidden_size": 16}) == [started]
+
+
+def test_a_resume_set_of_operational_fields_keeps_the_finished_runs(tmp_path: Path, capsys) -> None:
+    """num_threads and device are not part of a run's identity nor of its metrics: a study whose
+    runs finished could not take `--set num_threads=1` (refused: 'its tables would pool them').
+    The refused launch command quotes a list value for the shell (it printed
+    `--set task.test_lengths=[15, 30]`, two words)."""
+    study = _tiny_study(tmp_path, finished=2)
+    code, out, err = _resume(capsys, study, "--set", "task.test_lengths=[15, 30]")
+    assert code == 2 and "--set 'task.test_lengths=[15,30]'`" in err, err
+    code, out, err = _resume(capsys, study, "--set", "num_threads=1")
+    assert code == 0, err[-2000:]
+    assert ("[study tiny] --set changes how its runs train (overrides.num_threads: absent -> 1), not what "
+            "they compute: their identities stay, finished runs are kept") in out, out
+    assert json.loads((study / "study.json").read_text())["set"] == {"num_threads": 1}
