@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
 from locattn.config import run_identity  # noqa: E402
+from locattn.packable import pack_groups  # noqa: E402
 from record import layout, schema  # noqa: E402
 from study_helpers import start_private_ray, trial_run_rows, wait_for  # noqa: E402
 from study.launch import launch, resume  # noqa: E402
@@ -88,6 +90,12 @@ def test_the_plan_packs_the_switch_cells_and_leaves_step2_alone(tmp_path: Path) 
     graphed = load_spec(write_spec(tmp_path, "t4", grid=grid, pack_seeds=True,
                                    overrides={**BODY["overrides"], "optim.train_step": "graphed"}), None)
     assert graphed.cell_packs() == [(0,), (1,), (2,), (3,)]  # switches pack on the eager step only
+    # On --train-path compiled a pack's trial trains its cells' own packs one after another
+    # (study.trainable.run_trial splits its runs with pack_groups, the one judge).
+    pack = descriptors(spec)[0]
+    cfgs = [pack.run_config(key) for _, key in pack.run_keys]
+    assert pack_groups(cfgs) == [list(range(6))]
+    assert pack_groups([replace(c, train_path="compiled") for c in cfgs]) == [[0, 1], [2, 3], [4, 5]]
 
 
 def descriptors(spec) -> list[TrialDescriptor]:
