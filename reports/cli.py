@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 from locattn.cliparse import Parser, closest_path, parse
 from record.store import ARCHIVE_SUFFIX
@@ -24,6 +26,25 @@ from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES
 #: Where ``--html`` links a cell's runs by default: the address ``study ui`` serves (its default
 #: ``--port``).
 DEFAULT_UI = "http://127.0.0.1:5000"
+
+
+def ui_url(text: str) -> str:
+    """``--html UI_URL``: the MLflow UI's address, ``http(s)://host[:port][/path]``, the links'
+    base. Anything else is a usage error (one line, exit 2) before any file is written: a link
+    base without a host, of another scheme (``ftp:``, ``javascript:``), with a query or fragment
+    (the links append their own) or with credentials (the page would carry them)."""
+    try:
+        url = urlsplit(text.strip())
+        url.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        url = None
+    if (url is None or url.scheme not in ("http", "https") or not url.hostname or url.username is not None
+            or url.password is not None or url.query or url.fragment):
+        shown = re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", text)  # a password is masked
+        raise argparse.ArgumentTypeError(
+            f"{shown!r} is not an MLflow UI address: expected http(s)://host[:port][/path], without "
+            f"user, password, query or fragment (default {DEFAULT_UI}, where 'study ui' serves it)")
+    return text.strip()
 
 
 def _split(s: str) -> list[str]:
@@ -59,7 +80,7 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                    help="write each LaTeX table as a document that compiles alone (pdflatex "
                         "<table>.tex), on a landscape A3 page where a wide table keeps its size "
                         "unless it is wider than the page (default: a fragment to \\input)")
-    b.add_argument("--html", nargs="?", const=DEFAULT_UI, default=None, metavar="UI_URL",
+    b.add_argument("--html", nargs="?", const=DEFAULT_UI, default=None, metavar="UI_URL", type=ui_url,
                    help=f"also write report.html: the variant x task grid, each cell linking to its "
                         f"runs in the MLflow UI at UI_URL (default {DEFAULT_UI}, where 'study ui' "
                         f"serves it)")

@@ -113,6 +113,27 @@ def test_reports_build_html_writes_the_page_beside_the_tables(tmp_path: Path, ca
     assert "http://127.0.0.1:5000/#/experiments/1/runs?" in (tmp_path / "r" / HTML_FILE).read_text()
 
 
+@pytest.mark.parametrize("url", ["ftp://x", "not a url", "http://", "localhost:5000", "javascript:alert(1)",
+                                 "http://127.0.0.1:5000/?a=1", "http://127.0.0.1:5000/#/x", "http://h:99999",
+                                 "http://me:s3cret@mlflow.example.org", "http://me:s3cret@h:99999"])
+def test_a_ui_url_that_is_no_http_address_is_one_line_before_any_file(tmp_path: Path, capsys, url) -> None:
+    """Each was taken as the links' base (exit 0: 'localhost:5000/#/...' a relative link,
+    'javascript:...' a script, the password written into the page); now one line, exit 2, that
+    names the value (a password masked) and the form, and nothing is written."""
+    d = _store(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        reports_main(["build", str(d), "--format", "md", "--html", url, "--out", str(tmp_path / "r")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1, lines
+    assert "is not an MLflow UI address: expected http(s)://host[:port][/path]" in lines[0], lines[0]
+    assert "s3cret" not in lines[0] and url.replace("s3cret", "***") in lines[0], lines[0]
+    assert not (tmp_path / "r").exists()
+    assert reports_main(["build", str(d), "--format", "md", "--out", str(tmp_path / "r"),
+                         "--html", "https://mlflow.example.org/team/"]) == 0  # a path under a proxy is one
+    assert "https://mlflow.example.org/team/#/experiments/1/runs?" in (tmp_path / "r" / HTML_FILE).read_text()
+
+
 def _browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
