@@ -76,8 +76,10 @@ class SQLReader:
             try:
                 self._engine = sqlalchemy.create_engine(uri)
                 self._conn = self._engine.connect()
-            except Exception as exc:  # driver missing, server down
-                raise StoreError(f"cannot open tracking store {redact(uri)}: {exc}") from exc
+            except Exception as exc:  # driver missing, server down: the driver's first line (psycopg adds hints)
+                first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+                reason = first[0] if first else type(exc).__name__
+                raise StoreError(f"cannot open tracking store {redact(uri)}: {reason}") from exc
 
     def query(self, sql: str, params: Mapping[str, object]) -> list[tuple]:
         """The rows of one ``SELECT`` (named parameters ``:name``), as tuples."""

@@ -346,6 +346,20 @@ def test_a_secret_anywhere_in_the_tracking_uri_stays_out_of_the_folder_and_the_o
     assert files_holding(tmp_path, SECRET) == []  # study.json, Tune's files, logs: none holds it
 
 
+def test_reports_build_from_a_database_that_refuses_is_one_line_without_the_secret(tmp_path: Path, capsys) -> None:
+    """psycopg's refusal is three lines (a hint and SQLAlchemy's background link): reports build
+    printed them all; now its first line, after the store with its password masked."""
+    from reports.cli import main as reports_main
+
+    code = reports_main(["build", "--tracking-uri", f"postgresql://u:{SECRET}@127.0.0.1:1/mlflow", "--study", "x",
+                         "--out", str(tmp_path / "r")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("reports build: cannot open tracking store postgresql://u:***@127.0.0.1:1/mlflow: "
+                               "connection failed"), lines[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_study_ui_passes_a_saved_password_by_environment_never_on_the_command_line(capsys) -> None:
     from study.folder import take_credentials
     from study.ui import ui_command
