@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from locattn.config import TRAIN_PATHS
 from record.layout import StudyPaths, study_paths
 from record.store import (StoreError, hidden_secrets, move_artifact_root, open_database, redact, split_credentials,
                           sqlite_path, unpack, uri_parts)
@@ -73,7 +74,22 @@ def read_meta(paths: StudyPaths) -> dict[str, Any]:
                          f"launch the spec again under this --name to rewrite it")
     types = {"name": str, "spec_path": str, "tracking_uri": str, "raw": dict, "resolved": dict,
              "profile": (str, type(None))}
-    wrong = [f"{k} is {type(meta[k]).__name__}" for k, t in types.items() if not isinstance(meta[k], t)]
+    wanted = {"raw": "an object (the spec)", "resolved": "an object (the spec)", "profile": "a string or null"}
+    wrong = [f"{k} is {type(meta[k]).__name__}, expected {wanted.get(k, 'a string')}" for k, t in types.items()
+             if not isinstance(meta[k], t)]
+    paths_ = sorted({p for steps in TRAIN_PATHS.values() for p in steps})
+    wrong += [f"{k} is {json.dumps(meta[k])[:40]}, expected {want}" for k, ok, want in (  # the optional keys
+        ("only", lambda v: isinstance(v, dict) and all(isinstance(x, list) for x in v.values()),
+         "an object of grid axis -> list of values"),
+        ("seeds", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)),
+         "a seed count or a list of seeds"),
+        ("set", lambda v: isinstance(v, dict), "an object of dotted config key -> value"),
+        ("train_path", lambda v: v in paths_, f"one of {', '.join(paths_)}"),
+        ("plugin_sources", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+         "an object of module -> source hash"),
+        ("created", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+         "seconds since the epoch")) if k in meta and not ok(meta[k])]
     if wrong:
         raise StudyError(f"{paths.meta}: corrupt ({', '.join(wrong)}); restore the file, or launch the "
                          "spec again under this --name to rewrite it")

@@ -539,15 +539,23 @@ def test_export_to_a_file_is_one_line(exported, tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("field,value", [("tracking_uri", 5), ("tracking_uri", None), ("name", ["x"]),
-                                         ("raw", "text"), ("profile", 3)])
+                                         ("raw", "text"), ("profile", 3),
+                                         # the optional keys were not checked: `only: [1]` was a
+                                         # traceback on resume, `set: 5` and `train_path: turbo`
+                                         # read as they were (breaker, by hand)
+                                         ("only", [1]), ("only", {"task": "copy"}), ("set", 5),
+                                         ("train_path", "turbo"), ("seeds", True), ("created", "yesterday"),
+                                         ("plugin_sources", {"m": 1})])
 @pytest.mark.parametrize("command", ["status", "resume", "migrate"])
 def test_a_study_json_field_of_the_wrong_type_is_one_line(exported, capsys, field, value, command) -> None:
     study_dir, _ = exported
     meta = json.loads((study_dir / META_FILE).read_text())
     (study_dir / META_FILE).write_text(json.dumps({**meta, field: value}))
+    before = (study_dir / META_FILE).read_bytes()
     assert study([command, str(study_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"corrupt ({field} is" in err[0], err
+    assert len(err) == 1 and f"corrupt ({field} is" in err[0] and ", expected " in err[0], err
+    assert (study_dir / META_FILE).read_bytes() == before
 
 
 @pytest.mark.parametrize("key", ["[a]", "{a: 1}"])
