@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,23 @@ def _ray_auth_mode_as_before():
         os.environ.pop("RAY_AUTH_MODE", None)
     else:
         os.environ["RAY_AUTH_MODE"] = before
+
+
+_CHECKOUT_MLRUNS = Path(__file__).resolve().parents[1] / "mlruns"
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_checkout(request: pytest.FixtureRequest):
+    """A store without an artifact location puts its artifacts (a dirty tree's code.diff) in
+    ``./mlruns`` of the working directory: from a test run in the checkout, into the checkout,
+    where e492fba once committed eight of them. Whatever a test leaves there is removed and named
+    in a warning, so the culprit shows in the summary and the tree stays clean."""
+    before = _CHECKOUT_MLRUNS.exists()
+    yield
+    if not before and _CHECKOUT_MLRUNS.exists():
+        shutil.rmtree(_CHECKOUT_MLRUNS, ignore_errors=True)
+        warnings.warn(f"{request.node.nodeid} wrote {_CHECKOUT_MLRUNS} (removed): give its store an "
+                      "artifact location or monkeypatch.chdir(tmp_path)", stacklevel=1)
 
 
 #: Checks moved from the default tier to the ``slow`` tier (issue 42), so that the README's test

@@ -14,6 +14,13 @@ from record import schema
 from record.writer import RecordWriter
 
 
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch) -> None:
+    """The writers here have no artifact location, so MLflow puts their artifacts (a dirty
+    tree's code.diff) in ./mlruns: here, never in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 class Killed(BaseException):
     """The driver dying between two MLflow calls."""
 
