@@ -2,6 +2,7 @@
 
     python benchmarks/bench_whole_run.py [--case copy/onestep] [--train 2000] [--dev 500]
                                          [--test 500] [--epochs 10] [--reference DIR] [--quick]
+                                         [--inductor-cache DIR]
 
 Each contender is a fresh ``python -m locattn train`` process (one thread), timed as a whole:
 CPU seconds of the process and its children (``getrusage(RUSAGE_CHILDREN)``: inductor's g++ and
@@ -18,8 +19,11 @@ compiled costs less than eager. Each compiled run also reports its ``compiles`` 
 ``compile_seconds`` (its history's epoch metrics). With ``--reference DIR`` (a checkout of
 JRC1995/MonotonicLocationAttention, not part of this project) the reference code's
 training loop runs as a process the same way on the same data (1 epoch and ``--epochs``; its
-loop has no test scoring, so compare its marginal epoch, not its whole run). ``--quick``: tiny
-sizes and 2 epochs, to check the script runs.
+loop has no test scoring, so compare its marginal epoch, not its whole run; Copy/OneStepAttn
+only). ``--quick``: tiny sizes and 2 epochs, to check the script runs. ``--inductor-cache DIR``:
+the compiled runs use DIR as it is (not emptied; it must already hold the case's graph, else the
+first "warm" run compiles, which its ``compile_seconds`` shows) and the cold contender is skipped,
+for a run at a size where a cold compile would take most of the time budget.
 
 The default sizes are a ``quick``-profile study run (``ablations/rc_table4.yaml``: train 2,000,
 dev 500, test 500, 10 epochs). The machine is shared: report ``uptime`` beside the numbers.
@@ -89,23 +93,30 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=500)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--reference", default=None, help="a checkout of the reference code")
+    parser.add_argument("--inductor-cache", default=None, help="reuse this inductor cache; skip the cold contender")
     a = parse_args(parser, {"train": 96, "dev": 32, "test": 16, "epochs": 2}, what="Copy of length 3")
     sizes: dict[str, object] = {"task.train_size": a.train, "task.dev_size": a.dev, "task.test_size": a.test}
     if a.quick:
         sizes.update({"task.train_lengths": "3,3", "task.dev_lengths": "3,3", "task.test_lengths": "4",
                       "optim.batch_size": 16, "optim.dev_batch_size": 16})
+    if a.reference and a.case != "copy/onestep":
+        parser.error(f"--reference runs the reference's Copy/OneStepAttn only, not --case {a.case}")
+    if a.inductor_cache and not Path(a.inductor_cache).is_dir():
+        parser.error(f"--inductor-cache {a.inductor_cache}: not a directory")
     print(machine_line())
     print(f"{a.case}: train {a.train}, dev {a.dev}, test {a.test}; whole `locattn train` processes, one "
           f"thread; CPU s = process + reaped children; each contender at 1 and {a.epochs} epochs", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench_whole_run."))
     data_cache = work / "data"
     base_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    inductor = work / "inductor"
+    inductor = Path(a.inductor_cache) if a.inductor_cache else work / "inductor"
     contenders = [("eager", "eager", None), ("compiled cold", "compiled", "cold"), ("compiled warm", "compiled", "warm")]
+    if a.inductor_cache:  # the given cache is kept as it is: no cold run
+        contenders.remove(("compiled cold", "compiled", "cold"))
     rows: dict[str, dict[str, float]] = {}
     for epochs in (1, a.epochs):
         if epochs > 1:  # warm before cold: cold's long run is derived from warm's
-            contenders = [contenders[0], contenders[2], contenders[1]]
+            contenders.sort(key=lambda c: c[2] == "cold")
         for name, path, cache in contenders:
             if cache == "cold" and epochs > 1:  # a second cold compile would only repeat cpu(1)'s
                 r = rows[name]
@@ -145,7 +156,7 @@ def main() -> None:
         cost[name] = (fixed, marginal)
         print(f"{name:14s} {r[f'cpu{E}']:16.2f} {fixed:12.2f} {marginal:15.2f}")
     (fe, me) = cost["eager"]
-    for name in ("compiled cold", "compiled warm"):
+    for name in [n for n in ("compiled cold", "compiled warm") if n in cost]:
         fc, mc = cost[name]
         if mc < me:
             print(f"{name}: wins from {max(1.0, (fc - fe) / (me - mc)):.1f} epochs on "
