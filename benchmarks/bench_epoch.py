@@ -186,7 +186,20 @@ def matmul_floor(epoch: Callable[[int], tuple[Timing, Timing]], n: int, calls: i
         flops += 2.0 * a.numel() * b.shape[-1] * ev.count
         count += ev.count
     return (f"{count} matrix products, {flops / 1e9:.1f} GFLOP per epoch; alone they take "
-            f"{total_cpu:.2f} CPU-s ({flops / 1e9 / max(total_cpu, 1e-9):.0f} GFLOP/s)")
+            f"{total_cpu:.2f} CPU-s ({flops / 1e9 / max(total_cpu, 1e-9):.0f} GFLOP/s)\n"
+            f"    profiled epoch, share of self CPU time: {top_ops(prof)}")
+
+
+def top_ops(prof: torch.profiler.profile, n: int = 8) -> str:
+    """The profiled epoch's self CPU time: its total (profiler overhead included), the share of
+    the matrix products together, then the ``n`` costliest ops (compiled kernels appear under
+    inductor's graph and kernel names), each as a share of the total."""
+    events = [ev for ev in prof.key_averages() if ev.self_cpu_time_total > 0]
+    total = sum(ev.self_cpu_time_total for ev in events)
+    mm = sum(ev.self_cpu_time_total for ev in events if ev.key in MATMULS)
+    events.sort(key=lambda ev: ev.self_cpu_time_total, reverse=True)
+    ops = ", ".join(f"{ev.key} {100 * ev.self_cpu_time_total / total:.1f}%" for ev in events[:n])
+    return f"{total / 1e6:.2f} s in all; matrix products {100 * mm / total:.1f}%; {ops}"
 
 
 PATHS = {  # the --paths that are not a train_path alone
