@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -185,9 +186,13 @@ def run_list(study_dir: str | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(parser(), argv)
-    if args.command == "list":
-        return run_list(args.study_dir)
-    return run_build(args)
+    try:
+        code = run_list(args.study_dir) if args.command == "list" else run_build(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's teardown
+        return code
+    except BrokenPipeError:  # `reports list | head`: the reader left; drop the rest quietly (as study's)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
