@@ -293,6 +293,30 @@ def _read_sql(
     return RunRows(runs=runs, tags=tags, params=params, metrics=metrics)
 
 
+def reach_server(uri: str, seconds: float = 10.0) -> None:
+    """One ``GET <uri>/health`` (``mlflow server``'s liveness route), waiting at most
+    ``seconds``, before a reader asks an MLflow server anything: MLflow's own client retries a
+    refused or silent server for minutes (``reports build`` on a closed port: 4 min 10 s), then
+    ends in many lines. :class:`StoreError` in one line (the server, credentials masked, and the
+    socket's reason) when nothing answers; an answer of any HTTP status passes (a proxy in front
+    may not route ``/health``)."""
+    import urllib.error  # reason: a server store only
+    import urllib.request  # reason: idem
+
+    parts = urlsplit(uri)
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
+    netloc = f"{host}:{parts.port}" if parts.port else str(host)  # no user:password@ (urllib would take it for the host)
+    try:
+        urllib.request.urlopen(parts._replace(netloc=netloc, query="", fragment="").geturl().rstrip("/") + "/health",
+                               timeout=seconds).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StoreError(f"cannot reach the MLflow server at {redact(uri)}: {reason} (is it running? "
+                         "'study ui <study>' serves a study's store on 127.0.0.1)") from None
+
+
 def _read_rest(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
     param_keys: Sequence[str], metric_prefixes: Sequence[str],
@@ -300,6 +324,7 @@ def _read_rest(
     from mlflow.entities import ViewType  # a server only: `study status` on SQLite stays light
     from mlflow.tracking import MlflowClient
 
+    reach_server(uri)
     client = MlflowClient(tracking_uri=uri)
     try:
         exp = client.get_experiment_by_name(study)

@@ -360,6 +360,21 @@ def test_reports_build_from_a_database_that_refuses_is_one_line_without_the_secr
     assert not (tmp_path / "r").exists()
 
 
+def test_reports_build_from_a_server_that_does_not_answer_is_one_line_without_retries(tmp_path: Path, capsys) -> None:
+    """MLflow's client retried a closed port for 4 min 10 s before reports build's one line;
+    record.store.reach_server asks /health once first. The password stays masked."""
+    from reports.cli import main as reports_main
+
+    port = closed_port()
+    code = reports_main(["build", "--tracking-uri", f"http://u:{SECRET}@127.0.0.1:{port}", "--study", "x",
+                         "--out", str(tmp_path / "r")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"reports build: cannot reach the MLflow server at http://u:***@127.0.0.1:{port}: "
+                               "[Errno 111] Connection refused"), lines[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_study_ui_passes_a_saved_password_by_environment_never_on_the_command_line(capsys) -> None:
     from study.folder import take_credentials
     from study.ui import ui_command
