@@ -189,7 +189,7 @@ def ablation(args: argparse.Namespace) -> int:
     replaced, for this arm only, by one cell per pack) and as the launcher packs them now."""
     from study.launch import init_ray, launch  # here, as in main: --help stays light
     from study.spec import load_spec  # the same
-    from study.spec_model import StudySpec  # the same
+    from study.spec.model import StudySpec  # the same
 
     variants = args.ablation.split(",")
     root = work_dir(args, "bench_ablation_study_")

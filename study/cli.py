@@ -63,8 +63,8 @@ from study.meta import DriverOptions
 from study.results import cell_results, format_results
 from study.runs import format_runs, list_runs
 from study.spec import SpecError, parse_only, parse_seeds, parse_sets
-from study.spec_checks import did_you_mean
-from study.spec_schema import schema_text
+from study.spec.checks import did_you_mean
+from study.spec.schema import schema_text
 from study.status import format_status, study_status
 from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
                       health_url, save_view, serve, server_url, store_uri, ui_command)

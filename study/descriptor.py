@@ -18,7 +18,7 @@ from locattn.folders import confined
 from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.keys import run_key
-from study.spec_model import Cell, TrialSpec
+from study.spec.model import Cell, TrialSpec
 
 #: Result key of a trial's objective (the median over all its seeds of the search metric).
 OBJECTIVE = "objective"

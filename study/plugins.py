@@ -27,7 +27,7 @@ from locattn.config import make_run_config
 from locattn.labels import task_label
 from locattn.models.config import packable_families
 from locattn.variants import PAPER_LABELS
-from study.spec_checks import SpecError
+from study.spec.checks import SpecError
 
 PLUGINS_ENV = "LOCATTN_PLUGINS"
 """The environment variable (comma-separated module names) that tells a trial worker which

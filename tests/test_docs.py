@@ -44,7 +44,7 @@ def test_the_cli_reference_has_every_subcommand_with_its_help() -> None:
 
 
 def test_the_spec_reference_lists_every_spec_key() -> None:
-    from study.spec_checks import PROFILE_KEYS, SEARCH_KEYS, TOP_KEYS
+    from study.spec.checks import PROFILE_KEYS, SEARCH_KEYS, TOP_KEYS
 
     text = load_hook().spec_keys_markdown()
     for key in [*TOP_KEYS, *SEARCH_KEYS]:

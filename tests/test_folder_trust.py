@@ -424,7 +424,7 @@ def test_a_number_out_of_its_range_is_one_line_before_any_work(tmp_path: Path, c
 def test_a_list_items_range_does_not_depend_on_the_items_before_it(items) -> None:
     """A float of a key without a documented range is at most MAX_FLOAT whatever its list holds
     before it (an int item before it once widened the range to MAX_INT for the rest)."""
-    from study.spec_checks import SpecError, check_range
+    from study.spec.checks import SpecError, check_range
 
     with pytest.raises(SpecError, match=r"model\.widths=10000000000000\.0: out of its range"):
         check_range("b.yaml", "model.widths", items)

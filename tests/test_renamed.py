@@ -87,7 +87,7 @@ def test_a_committed_study_json_with_former_paths_resolves() -> None:
 
 
 def test_the_search_metric_may_go_by_its_former_name(tmp_path: Path) -> None:
-    from study.spec_grid import parse_search
+    from study.spec.grid import parse_search
 
     space = {"optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}
     assert parse_search("s.yaml", {"space": space, "metric": "best_dev_score"}).metric == "best_selection_score"

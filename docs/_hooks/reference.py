@@ -6,7 +6,7 @@ cannot drift from it.
   their argparse parsers.
 - ``reference/spec.schema.json``: the spec's JSON Schema (``study schema``);
 - the key tables of ``reference/spec.md``, from the spec parser's key tables
-  (``study/spec_checks.py``), in place of its ``<!-- generated: spec keys -->`` line.
+  (``study/spec/checks.py``), in place of its ``<!-- generated: spec keys -->`` line.
 
 It also lets the pages keep the README's list style: a list right after a paragraph line, and
 lists nested by two spaces (Python-Markdown wants a blank line and four).
@@ -73,17 +73,17 @@ def spec_keys_markdown() -> str:
     """Markdown tables of the spec's top-level, profile and search keys."""
     sys.path.insert(0, str(ROOT))
     # (imported here, not at the top: mkdocs loads this hook before the project is on sys.path)
-    from study import spec_checks
+    from study.spec import checks
 
     rows = ["| key | meaning | in a profile |", "|---|---|---|"]
-    for key, meaning in spec_checks.TOP_KEYS.items():
-        rows.append(f"| `{key}` | {meaning} | {'yes' if key in spec_checks.PROFILE_KEYS else 'no'} |")
+    for key, meaning in checks.TOP_KEYS.items():
+        rows.append(f"| `{key}` | {meaning} | {'yes' if key in checks.PROFILE_KEYS else 'no'} |")
     rows += ["", "`search:` holds:", "", "| key | meaning |", "|---|---|"]
-    rows += [f"| `{k}` | {v} |" for k, v in spec_checks.SEARCH_KEYS.items()]
-    rows += ["", f"`resources:` holds {', '.join(f'`{k}`' for k in sorted(spec_checks.RESOURCE_KEYS))}; "
-             f"a search space's `type` is one of {', '.join(f'`{t}`' for t in spec_checks.SPACE_TYPES)}; "
-             f"`sampler` one of {', '.join(f'`{t}`' for t in spec_checks.SAMPLERS)}. Grid axes "
-             f"{', '.join(f'`{a}`' for a in spec_checks.SPECIAL_AXES)} are special; any other axis "
+    rows += [f"| `{k}` | {v} |" for k, v in checks.SEARCH_KEYS.items()]
+    rows += ["", f"`resources:` holds {', '.join(f'`{k}`' for k in sorted(checks.RESOURCE_KEYS))}; "
+             f"a search space's `type` is one of {', '.join(f'`{t}`' for t in checks.SPACE_TYPES)}; "
+             f"`sampler` one of {', '.join(f'`{t}`' for t in checks.SAMPLERS)}. Grid axes "
+             f"{', '.join(f'`{a}`' for a in checks.SPECIAL_AXES)} are special; any other axis "
              "is a dotted config path."]
     return "\n".join(rows)
 
@@ -125,7 +125,7 @@ def on_files(files, config):
     files.append(File.generated(config, "reference/cli.md", content=cli_page()))
     sys.path.insert(0, str(ROOT))
     # (imported here, not at the top: mkdocs loads this hook before the project is on sys.path)
-    from study.spec_schema import schema_text
+    from study.spec.schema import schema_text
 
     files.append(File.generated(config, "reference/spec.schema.json", content=schema_text()))
     return files

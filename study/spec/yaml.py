@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from study.spec_checks import MAX_SPEC_BYTES, MAX_YAML_DEPTH, TOP_KEYS, SpecError
+from study.spec.checks import MAX_SPEC_BYTES, MAX_YAML_DEPTH, TOP_KEYS, SpecError
 
 
 def _spec_loader() -> type:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from locattn.config import make_run_config
 from study import cost
-from study.spec_checks import SpecError
-from study.spec_model import StudySpec
+from study.spec.checks import SpecError
+from study.spec.model import StudySpec
 
 
 SIZE_LIMITS = {"runs": 20_000, "epochs": 100_000, "cpu_hours": 50_000.0}

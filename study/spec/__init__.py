@@ -7,10 +7,10 @@ Python + ``locattn`` (no Ray, no MLflow), so specs can be checked before anythin
 Errors are :class:`SpecError` and always name the file, the key and the valid choices.
 
 The parts live in their own modules, lowest first: :mod:`study.keys` (run identities),
-:mod:`study.spec_checks` (keys, limits, :class:`SpecError`), :mod:`study.spec_yaml` (reading the
-file), :mod:`study.spec_model` (:class:`StudySpec` and its expansion), :mod:`study.spec_grid`
-(cells, search, packing, config checks) and :mod:`study.spec_data` (size and task-data checks).
-This module resolves a spec from them and re-exports their public names.
+:mod:`study.spec.checks` (keys, limits, :class:`SpecError`), :mod:`study.spec.yaml` (reading the
+file), :mod:`study.spec.model` (:class:`StudySpec` and its expansion), :mod:`study.spec.grid`
+(cells, search, packing, config checks) and :mod:`study.spec.data` (size and task-data checks).
+This package's ``__init__`` resolves a spec from them and re-exports their public names.
 """
 
 from __future__ import annotations
@@ -21,17 +21,19 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from record import schema
+from record import schema as record_schema  # (study.spec.schema, the submodule, takes the name schema here)
 from study.keys import cell_id, hparams_json, run_key
 from study.retention import DEFAULT_KEEP, KEEP_POLICIES
-from study.spec_checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RESOURCE_KEYS, SPECIAL_AXES,
+from study.spec.checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RESOURCE_KEYS, SPECIAL_AXES,
                                TOP_KEYS, SpecError, check_int, check_list, check_mapping, check_number,
                                check_study_name, check_unique, did_you_mean, short_repr, spec_error)
-from study.spec_data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
-from study.spec_grid import expand_cells, parse_pack, parse_search, restrict_grid, validate_configs
-from study.plugins import import_named, spec_plugins
-from study.spec_model import Cell, SearchSpec, StudySpec, TrialSpec
-from study.spec_yaml import read_yaml
+from study.spec.data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
+from study.spec.grid import expand_cells, parse_pack, parse_search, restrict_grid, validate_configs
+# the module, not its names: study.plugins imports study.spec.checks, which runs this package's
+# __init__ while study.plugins is still half-loaded when a process imports study.plugins first
+from study import plugins as study_plugins
+from study.spec.model import Cell, SearchSpec, StudySpec, TrialSpec
+from study.spec.yaml import read_yaml
 
 __all__ = [
     "SIZE_LIMITS", "Cell", "SearchSpec", "SpecError", "StudySpec", "TrialSpec", "cell_id",
@@ -60,7 +62,7 @@ def load_spec(
     importing the plugins its ``plugins:`` names (the user names the file)."""
     path = str(Path(path).resolve())
     raw = read_yaml(path)
-    import_named(spec_plugins(raw, path), f"{path}: plugins")
+    study_plugins.import_named(study_plugins.spec_plugins(raw, path), f"{path}: plugins")
     return resolve_spec(raw, path=path, profile=profile, only=only)
 
 
@@ -142,10 +144,10 @@ def _current_names(resolved: Mapping[str, Any]) -> dict[str, Any]:
     part of the run keys."""
     out = {k: v for k, v in resolved.items() if k not in COSMETIC_KEYS}
     if isinstance(out.get("overrides"), Mapping):
-        out["overrides"] = {schema.RENAMED_PARAMS.get(k, k): v for k, v in out["overrides"].items()}
+        out["overrides"] = {record_schema.RENAMED_PARAMS.get(k, k): v for k, v in out["overrides"].items()}
     search = out.get("search")
     if isinstance(search, Mapping) and isinstance(search.get("metric"), str):
-        out["search"] = {**search, "metric": schema.current_metric(search["metric"])}
+        out["search"] = {**search, "metric": record_schema.current_metric(search["metric"])}
     return out
 
 
@@ -324,7 +326,7 @@ def assemble_spec(path: str, *, name: str, profile: str | None, description: Any
 
 def check_plugins_imported(path: str, raw: Mapping[str, Any]) -> list[str]:
     """The spec's ``plugins:`` modules, each of which must be imported already (:class:`SpecError`)."""
-    plugins = spec_plugins(raw, path)
+    plugins = study_plugins.spec_plugins(raw, path)
     for module in plugins:
         if module not in sys.modules:
             raise SpecError(f"{path}: plugins: {module!r} is not imported (`study launch` imports a "
@@ -357,7 +359,7 @@ def check_tables(path: str, tables: Any) -> list[str]:
         tables = [tables]
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         raise spec_error(path, "tables", f"expected a list of table ids, got {tables!r}")
-    valid_tables = sorted(schema.TABLE_IDS)
+    valid_tables = sorted(record_schema.TABLE_IDS)
     for table in tables:
         if table not in valid_tables:
             raise spec_error(path, "tables", f"unknown table {table!r}{did_you_mean(table, valid_tables)}",

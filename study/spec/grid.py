@@ -17,9 +17,9 @@ from locattn.tasks import list_tasks
 from locattn.tasks.config import task_defaults, task_kind
 from record import schema
 from study.keys import cell_id, format_value
-from study.spec_checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
+from study.spec.checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
                                check_mapping, check_range, check_unique, did_you_mean, spec_error)
-from study.spec_model import Cell, SearchSpec
+from study.spec.model import Cell, SearchSpec
 
 
 def restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> dict:
