@@ -1,6 +1,6 @@
-"""Calibrate the cost model (study/cost.py): seconds per 1,000 tokens per task x variant family.
+"""Calibrate the cost model (study/cost/): seconds per 1,000 tokens per task x variant family.
 
-    taskset -c 0 python benchmarks/bench_cost.py [--out study/cost_calibration.json] [--quick]
+    taskset -c 0 python benchmarks/bench_cost.py [--out study/cost/cost_calibration.json] [--quick]
                                                  [--tasks copy,scan] [--repeats 2]
 
 For every (task, variant family) that a committed spec's ``paper`` profile uses, it takes that

@@ -30,12 +30,12 @@ GPU run). ``--quick``: K = 1, 8 on 200 train / 40 dev examples, one timed epoch.
 
 ``--cases copy/onestep,scan/content,...`` benchmarks other task/variant cells the same way
 (the reference code only for copy/onestep). ``--calibrate [PATH]`` (CUDA only) then writes one
-cost-model row per case and K to ``PATH`` (default ``study/cost_calibration.json``), keyed by
-the device (``h100`` for an H100, :func:`study.calibration.device_key`) and replacing that
+cost-model row per case and K to ``PATH`` (default ``study/cost/cost_calibration.json``), keyed by
+the device (``h100`` for an H100, :func:`study.cost.calibration.device_key`) and replacing that
 device's rows of the same cell and K, other rows kept: the pack's training and dev-scoring wall
 seconds per epoch, divided by K, per 1,000 tokens; test = the pack's replayed greedy decode of
 the dev split, the same way; startup = the first epoch's extra seconds (graph capture) / K.
-``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/runcost.py).
+``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/cost/run.py).
 A GPU session fills the README's H100 column with (then ``bench_cost.py --readme-table``)::
 
     python benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate \
@@ -68,9 +68,9 @@ from locattn.tasks import list_tasks, load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
 from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E402
 from locattn.variants import list_variants  # noqa: E402
-from study.calibration import (CALIBRATION_FILE, Calibration, Rate, calibration_from_dict,  # noqa: E402
+from study.cost.calibration import (CALIBRATION_FILE, Calibration, Rate, calibration_from_dict,  # noqa: E402
                                calibration_to_dict, device_key, merge_rates)
-from study.runcost import split_ktok, variant_family  # noqa: E402
+from study.cost.run import split_ktok, variant_family  # noqa: E402
 
 
 def sync(device: torch.device) -> None:

@@ -652,7 +652,7 @@ def test_the_length_checker_names_the_function_and_its_length(tmp_path):
 
 #: Parameters named like the study's metadata that are something else (module.function: why).
 NOT_THE_STUDY = {
-    "study.calibration.merge_rates": "meta is a calibration table's provenance per device, not a study",
+    "study.cost.calibration.merge_rates": "meta is a calibration table's provenance per device, not a study",
 }
 STUDY_META_NAMES = ("meta", "study_meta")
 

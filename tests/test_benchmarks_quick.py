@@ -166,7 +166,7 @@ def test_every_benchmark_has_a_quick_case() -> None:
 @pytest.mark.timeout(TIMEOUT + 200)
 def test_bench_cost_on_some_tasks_replaces_their_rows_and_keeps_the_others(tmp_path: Path) -> None:
     table = tmp_path / "cal.json"
-    committed = json.loads((ROOT / "study" / "cost_calibration.json").read_text())
+    committed = json.loads((ROOT / "study" / "cost" / "cost_calibration.json").read_text())
     table.write_text(json.dumps(committed))
     rc, out, err = run_quick("bench_cost.py", ["--tasks", "cfq", "--out", str(table)])
     assert rc == 0, f"bench_cost.py exited {rc}\n{out[-4000:]}\n{err[-4000:]}"

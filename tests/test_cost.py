@@ -1,4 +1,4 @@
-"""The cost model (study/cost.py) on hand-made calibration rows: shapes, rates, fallbacks, plan,
+"""The cost model (study/cost/) on hand-made calibration rows: shapes, rates, fallbacks, plan,
 and the ETA's arithmetic."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from locattn.config import make_run_config
-from study import cost, runcost, slices
+from study import cost, slices
+from study.cost import run as runcost
 from study.cost import (Calibration, CellCost, Rate, RunCost, TrialProgress, blend_ratio, eta_seconds,
                         format_eta, run_cost, run_shape, trial_left, variant_family)
 from study.spec import load_spec

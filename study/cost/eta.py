@@ -1,4 +1,4 @@
-"""A running study's ETA: the cost model's remaining work per trial (:mod:`study.runcost`),
+"""A running study's ETA: the cost model's remaining work per trial (:mod:`study.cost.run`),
 scaled by the epochs the study itself has measured (:func:`blend_ratio`), and charged only for
 what is left. The progress line (:mod:`study.progress`) prints it.
 """
@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from locattn.config import make_run_config
-from study.calibration import Calibration, load_calibration
-from study.runcost import RunCost, run_cost
+from study.cost.calibration import Calibration, load_calibration
+from study.cost.run import RunCost, run_cost
 
 #: Pseudo-epochs of weight the model's prediction keeps against a study's measured epochs.
 PRIOR_EPOCHS = 4.0

@@ -18,8 +18,8 @@ The epochs are the budget, so the cost is an upper bound (no early stopping). Th
 running study (:func:`eta_seconds`) scales the model by what the study's own epochs measure
 (:func:`blend_ratio`), and charges only what is left.
 
-The parts, lowest first: :mod:`study.calibration` (the table), :mod:`study.runcost` (the
-model), :mod:`study.eta` (a running study's ETA). This module prints a dry-run's cost lines
+The parts, lowest first: :mod:`study.cost.calibration` (the table), :mod:`study.cost.run` (the
+model), :mod:`study.cost.eta` (a running study's ETA). This package's ``__init__`` prints a dry-run's cost lines
 (:func:`plan_lines`) and re-exports the public names of the parts. Imports ``locattn`` only (no
 Ray, no MLflow): ``study.spec`` builds its dry-run plan from here.
 """
@@ -29,11 +29,11 @@ from __future__ import annotations
 from typing import Any
 
 from locattn.config import TRAIN_PATHS, make_run_config
-from study.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, calibration_from_dict,
+from study.cost.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, calibration_from_dict,
                                calibration_to_dict, device_key, load_calibration, merge_rates)
-from study.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
+from study.cost.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
                        study_eta, trial_left)
-from study.runcost import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
+from study.cost.run import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
                            cost_task, gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
 __all__ = [

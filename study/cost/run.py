@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 from locattn.config import make_run_config
 from locattn.models.config import packable_families
-from study.calibration import Calibration
+from study.cost.calibration import Calibration
 
 #: CFQ's official split sizes (``query_complexity_split``), used when its files are absent.
 CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
