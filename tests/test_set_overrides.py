@@ -223,11 +223,12 @@ def test_runs_started_under_other_values_are_those_a_set_gives_another_identity(
     assert started_under_other_values(study, {"model.hidden_size": 16}) == [started]
 
 
-def test_a_resume_set_of_operational_fields_keeps_the_finished_runs(tmp_path: Path, capsys) -> None:
+def test_a_resume_set_of_operational_fields_keeps_the_finished_runs(tmp_path: Path, capsys, monkeypatch) -> None:
     """num_threads and device are not part of a run's identity nor of its metrics: a study whose
     runs finished could not take `--set num_threads=1` (refused: 'its tables would pool them').
     The refused launch command quotes a list value for the shell (it printed
     `--set task.test_lengths=[15, 30]`, two words)."""
+    monkeypatch.chdir(tmp_path)  # the synthetic store's experiment has no artifact location: ./mlruns
     study = _tiny_study(tmp_path, finished=2)
     code, out, err = _resume(capsys, study, "--set", "task.test_lengths=[15, 30]")
     assert code == 2 and "--set 'task.test_lengths=[15,30]'`" in err, err
