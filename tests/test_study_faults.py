@@ -326,18 +326,24 @@ def test_read_only_root_is_one_line(tmp_path: Path, tmpfs) -> None:
     assert len(lines) == 1 and "Read-only file system" in lines[0] and str(root) in lines[0], res.stderr
 
 
+def make_other_store(db: Path, artifacts: Path) -> None:
+    """A SQLite store at ``db`` holding another study's experiment, made as a driver makes it
+    (``RecordWriter.open``), in its own process."""
+    made = subprocess.run(
+        [sys.executable, "-c", "from record.writer import RecordWriter\n"
+         f"RecordWriter(tracking_uri='sqlite:///{db}', study='other', "
+         f"artifact_location={artifacts.as_uri()!r}, parent_tags={{}}).open()\n"],
+        env=ENV, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and db.is_file(), made.stderr[-2000:]
+
+
 @pytest.mark.faults  # a real launch against a store on a read-only file system
 def test_a_read_only_store_is_one_line_naming_the_store(tmp_path: Path, tmpfs) -> None:
     """#27 item 16: the read-only message named the study folder rather than the store. The
     store lives on a tmpfs remounted read-only before the launch; the study folder is writable."""
     disk = tmpfs("store", "size=16m")
     db = disk / "store.db"
-    made = subprocess.run(
-        [sys.executable, "-c", "from record.writer import RecordWriter\n"
-         f"RecordWriter(tracking_uri='sqlite:///{db}', study='other', "
-         f"artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}).open()\n"],
-        env=ENV, capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0 and db.is_file(), made.stderr[-2000:]
+    make_other_store(db, tmp_path / "a")
     res = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot remount a tmpfs read-only here: {res.stderr.strip()}")
@@ -359,12 +365,7 @@ def test_a_store_of_another_mlflows_schema_is_one_line_and_left_as_it_was(tmp_pa
     do. MLflow alone ended in a 30-line traceback advising `mlflow db upgrade`, which cannot
     work on a newer store."""
     db = tmp_path / "store.db"
-    made = subprocess.run(
-        [sys.executable, "-c", "from record.writer import RecordWriter\n"
-         f"RecordWriter(tracking_uri='sqlite:///{db}', study='other', "
-         f"artifact_location={(tmp_path / 'a').as_uri()!r}, parent_tags={{}}).open()\n"],
-        env=ENV, capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0 and db.is_file(), made.stderr[-2000:]
+    make_other_store(db, tmp_path / "a")
     con = sqlite3.connect(db)
     with con:
         con.execute("UPDATE alembic_version SET version_num = '0123456789ab'")
