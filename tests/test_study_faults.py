@@ -1263,9 +1263,11 @@ def test_signals_in_the_first_seconds_and_a_double_ctrl_c_stop_cleanly(tmp_path:
     ray.init) gave a traceback, a Ray C++ abort (-6) or was swallowed; a double Ctrl-C left Ray
     agents behind. Each now exits 130 without a traceback, no process of the driver's session
     outlives it, and the study resumes to the end."""
-    spec = write_spec(tmp_path, "early", overrides={**TINY, "task.train_size": 160, "optim.epochs": 30})
+    # The early cases resume one study whose trial cannot finish in their few seconds of training
+    # (30 epochs did, summed over the four cases, on CI's faster CPU on 2026-11-29); the double
+    # Ctrl-C then starts its own 30-epoch study, so it is certain to find a trial to stop.
+    spec = write_spec(tmp_path, "early", overrides={**TINY, "task.train_size": 160, "optim.epochs": 1000})
     root = tmp_path / "s"
-    study = root / "early-smoke"
     # Seconds after the driver holds SIGINT/SIGTERM (a signal before that is the interpreter's
     # default: the start-up of `python -m` itself, which takes from 0.1 s to several under load):
     # at once (the imports), then through the store, ray.init and the first trial's start.
@@ -1284,9 +1286,9 @@ def test_signals_in_the_first_seconds_and_a_double_ctrl_c_stop_cleanly(tmp_path:
         wait_for(lambda: not _session_leftovers(d.pid), 60, f"no process left by driver {d.pid}")
 
     # Twice during training: stop at once, nothing left behind. "Training" is a checkpoint this
-    # driver's trial wrote: a case above may have trained past epoch 2 already (the 9 s one did
-    # on a faster CPU, 2026-11-29), and the old checkpoint let the Ctrl-C land while this
-    # driver was still starting.
+    # driver's trial wrote (a Ctrl-C before it would land while the driver is still starting).
+    spec = write_spec(tmp_path, "double", overrides={**TINY, "task.train_size": 160, "optim.epochs": 30})
+    study = root / "double-smoke"
     log = tmp_path / "double.log"
     t0 = time.time()
     d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
