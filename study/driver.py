@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from contextlib import nullcontext
@@ -26,6 +27,10 @@ from study.folder import StudyError
 from study.status import pid_alive
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Tries to start a private local Ray when its GCS fails to start: two Rays starting at once on one
+#: host (a study beside a test run) can pick the same free port, and the second's GCS then fails
+#: ("Failed to start GCS"); a second try picks other ports. Any other start failure is not retried.
+GCS_START_ATTEMPTS = 2
 
 
 class StudyLock:
@@ -222,23 +227,29 @@ def init_ray(address: str | None = None, resume: str = "",
                 ray.init(address=address, log_to_driver=False, configure_logging=False,
                          runtime_env=runtime_env)
                 return RayStart(started=True)
-            try:
-                context = ray.init(
-                    address="local",
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
-            except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
-                if ray.is_initialized():
-                    ray.shutdown()
-                cause = (str(exc).strip().splitlines() or [""])[0]
-                raise StudyError(
-                    f"a private local Ray did not start ({type(exc).__name__}: {cause}); nothing ran. Check "
-                    f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
-                    f"moves it){f', then {resume}' if resume else ''}"
-                ) from None
-            return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+            for attempt in range(GCS_START_ATTEMPTS):
+                try:
+                    context = ray.init(
+                        address="local",
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=False,
+                    )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+                    return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+                except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
+                    if ray.is_initialized():
+                        ray.shutdown()
+                    cause = (str(exc).strip().splitlines() or [""])[0]
+                    if "GCS" in cause and attempt + 1 < GCS_START_ATTEMPTS:
+                        print(f"[study] a private local Ray did not start ({cause}): starting it again on "
+                              "fresh ports", file=sys.stderr, flush=True)
+                        continue
+                    raise StudyError(
+                        f"a private local Ray did not start ({type(exc).__name__}: {cause}); nothing ran. Check "
+                        f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
+                        f"moves it){f', then {resume}' if resume else ''}"
+                    ) from None
+            raise AssertionError("unreachable: the last attempt returns or raises")
     finally:
         os.chdir(cwd)
         if callable(ours):
