@@ -246,13 +246,15 @@ ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each 
 PLUGIN_HELP = ("import this plugin module first, on the driver and in every trial: attenders, "
                "tasks, variants (repeatable; installed plugins load on their own)")
 TRAIN_PATH_HELP = ("how each run's training step runs: eager; for the seq2seq models compiled "
-                   "(torch.compile with C++ kernels: about 1.9x faster per CPU epoch, equal to eager "
-                   "within rounding, a one-time compile per batch shape; needs g++; with "
+                   "(torch.compile with C++ kernels: 1.5-2x faster per CPU epoch, equal to eager "
+                   "within rounding, one compile per run shape, shared by a study's trials on a "
+                   "machine; needs g++; with "
                    "optim.train_step graphed it compiles the graphed step, 1.45-1.6x on a CPU, "
                    "inside the CUDA graph on a GPU, unmeasured there); for Raffel & "
                    "Ellis's regressors fused (the attention pooling in cache-sized chunks: 2-3x "
                    "faster on a CPU, closer to float64 than eager). Not part of any run's identity, "
-                   "saved for the study's resumes (default: the study's choice, else eager)")
+                   "saved for the study's resumes (default: the study's choice; a new study takes "
+                   "compiled where it costs less even compiling cold, and says so, else eager)")
 TIME_LIMIT_HELP = ("stop gracefully before this much wall time (9m, 1h30m, 600, SLURM's HH:MM:SS): "
                    "finished epochs are kept, the resume command is printed, exit status 75")
 #: The ``reports`` command's console-script entry point. ``study report`` is ``reports build``

@@ -21,6 +21,7 @@ from record.layout import StudyPaths, study_paths
 from record.store import is_server, redact, split_credentials, sqlite_path
 from study import slices
 from study.cost import study_eta
+from study.cost.paths import choose_train_path  # a new study's train path when none is given
 from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
                           limit_text, quiet_tune, stop_ray)
 from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
@@ -111,7 +112,9 @@ def launch(
     unless ``allow_dirty``, as for the package's own uncommitted code.
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
     ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
-    None keeps the study's saved choice (eager for a new study).
+    None keeps the study's saved choice; a new study then takes the one
+    :func:`study.cost.paths.choose_train_path` picks (compiled where it pays, else eager) and
+    says so.
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
@@ -134,8 +137,9 @@ def launch(
     paths = new_study_paths(root, name, where)
     tracking_uri = take_credentials(tracking_uri, out)
     check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
+    train_path, chosen = _new_study_train_path(spec, paths, name, train_path, dry_run, out)
     if dry_run:
-        return dry_run_plan(spec, name, paths, max_concurrent, train_path, out)
+        return dry_run_plan(spec, name, paths, max_concurrent, train_path, out, chosen)
     prepare_launch(spec, spec_path, name, paths, max_concurrent=max_concurrent, yes=yes,
                    allow_dirty=allow_dirty, out=out)
     lock = StudyLock(paths, out).acquire()
@@ -155,13 +159,29 @@ def launch(
         lock.release()
 
 
+def _new_study_train_path(spec: StudySpec, paths: StudyPaths, name: str, train_path: str | None,
+                          dry_run: bool, out: TextIO) -> tuple[str | None, str]:
+    """(the launch's train path, the dry run's ``path`` line or ""): for a new study launched
+    without ``--train-path``, :func:`study.cost.paths.choose_train_path`'s pick, said on ``out``
+    unless a dry run (whose plan prints the line); else ``train_path`` as given."""
+    if train_path is not None or paths.meta.is_file():
+        return train_path, ""
+    choice = choose_train_path(spec)
+    if choice.why and not dry_run:
+        print(f"[study {name}] train path {choice.why}", file=out)
+    return (None if choice.path == DEFAULT_TRAIN_PATH else choice.path), (f"path     {choice.why}" if choice.why else "")
+
+
 def dry_run_plan(spec: StudySpec, name: str, paths: StudyPaths, max_concurrent: int | None,
-                 train_path: str | None, out: TextIO) -> dict[str, Any]:
-    """``study launch --dry-run``: print the plan, its size warnings, data problems and disk line
-    to ``out``; return its summary (``dry_run`` true). Writes nothing."""
+                 train_path: str | None, out: TextIO, chosen: str = "") -> dict[str, Any]:
+    """``study launch --dry-run``: print the plan (``chosen``: the line of the train path the
+    launcher picked, if any), its size warnings, data problems and disk line to ``out``; return
+    its summary (``dry_run`` true). Writes nothing."""
     big = size_warnings(spec)
     print(f"study    {name} -> {paths.dir}", file=out)
     print(spec.plan(max_concurrent, train_path), file=out)
+    if chosen:
+        print(chosen, file=out)
     for warning in big:
         print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
     problems = check_task_data(spec)

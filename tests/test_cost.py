@@ -101,13 +101,22 @@ def test_a_train_path_is_priced_by_its_own_rows_else_by_eager_ones_and_says_so(t
     assert how == "task" and r.path == "fused" and r.train == pytest.approx(0.004)
     assert run_cost(mean_run, cal).epoch == pytest.approx(run_cost(fused_run, cal).epoch)
     # a path the table has no row of for this task or family: the eager rows, and an ASSUMED line
-    compiled = replace(cfg("copy", "onestep", **{"optim.epochs": 1}), train_path="compiled")
+    compiled = replace(cfg("copy", "mono", **{"optim.epochs": 1}), train_path="compiled")
     rc = run_cost(compiled, cal)
-    eager = run_cost(cfg("copy", "onestep", **{"optim.epochs": 1}), cal)
+    eager = run_cost(cfg("copy", "mono", **{"optim.epochs": 1}), cal)
     assert rc.how == "measured" and rc.epoch == pytest.approx(eager.epoch)
     assert rc.assumed.startswith("--train-path compiled priced at eager rates (no compiled row for task copy); "
                                  "--train-path compiled: +")
     assert rc.startup == pytest.approx(eager.startup + runcost.COMPILE_LOAD_CPU_SECONDS)  # its graph's load
+    # ... unless whole runs of its task's shapes and its graph were measured: eager's rows times the
+    # measured compiled/eager epoch ratio (study.cost.run.COMPILED_WHOLE_RUNS)
+    onestep = replace(cfg("reverse_copy", "onestep_no_step2", **{"optim.epochs": 1}), train_path="compiled")
+    ratio = runcost.compiled_whole_run(onestep).epoch_ratio  # Copy's, at the largest size measured
+    assert ratio == max(r.epoch_ratio for r in runcost.COMPILED_WHOLE_RUNS[("copy", "onestep")]
+                        if r.train_size == max(x.train_size for x in runcost.COMPILED_WHOLE_RUNS[("copy", "onestep")]))
+    eager = run_cost(cfg("reverse_copy", "onestep_no_step2", **{"optim.epochs": 1}), cal)
+    assert run_cost(onestep, cal).epoch == pytest.approx(eager.epoch * ratio)
+    assert "times the compiled/eager epoch ratio" in run_cost(onestep, cal).assumed
     # another task of a family with fused rows: eager rows too (a path's gain depends on the lengths)
     var = replace(cfg("raffel_add", "ffattn", **{"task.variable_length": True, "optim.epochs": 1}), train_path="fused")
     assert cal.priced_path("cpu", "raffel_add@variable", "feedforward", "fused") == "eager"

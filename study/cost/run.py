@@ -27,6 +27,57 @@ SAMPLE_EXAMPLES = 20_000
 COMPILE_LOAD_CPU_SECONDS = 8.0
 COMPILE_COLD_CPU_SECONDS = 142.0
 
+#: Tasks priced by one task measured in :data:`COMPILED_WHOLE_RUNS`: the reverse variants draw the
+#: same lengths as their base task; the inverse ReCopy tasks swap source and target lengths, and
+#: are assumed (not measured) to cost as ReCopy does.
+COMPILED_TASK_SHAPES = {
+    "copy": "copy", "reverse_copy": "copy",
+    "lookup": "lookup", "reverse_lookup": "lookup",
+    "recopy": "recopy", "reverse_recopy": "recopy", "inv_recopy": "recopy", "inv_reverse_recopy": "recopy",
+}
+#: Variants whose compiled graph is a variant's measured in :data:`COMPILED_WHOLE_RUNS`:
+#: OneStepAttn's ablation switches keep every operation and shape (they gate values).
+COMPILED_VARIANT_GRAPHS = {"onestep": "onestep", "onestep_no_step2": "onestep",
+                           "onestep_no_step3": "onestep", "onestep_no_sigmoid": "onestep"}
+
+
+@dataclass(frozen=True)
+class CompiledRun:
+    """Whole-run costs of ``train_path: compiled`` against eager, one thread on a CPU, measured
+    at one data size."""
+
+    train_size: int
+    """Training examples per epoch it was measured at (dev and test a fifth of it or more)."""
+    cold_extra: float
+    """CPU seconds a run that compiles cold adds to eager's fixed cost (start-up and test)."""
+    epoch_ratio: float
+    """The compiled marginal epoch's CPU seconds over eager's (below 1: compiled is faster)."""
+
+
+#: Measured by ``benchmarks/bench_whole_run.py`` (docs/performance.md §4f gives the commands,
+#: the machine, its load and every contender's numbers), keyed by (:data:`COMPILED_TASK_SHAPES`
+#: value, :data:`COMPILED_VARIANT_GRAPHS` value), one entry per train size measured: of several
+#: runs at one size, the least favourable to compiled. The gain depends on the size and the task:
+#: Copy at 2,000 examples gained nothing per epoch on a quiet machine.
+COMPILED_WHOLE_RUNS: dict[tuple[str, str], tuple[CompiledRun, ...]] = {
+    ("copy", "onestep"): (CompiledRun(train_size=2000, cold_extra=141.6, epoch_ratio=0.99),
+                          CompiledRun(train_size=10000, cold_extra=143.3, epoch_ratio=0.75)),
+    ("lookup", "onestep"): (CompiledRun(train_size=2000, cold_extra=102.0, epoch_ratio=0.49),
+                            CompiledRun(train_size=10000, cold_extra=106.7, epoch_ratio=0.35)),
+    ("recopy", "onestep"): (CompiledRun(train_size=2000, cold_extra=233.1, epoch_ratio=0.30),
+                            CompiledRun(train_size=10000, cold_extra=278.9, epoch_ratio=0.61)),
+}
+
+
+def compiled_whole_run(cfg: Any) -> CompiledRun | None:
+    """The measured :class:`CompiledRun` of a resolved ``RunConfig``'s task and variant at the
+    largest size measured that its training split reaches, or None (not measured, or smaller
+    than every size measured)."""
+    key = (COMPILED_TASK_SHAPES.get(cfg.task.name), COMPILED_VARIANT_GRAPHS.get(cfg.variant))
+    fits = [r for r in COMPILED_WHOLE_RUNS.get(key, ()) if r.train_size <= cfg.task.train_size]  # type: ignore[arg-type]
+    return max(fits, key=lambda r: r.train_size) if fits else None
+
+
 def variant_family(model: Any) -> str:
     """A model config's cost family: the attention family, ``+mix`` for mixed location
     attention, prefixed by the encoder when it is not the default BiGRU (``gru_residual/content``)."""
@@ -155,16 +206,22 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
         per_epoch = (cfg.task.train_size + cfg.task.dev_size) / 1000.0 * flat_seconds_per_1k_examples
         return RunCost(startup=0.0, epoch=per_epoch, epochs=cfg.optim.epochs, test=0.0, how="flat",
                        assumed=shape.assumed)
-    startup = rate.startup
+    startup, epoch = rate.startup, shape.train * rate.train + shape.dev * rate.dev
     if path == "compiled" and device == "cpu":  # its graph: loaded from the study's shared cache
         startup += COMPILE_LOAD_CPU_SECONDS
+        measured = compiled_whole_run(cfg) if rate.path != path else None
+        if measured is not None:  # eager's rows, scaled by the whole runs measured
+            epoch *= measured.epoch_ratio
+            shape = replace(shape, assumed=shape.assumed.replace(
+                f"--train-path {path} priced at eager rates (no {path} row for task {task})",
+                f"--train-path {path}: epochs priced at eager rates times the compiled/eager epoch ratio "
+                "of whole runs measured on the task's shapes (COMPILED_WHOLE_RUNS, study/cost/run.py)"))
         shape = replace(shape, assumed="; ".join(filter(None, [shape.assumed, (
             f"--train-path compiled: +{COMPILE_LOAD_CPU_SECONDS:.0f} s per run to load its graph from the "
             f"study's inductor cache; the first run of a shape compiles it (~{COMPILE_COLD_CPU_SECONDS:.0f} "
             f"CPU-s for Copy, not priced)")])))
-    return RunCost(startup=startup, epoch=shape.train * rate.train + shape.dev * rate.dev,
-                   epochs=cfg.optim.epochs, test=shape.test * rate.test, how=how,
-                   assumed=shape.assumed)
+    return RunCost(startup=startup, epoch=epoch, epochs=cfg.optim.epochs, test=shape.test * rate.test,
+                   how=how, assumed=shape.assumed)
 
 
 # ---------------------------------------------------------------------------- a study
