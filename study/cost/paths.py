@@ -3,7 +3,7 @@
 A compiled run (``train_path: compiled``) pays a fixed cost, its compile, and then trains each
 epoch faster than eager. :data:`study.cost.run.COMPILED_WHOLE_RUNS` holds what whole
 ``locattn train`` processes measured for a task and variant at one or more training sizes
-(``benchmarks/bench_whole_run.py``, docs/performance.md §4f): the CPU seconds a cold compile
+(``benchmarks/bench_whole_run.py``, docs/performance.md §4g): the CPU seconds a cold compile
 adds to eager's fixed cost, and the compiled epoch's CPU seconds over eager's. A cell takes the
 measurement at the largest size its training split reaches, and breaks even after
 
@@ -86,7 +86,7 @@ def choose_train_path(spec: Any, cal: Calibration | None = None, compiler: str |
         return PathChoice(DEFAULT_TRAIN_PATH, f"eager: {pays}, and a run here may stop after {fewest} "
                                               "(its budget or early stopping's earliest stop; study/cost/paths.py)")
     why = (f"every run trains at least {fewest} epochs (its budget or early stopping's earliest stop); "
-           f"{pays} (study/cost/paths.py, docs/performance.md §4f)")
+           f"{pays} (study/cost/paths.py, docs/performance.md §4g)")
     compiler = shutil.which("g++") if compiler == "auto" else compiler
     if compiler is None:
         return PathChoice(DEFAULT_TRAIN_PATH, f"eager: compiled would cost less ({why}), but no C++ "

@@ -54,7 +54,7 @@ class CompiledRun:
     """The compiled marginal epoch's CPU seconds over eager's (below 1: compiled is faster)."""
 
 
-#: Measured by ``benchmarks/bench_whole_run.py`` (docs/performance.md §4f gives the commands,
+#: Measured by ``benchmarks/bench_whole_run.py`` (docs/performance.md §4g gives the commands,
 #: the machine, its load and every contender's numbers), keyed by (:data:`COMPILED_TASK_SHAPES`
 #: value, :data:`COMPILED_VARIANT_GRAPHS` value), one entry per train size measured: of several
 #: runs at one size, the least favourable to compiled. The gain depends on the size and the task:
