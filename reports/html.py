@@ -15,6 +15,7 @@ static, self-contained HTML page, ``<out>/report.html``.
 
 from __future__ import annotations
 
+import shlex
 from html import escape
 from pathlib import Path
 from typing import Callable
@@ -47,15 +48,24 @@ td.missing { color: #999; }
 """
 
 
-def runs_filter(cell: str) -> str:
-    """The MLflow search filter of a cell's trial runs (``tags.locattn.cell = '...'``)."""
-    return f"tags.{schema.CELL} = '{cell}' and tags.{schema.ROLE} = '{schema.ROLE_TRIAL}'"
+def runs_filter(cell: str) -> str | None:
+    """The MLflow search filter of a cell's trial runs (``tags.locattn.cell = '...'``; a cell id
+    that holds a ``'`` is put in double quotes); None for an id holding both kinds of quote, which
+    MLflow's filter syntax cannot state."""
+    if "'" in cell and '"' in cell:
+        return None
+    value = f'"{cell}"' if "'" in cell else f"'{cell}'"
+    return f"tags.{schema.CELL} = {value} and tags.{schema.ROLE} = '{schema.ROLE_TRIAL}'"
 
 
-def cell_url(ui: str, experiment: str, cell: str) -> str:
+def cell_url(ui: str, experiment: str, cell: str) -> str | None:
     """URL of a cell's trial runs in the MLflow UI (3.x) at ``ui``: the experiment's runs page
-    searched by :func:`runs_filter`, sorted by run name (the seeds in order)."""
-    query = (f"searchFilter={quote(runs_filter(cell), safe='')}"
+    searched by :func:`runs_filter`, sorted by run name (the seeds in order); None (no link, not
+    a wrong one) when no filter can name the cell."""
+    search = runs_filter(cell)
+    if search is None:
+        return None
+    query = (f"searchFilter={quote(search, safe='')}"
              f"&orderByKey={quote('attributes.run_name')}&orderByAsc=true")
     return f"{ui.rstrip('/')}/#/experiments/{quote(experiment)}/runs?{query}"
 
@@ -131,8 +141,9 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     grid = grid_layout(summaries, keys, labels) or summary_grid(summaries, keys)
     exp = experiment_id(built.runset.source, built.runset.study)
     if exp is not None:
-        where = (f"Each cell links to its runs in the MLflow UI at {ui} "
-                 f"('study ui {built.runset.study}' serves it there by default).")
+        serve = (f"'study ui {shlex.quote(str(source))}' serves it there by default" if Path(source).is_dir()
+                 else "an 'mlflow server' on the store serves it")
+        where = f"Each cell links to its runs in the MLflow UI at {ui} ({serve})."
         page = render_html(grid, built.provenance, solved, lambda s: cell_url(ui, exp, s.cell), where)
     else:
         where = (f"The cells are not linked: this store's experiment id is not read here; in the "

@@ -105,12 +105,24 @@ def test_a_filter_value_is_quoted_into_the_url_and_escaped_in_the_attribute() ->
         runs_filter("task=copy,variant=a&b")
 
 
+def test_a_cell_id_with_a_quote_gets_a_filter_mlflow_parses_to_that_id_or_no_link() -> None:
+    from mlflow.utils.search_utils import SearchUtils
+
+    for cell in ("task=copy,variant=it's", 'task=copy,note="x"', "task=copy,variant=onestep"):
+        parsed = SearchUtils.parse_search_filter(runs_filter(cell))
+        assert [(c["key"], c["value"]) for c in parsed] == [("locattn.cell", cell), ("locattn.role", "trial")]
+    both = "task=copy,note=\"it's\""
+    assert runs_filter(both) is None and cell_url("http://127.0.0.1:5000", "7", both) is None
+
+
 def test_reports_build_html_writes_the_page_beside_the_tables(tmp_path: Path, capsys) -> None:
     d = _store(tmp_path)
     assert reports_main(["build", str(d), "--format", "md", "--html", "--out", str(tmp_path / "r")]) == 0
     printed = capsys.readouterr().out.split()
     assert str(tmp_path / "r" / HTML_FILE) in printed and str(tmp_path / "r" / "summary.md") in printed
-    assert "http://127.0.0.1:5000/#/experiments/1/runs?" in (tmp_path / "r" / HTML_FILE).read_text()
+    page = (tmp_path / "r" / HTML_FILE).read_text()
+    assert "http://127.0.0.1:5000/#/experiments/1/runs?" in page
+    assert f"&#x27;study ui {d}&#x27; serves it there" in page  # the folder, wherever it lies (no --root to guess)
 
 
 @pytest.mark.parametrize("url", ["ftp://x", "not a url", "http://", "localhost:5000", "javascript:alert(1)",
