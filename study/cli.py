@@ -246,7 +246,8 @@ ALLOW_DIRTY_HELP = ("train from package code that differs from its commit: each 
 PLUGIN_HELP = ("import this plugin module first, on the driver and in every trial: attenders, "
                "tasks, variants (repeatable; installed plugins load on their own)")
 TRAIN_PATH_HELP = ("how each run's training step runs: eager; for the seq2seq models compiled "
-                   "(torch.compile with C++ kernels: 1.5-2x faster per CPU epoch, equal to eager "
+                   "(torch.compile with C++ kernels: 1.3-2.8x faster per CPU epoch at the papers' "
+                   "data sizes, equal to eager "
                    "within rounding, one compile per run shape, shared by a study's trials on a "
                    "machine; needs g++; with "
                    "optim.train_step graphed it compiles the graphed step, 1.45-1.6x on a CPU, "

@@ -25,11 +25,37 @@ TABLE4 = ROOT / "ablations" / "rc_table4.yaml"
     (100, 50, 2, 52),   # the paper budget: best at epoch 1, then 51 counted epochs without a better one
     (10, 5, 2, 7),      # the quick profile
     (3, 50, 2, 3),      # the budget first
-    (100, 50, 1, 51),   # every epoch counts
+    (100, 50, 1, 52),   # epoch 1 is always a new best, so counting it changes nothing
+    (100, 0, 1, 2),
+    (100, 3, 10, 13),   # nothing counts before epoch 10
 ])
-def test_fewest_epochs_is_the_budget_or_early_stoppings_earliest_stop(epochs, patience, schedule_from, fewest):
+def test_fewest_epochs_is_the_budget_or_early_stoppings_earliest_stop(epochs, patience, schedule_from, fewest,
+                                                                       tmp_path):
     optim = replace(OptimConfig(), epochs=epochs, patience=patience, schedule_from_epoch=schedule_from)
     assert fewest_epochs(optim) == fewest
+    # ... and a run whose dev score gets worse after epoch 1 stops exactly there
+    cfg = make_run_config(task="copy", variant="onestep", overrides={
+        "optim.epochs": epochs, "optim.patience": patience, "optim.schedule_from_epoch": schedule_from,
+        "task.train_size": 8, "task.dev_size": 4, "task.test_size": 4, "task.test_lengths": [5]})
+    assert _epochs_until_stop(cfg, tmp_path) == fewest
+
+
+def _epochs_until_stop(cfg, out: Path) -> int:
+    """Epochs the trainer's own bookkeeping (``Seq2SeqRun.end_epoch``: scheduler, best model,
+    early stopping) runs when every dev score after the first is worse than the first."""
+    from locattn.tasks import load_task
+    from locattn.training.evaluate import DevScores
+    from locattn.training.seq2seq import Seq2SeqRun
+
+    class Quiet:
+        def on_epoch(self, *args) -> None:
+            pass
+
+    run = Seq2SeqRun(cfg, load_task(cfg.task, cache_dir=str(out / "data")), out)
+    while run.stop_reason is None:
+        run.epoch += 1
+        run.end_epoch(0.0, 0.0, Quiet(), dev=DevScores(loss=float(run.epoch), acc=1.0 / run.epoch))
+    return run.epoch
 
 
 def test_break_even_follows_the_cells_data_size():
@@ -67,18 +93,48 @@ def test_gpu_trials_and_unmeasured_cells_stay_eager():
     assert choose_train_path(table2, compiler="/usr/bin/g++").path == "eager"
 
 
-def test_a_cell_takes_the_measurement_at_the_largest_size_it_reaches():
-    sizes = sorted(r.train_size for r in COMPILED_WHOLE_RUNS[("copy", "onestep")])
-    assert len(sizes) >= 2
-    for size in sizes:
-        at = compiled_whole_run(make_run_config(task="reverse_copy", variant="onestep_no_sigmoid",
-                                                overrides={"task.train_size": size + 1}))
-        assert at.train_size == size
-    smaller = make_run_config(task="copy", variant="onestep", overrides={"task.train_size": sizes[0] - 1})
-    assert compiled_whole_run(smaller) is None  # below every size measured: no claim
-    for key, rows in COMPILED_WHOLE_RUNS.items():
-        for measured in rows:
+def test_a_cell_takes_the_measurement_of_its_size_and_the_less_favourable_between_sizes():
+    rows = sorted(COMPILED_WHOLE_RUNS[("recopy", "onestep")], key=lambda r: r.train_size)
+    small, big = rows[0], rows[-1]
+    assert small.epoch_ratio != big.epoch_ratio  # ReCopy's gain is not monotone in the size
+
+    def at(size: int, **more):
+        return compiled_whole_run(make_run_config(task="inv_reverse_recopy", variant="onestep_no_step3",
+                                                  overrides={"task.train_size": size, **more}))
+
+    assert at(small.train_size) == small and at(big.train_size) == big and at(big.train_size * 2) == big
+    between = at((small.train_size + big.train_size) // 2)
+    assert between.epoch_ratio == max(small.epoch_ratio, big.epoch_ratio)
+    assert between.cold_extra == max(small.cold_extra, big.cold_extra)
+    assert at(small.train_size - 1) is None  # below every size measured: no claim
+    # batches other than those measured: no claim either
+    assert at(big.train_size, **{"model.hidden_size": 64}) is None
+    assert at(big.train_size, **{"optim.batch_size": 64}) is None
+    assert at(big.train_size, **{"task.train_lengths": [3, 9]}) is None
+    assert at(big.train_size, **{"task.test_lengths": [15]}) == big  # the test splits are a fixed cost
+    # Lookup's split is 9,081 examples whatever train_size says: one row for every size
+    assert compiled_whole_run(make_run_config(task="lookup", variant="onestep",
+                                              overrides={"task.train_size": 2000})) is not None
+    for key, measured_rows in COMPILED_WHOLE_RUNS.items():
+        for measured in measured_rows:
             assert 0.0 < measured.epoch_ratio <= 1.0 and measured.cold_extra > 0.0, key
+
+
+def test_the_path_line_never_contradicts_itself():
+    """n* is rounded up before it is compared and printed: Lookup alone at the paper's size with a
+    patience that makes the fewest epochs land next to its break-even."""
+    spec = load_spec(TABLE4, profile="paper", only={"task": ["lookup"]})
+    choice = choose_train_path(spec, compiler="/usr/bin/g++")
+    needed = int(choice.why.split("from ")[1].split(" epochs")[0].replace(",", ""))
+    for patience in range(needed - 4, needed + 2):
+        spec = load_spec(TABLE4, profile="paper", only={"task": ["lookup"]})
+        spec = replace(spec, cells=tuple(replace(c, overrides={**c.overrides, "optim.patience": patience})
+                                         for c in spec.cells))
+        choice = choose_train_path(spec, compiler="/usr/bin/g++")
+        fewest = patience + 2
+        assert (choice.path == "compiled") == (fewest >= needed), (patience, choice)
+        if choice.path == "eager":
+            assert f"may stop after {fewest}" in choice.why and f"from {needed} epochs" in choice.why
 
 
 def test_dry_run_prints_the_choice_and_prices_compiled_cheaper(tmp_path):

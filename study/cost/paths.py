@@ -11,12 +11,14 @@ measurement at the largest size its training split reaches, and breaks even afte
 
 epochs of a single run that compiles cold, with the eager epoch priced by the cost model at the
 cell's own data size (:func:`study.cost.run.run_cost`). The launcher picks ``compiled`` for a new
-study when every cell's run trains at least n* epochs even if it stops at its earliest: the
-budget's ``optim.epochs``, or early stopping after ``optim.patience`` epochs without a better dev
-score (:func:`fewest_epochs`). That is conservative twice over: a study's trials on one machine
+study when the fewest epochs any of its runs can train reach the largest n* of its cells (n*
+rounded up): a run stops at the budget's ``optim.epochs`` or, at its earliest, when early stopping
+ends it (:func:`fewest_epochs`). That is conservative twice over: a study's trials on one machine
 share its inductor cache, so only the first run of a shape compiles, and runs that improve train
 longer. Eager otherwise, and always for GPU trials (their path is the graphed step), for specs
-with a cell not measured, and where no C++ compiler is found (inductor's CPU kernels need g++).
+with a cell not measured (another variant or task, or a model, batch size, teacher forcing or
+training lengths other than those measured: :func:`study.cost.run.compiled_whole_run`), and where
+no C++ compiler is found (inductor's CPU kernels need g++).
 
 The choice is saved in ``study.json`` like a chosen ``--train-path``, so resumes keep it; it is
 operational, never part of a run's identity. Standard library and ``locattn`` only.
@@ -24,6 +26,7 @@ operational, never part of a run's identity. Standard library and ``locattn`` on
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,9 +47,10 @@ class PathChoice:
 
 def fewest_epochs(optim: Any) -> int:
     """The fewest epochs a run of ``optim`` (an ``OptimConfig``) trains: its budget, or early
-    stopping's earliest stop (the first epoch best, then ``patience`` + 1 epochs that count
-    without a better dev score, counting from ``schedule_from_epoch``)."""
-    earliest = optim.patience + max(1, optim.schedule_from_epoch)
+    stopping's earliest stop. Epoch 1 is always a new best (nothing came before it); then
+    ``patience`` + 1 epochs that count (from epoch 2, or ``schedule_from_epoch`` if later) without
+    a better dev score stop the run (``locattn.training.seq2seq``)."""
+    earliest = optim.patience + max(2, optim.schedule_from_epoch)
     return max(1, min(optim.epochs, earliest))
 
 
@@ -81,7 +85,8 @@ def choose_train_path(spec: Any, cal: Calibration | None = None, compiler: str |
         needed = max(needed, n_star)
     if fewest is None:
         return eager
-    pays = f"compiling cold costs less than eager from {needed:,.0f} epochs of one run"
+    needed = math.ceil(needed)
+    pays = f"compiling cold costs less than eager from {needed:,} epochs of one run"
     if fewest < needed:
         return PathChoice(DEFAULT_TRAIN_PATH, f"eager: {pays}, and a run here may stop after {fewest} "
                                               "(its budget or early stopping's earliest stop; study/cost/paths.py)")
