@@ -227,7 +227,7 @@ def init_ray(address: str | None = None, resume: str = "",
                 ray.init(address=address, log_to_driver=False, configure_logging=False,
                          runtime_env=runtime_env)
                 return RayStart(started=True)
-            for attempt in range(GCS_START_ATTEMPTS):
+            for attempt in range(1, GCS_START_ATTEMPTS + 1):
                 try:
                     context = ray.init(
                         address="local",
@@ -235,12 +235,12 @@ def init_ray(address: str | None = None, resume: str = "",
                         log_to_driver=False,
                         configure_logging=False,
                     )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
-                    return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
+                    break
                 except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
                     if ray.is_initialized():
                         ray.shutdown()
                     cause = (str(exc).strip().splitlines() or [""])[0]
-                    if "GCS" in cause and attempt + 1 < GCS_START_ATTEMPTS:
+                    if "GCS" in cause and attempt < GCS_START_ATTEMPTS:
                         print(f"[study] a private local Ray did not start ({cause}): starting it again on "
                               "fresh ports", file=sys.stderr, flush=True)
                         continue
@@ -249,7 +249,7 @@ def init_ray(address: str | None = None, resume: str = "",
                         f"free disk and memory, the load, and Ray's temp directory ({_ray_temp_dir()}; RAY_TMPDIR "
                         f"moves it){f', then {resume}' if resume else ''}"
                     ) from None
-            raise AssertionError("unreachable: the last attempt returns or raises")
+            return RayStart(started=True, session_dir=context.address_info.get("session_dir"))
     finally:
         os.chdir(cwd)
         if callable(ours):

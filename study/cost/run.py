@@ -82,12 +82,11 @@ def compiled_whole_run(cfg: Any) -> CompiledRun | None:
     if not rows:
         return None
     base = make_run_config(task=cfg.task.name, variant=cfg.variant)
-    moved = {f: getattr(cfg.task, f) for f in _SIZE_FIELDS}
     if (cfg.model != base.model or replace(cfg.task, **{f: getattr(base.task, f) for f in _SIZE_FIELDS}) != base.task
             or (cfg.optim.batch_size, cfg.optim.teacher_forcing_ratio)
             != (base.optim.batch_size, base.optim.teacher_forcing_ratio)):
         return None
-    size = moved["train_size"]
+    size = cfg.task.train_size
     below = [r for r in rows if r.train_size <= size]
     above = [r for r in rows if r.train_size > size]
     if not below:
@@ -218,9 +217,14 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     shape = run_shape(cfg)
     task, family, path = cost_task(cfg.task), variant_family(cfg.model), cfg.train_path
     rate, how = cal.rate(device, task, family, pack, path)
+    # compiled on a CPU with no compiled row: eager's rows, times the epoch ratio of whole runs where measured
+    scaled = compiled_whole_run(cfg) if path == "compiled" and device == "cpu" and rate is not None \
+        and rate.path != path else None
     if rate is not None and rate.path != path:
-        shape = replace(shape, assumed="; ".join(filter(None, [
-            shape.assumed, f"--train-path {path} priced at eager rates (no {path} row for task {task})"])))
+        shape = replace(shape, assumed="; ".join(filter(None, [shape.assumed, (
+            f"--train-path {path}: epochs priced at eager rates times the compiled/eager epoch ratio of whole "
+            "runs measured on the task's shapes (COMPILED_WHOLE_RUNS, study/cost/run.py)" if scaled is not None
+            else f"--train-path {path} priced at eager rates (no {path} row for task {task})")])))
     if rate is None:
         if flat_seconds_per_1k_examples is None:
             return None
@@ -231,13 +235,8 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     startup, epoch = rate.startup, shape.train * rate.train + shape.dev * rate.dev
     if path == "compiled" and device == "cpu":  # its graph: loaded from the study's shared cache
         startup += COMPILE_LOAD_CPU_SECONDS
-        measured = compiled_whole_run(cfg) if rate.path != path else None
-        if measured is not None:  # eager's rows, scaled by the whole runs measured
-            epoch *= measured.epoch_ratio
-            shape = replace(shape, assumed=shape.assumed.replace(
-                f"--train-path {path} priced at eager rates (no {path} row for task {task})",
-                f"--train-path {path}: epochs priced at eager rates times the compiled/eager epoch ratio "
-                "of whole runs measured on the task's shapes (COMPILED_WHOLE_RUNS, study/cost/run.py)"))
+        if scaled is not None:
+            epoch *= scaled.epoch_ratio
         shape = replace(shape, assumed="; ".join(filter(None, [shape.assumed, (
             f"--train-path compiled: +{COMPILE_LOAD_CPU_SECONDS:.0f} s per run to load its graph from the "
             f"study's inductor cache; the first run of a shape compiles it (~{COMPILE_COLD_CPU_SECONDS:.0f} "
