@@ -90,6 +90,15 @@ class Cell:
     """Non-zero paired differences the test used."""
     tie: bool = False
     """Not significantly different from the best (a testable pair with Holm p >= alpha)."""
+    seed_records: tuple[tuple[int, str], ...] = ()
+    """(seed, record) for each seed of ``seeds``, sorted: the record (study) its run was read from
+    (``reports.build.collect``, which reads one or several records, fills it; a seed of a column
+    over several tasks whose runs sit in several records appears once per record)."""
+
+    @property
+    def records(self) -> tuple[str, ...]:
+        """The records the cell's seeds came from, sorted."""
+        return tuple(sorted({r for _, r in self.seed_records}))
 
     @property
     def n(self) -> int:
