@@ -131,6 +131,8 @@ def collect(
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
+    if named is not None:
+        refuse_tables_without_cells(trials, defs, name, runset)
     summary, summary_keys = None, ()
     # A study that names no paper table (a search, a one-off ablation) gets its per-cell summary.
     if want_summary or not ids:
@@ -147,6 +149,23 @@ def collect(
     unplaced = () if any(t in EXHIBITS for t in ids) else unplaced_cells(trials, defs)
     return Built(runset=runset, results=results, provenance=provenance(runset), summary=summary,
                  summary_keys=summary_keys, unplaced=unplaced)
+
+
+def refuse_tables_without_cells(trials: pl.DataFrame, defs: Sequence[TableDef], name: str,
+                                runset: RunSet) -> None:
+    """:class:`ReportsError` (one line) when a table asked for by name has no row and column
+    that a trial run of the study falls in: it would be a frame of dashes. Names the study's
+    cells and the tables it declares."""
+    ran = set(trials.select("task", "variant").iter_rows())
+    for t in defs:
+        if any((task, row) in ran for task in t.tasks for row in t.rows):
+            continue
+        cells = list(dict.fromkeys(c or f"task={k},variant={v}"
+                                   for k, v, c in trials.select("task", "variant", "cell").iter_rows()))
+        shown = "; ".join(cells[:4]) + (f"; and {len(cells) - 4} more" if len(cells) > 4 else "")
+        declared = ", ".join(tables_of_study(runset)) or "none"
+        raise ReportsError(f"table {t.id} has no cell of study {name!r} (its runs are of {shown}); "
+                           f"the study's tables: {declared}; --table {SUMMARY_ID} lists every cell")
 
 
 def unplaced_cells(trials: pl.DataFrame, defs: Sequence[TableDef]) -> tuple[str, ...]:
