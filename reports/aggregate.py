@@ -13,7 +13,10 @@ Per cell (row variant x column):
    accuracy, then the smallest hparams JSON. The caption says which rule was used.
 2. Per-seed values of the chosen group: ``test.<split>.<metric>`` (mean over the column's splits
    and tasks when it lists several; a seed counts only when every part is present).
-3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n.
+3. Statistics over seeds: median, mean, std (sample, ddof = 1), IQR, n, and a 95 % percentile
+   bootstrap interval of the median (:func:`reports.intervals.bootstrap_interval`: 10,000
+   resamples, seed 0). The solved rate and its interval are the renderers' (they depend on
+   ``--solved``; :func:`reports.intervals.solved_rate`).
 4. Completeness: finished seeds against ``locattn.n_seeds``; running and failed runs are not
    aggregated but counted.
    Non-finite values (NaN, ±inf: a diverged run) follow :mod:`record.summary`'s one rule: they
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from reports.intervals import bootstrap_interval
 from reports.store import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from record import schema
@@ -76,6 +80,11 @@ class Cell:
     std: float | None = None
     q25: float | None = None
     q75: float | None = None
+    ci_low: float | None = None
+    """Low end of the median's bootstrap interval over seeds (cell units; ``inf``: an epoch count
+    never reached), :func:`reports.intervals.bootstrap_interval`; None with fewer than 2 seeds."""
+    ci_high: float | None = None
+    """High end of that interval."""
     accuracy_median: float | None = None
     """Raffel & Ellis: median test accuracy (%) when the median seed never reached 100 %."""
     greyed: bool = False
@@ -127,10 +136,12 @@ class TableResult:
     n_testable: int = 0
     """Paired tests with enough non-zero differences to reach p < alpha."""
     warnings: tuple[tuple[str, str, str], ...] = ()
+    """Problems found in the data: (variant, column key, message)."""
     solved_at: float | None = None
     """Show per cell how many seeds reached this value (cell units, e.g. 90 for 90 % seqAcc) as
     ``(k/n)``; None shows no count. Applies to tables whose metric is higher-is-better."""
-    """Problems found in the data: (variant, column key, message)."""
+    ci: bool = False
+    """Markdown and LaTeX show each cell's interval (``--ci``); the CSV always carries it."""
     selection: str = "dev"
     """How hyperparameters were chosen per cell: ``dev`` (median dev score) or ``test`` (the
     test result, Raffel & Ellis's protocol)."""
@@ -222,7 +233,14 @@ def _stats(values: list[float]) -> dict[str, float | None]:
         "std": float(arr.std(ddof=1)) if arr.size > 1 else None,
         "q25": q25,
         "q75": q75,
+        **_median_interval(values),
     }
+
+
+def _median_interval(values: list[float]) -> dict[str, float | None]:
+    """``ci_low``, ``ci_high``: the median's bootstrap interval (None, None below 2 seeds)."""
+    ci = bootstrap_interval(values, "median")
+    return {"ci_low": None, "ci_high": None} if ci is None else {"ci_low": ci[0], "ci_high": ci[1]}
 
 
 @dataclass
@@ -534,7 +552,8 @@ def aggregate_cell(table: TableDef, col: Column, variant: str, us: list) -> Cell
         seeds = tuple((s, float(ep[s])) for s in shared)
         finite = all(math.isfinite(v) for _, v in seeds)
         st = _stats([v for _, v in seeds]) if finite else {
-            "median": med, "mean": None, "std": None, "q25": None, "q75": None}
+            "median": med, "mean": None, "std": None, "q25": None, "q75": None,
+            **_median_interval([v for _, v in seeds])}
         return Cell(**common, seeds=seeds, greyed=greyed,
                     accuracy_median=float(np.median(accs)) if accs else None, **st)
     seeds = tuple(

@@ -263,6 +263,7 @@ def build_reports(
     summary: list[str] | None = None,
     warnings: list[str] | None = None,
     standalone: bool = False,
+    ci: bool = False,
 ) -> list[Path]:
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
@@ -283,6 +284,8 @@ def build_reports(
     ``warnings``: a line naming the cells whose runs no written table shows is appended to it.
     ``standalone``: each ``.tex`` table is a document that compiles alone
     (:func:`reports.render.standalone_latex`) instead of a fragment to ``\\input``.
+    ``ci``: Markdown and LaTeX cells show their intervals (:mod:`reports.intervals`), as the CSV
+    always does.
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -290,6 +293,8 @@ def build_reports(
     if layout not in LAYOUTS:
         raise ReportsError(f"unknown compare layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     built = collect(source, study, tables, stat=stat, solved_at=solved_at)
+    if ci:
+        built = dataclasses.replace(built, results=[dataclasses.replace(r, ci=True) for r in built.results])
     if strict:
         gaps = [g for r in built.results for g in describe_gaps(r)]
         if gaps:

@@ -68,6 +68,9 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
     b.add_argument("--solved", type=float, nargs="?", const=90.0, default=None, metavar="PCT",
                    help="after each accuracy cell, (k/n): the seeds that reached PCT or more "
                         "(default 90), so a fragile median is visible")
+    b.add_argument("--ci", action="store_true",
+                   help="beside each Markdown and LaTeX cell, its 95 %% bootstrap interval (and "
+                        "with --solved the solved rate's exact interval); the CSV always has them")
     b.add_argument("--compare", action="store_true",
                    help="add the papers' published numbers and the differences (three tables)")
     b.add_argument("--side-by-side", action="store_true",
@@ -132,7 +135,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             compare=args.compare or args.side_by_side,
             layout="cells" if args.side_by_side else "tables", strict=args.strict,
             figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
-            standalone=args.standalone,
+            standalone=args.standalone, ci=args.ci,
         )
         if args.html is not None:
             paths.append(write_html(source, args.study, out, ui=args.html, solved_at=args.solved))

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from record.store import portable_uri
-from reports.aggregate import (ALPHA, MIN_TESTABLE_PAIRS, Cell, CellSummary, TableResult,
-                               hparam_summary)
+from reports.aggregate import (ALPHA, DEFAULT_SOLVED, MIN_TESTABLE_PAIRS, Cell, CellSummary,
+                               TableResult, hparam_summary)
+from reports.intervals import bootstrap_interval, method_sentence, solved_rate
 from reports.paper import PaperValue
 from reports.tables import SUMMARY_ID, Panel, TableDef
 
@@ -120,17 +121,70 @@ def cell_value_text(table: TableDef, stat: str, cell: Cell) -> str:
 def shows_solved(result: TableResult) -> bool:
     """Whether the table's cells carry (k/n) (:func:`solved_text`): ``--solved`` was asked for
     and the metric is an accuracy where higher is better."""
-    t = result.table
-    return result.solved_at is not None and t.direction == "max" and t.kind != "epochs_or_accuracy"
+    return result.solved_at is not None and solved_applies(result.table)
 
 
 def solved_text(result: TableResult, cell: Cell) -> str:
     """`` (k/n)``: seeds of the cell at or above ``result.solved_at``; empty when not asked for,
-    for lower-is-better metrics, and for empty cells."""
+    for lower-is-better metrics, and for empty cells. With ``result.ci``: `` (k/n, 7–65 %)``,
+    the rate's interval (:func:`cell_solved`)."""
     if not shows_solved(result) or cell.missing:
         return ""
     k = sum(1 for _, v in cell.seeds if v >= result.solved_at)
+    if result.ci:
+        s = cell_solved(result, cell)
+        return f" ({k}/{cell.n}, {100 * s.low:.0f}–{100 * s.high:.0f} %)"
     return f" ({k}/{cell.n})"
+
+
+def solved_applies(table: TableDef) -> bool:
+    """Whether a table's cells have a solved rate: an accuracy where higher is better."""
+    return table.direction == "max" and table.kind != "epochs_or_accuracy"
+
+
+def cell_solved(result: TableResult, cell: Cell):
+    """The cell's :class:`reports.intervals.Solved` at ``result.solved_at`` (else
+    :data:`reports.aggregate.DEFAULT_SOLVED`); None for an empty cell or a table without a
+    solved rate (:func:`solved_applies`)."""
+    if cell.missing or not solved_applies(result.table):
+        return None
+    at = DEFAULT_SOLVED if result.solved_at is None else result.solved_at
+    return solved_rate([v for _, v in cell.seeds], at)
+
+
+def interval_stat(result: TableResult) -> str:
+    """The statistic a table's intervals are of: ``mean`` for a ``mean`` or ``mean_std`` table
+    (SCAN, CFQ, the Dubois et al. tables), else ``median``."""
+    mean = result.stat in ("mean", "mean_std") and result.table.kind != "epochs_or_accuracy"
+    return "mean" if mean else "median"
+
+
+def cell_interval(result: TableResult, cell: Cell) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval of a cell's :func:`interval_stat` over its seeds: the
+    median's is the aggregate's (``Cell.ci_low``, ``ci_high``), the mean's is computed here
+    (:func:`reports.intervals.bootstrap_interval`); None for an empty cell or fewer than 2
+    seeds."""
+    if cell.missing:
+        return None
+    if interval_stat(result) == "mean":
+        return bootstrap_interval([v for _, v in cell.seeds], "mean")
+    return None if cell.ci_low is None else (cell.ci_low, cell.ci_high)
+
+
+def interval_text(result: TableResult, cell: Cell) -> str:
+    """`` [87.2, 100.0]``: the cell's interval (:func:`cell_interval`) with ``--ci``, else empty."""
+    shown = result.ci and result.stat != "n" and not cell.greyed  # not beside a count or an accuracy
+    ci = cell_interval(result, cell) if shown else None
+    if ci is None:
+        return ""
+    if result.table.kind == "epochs_or_accuracy":
+        return f" [{_epochs_or_inf(ci[0])}, {_epochs_or_inf(ci[1])}]"
+    d = result.table.decimals
+    return f" [{_num(ci[0], d)}, {_num(ci[1], d)}]"
+
+
+def _epochs_or_inf(v: float) -> str:
+    return "never" if math.isinf(v) else _epochs(v)
 
 
 def cell_marks(cell: Cell) -> str:
@@ -161,6 +215,8 @@ def caption_sentences(result: TableResult, label: Labeler) -> list[str]:
         s.append(f"Cells show {STAT_TEXT[result.stat]}.")
     if shows_solved(result):
         s.append(f"(k/n): of the n finished seeds, k reached {result.solved_at:g} or more.")
+    if result.ci:
+        s.append(method_sentence(solved=shows_solved(result), statistic=interval_stat(result)))
     if t.note:
         s.append(t.note)
     s.append(f"Bold: best in its column ({_direction_text(t)}); equal values at the shown "
@@ -269,7 +325,7 @@ def _ours_text(result: TableResult) -> Callable[[str, str], tuple[str, bool]]:
     def f(r: str, c: str) -> tuple[str, bool]:
         cell = result.cell(r, c)
         base = cell_value_text(result.table, result.stat, cell)
-        return base + cell_marks(cell) + solved_text(result, cell), cell.best
+        return base + cell_marks(cell) + interval_text(result, cell) + solved_text(result, cell), cell.best
 
     return f
 
@@ -541,7 +597,7 @@ def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
         result, label, caption, t.id, _ours_text(result),
         lambda r, c: result.cell(r, c).greyed, notes(result, label), short=t.title,
         tail=_paper_tail(t, paper) if side else None,
-        wide_cells=side or shows_solved(result),
+        wide_cells=side or shows_solved(result) or result.ci,
     )
     if paper is not None and not side:
         out.append("")
@@ -563,10 +619,15 @@ def render_latex(result: TableResult, provenance: Provenance, label: Labeler,
 
 CSV_FIELDS = (
     "table", "row", "row_label", "column", "group", "column_label", "tasks", "splits", "stat",
-    "text", "median", "mean", "std", "q25", "q75", "n", "n_expected", "n_running", "n_failed",
-    "n_missing_metric", "complete", "best", "tie", "p_value", "p_holm", "n_pairs", "greyed",
-    "accuracy_median", "hparams", "seeds",
+    "text", "median", "mean", "std", "q25", "q75", "ci_stat", "ci_low", "ci_high", "n", "n_expected",
+    "n_running", "n_failed", "n_missing_metric", "complete", "best", "tie", "p_value", "p_holm",
+    "n_pairs", "greyed", "accuracy_median", "solved_at", "solved_k", "solved_n", "solved_low",
+    "solved_high", "hparams", "seeds",
 )
+"""The CSV's columns. ``ci_low``, ``ci_high``: the 95 % bootstrap interval of the ``ci_stat``
+(``median``, or ``mean`` for a table of means; :func:`cell_interval`; empty below 2 seeds). ``solved_*``: of ``solved_n`` seeds,
+``solved_k`` reached ``solved_at`` (``--solved``, else 90), with the rate's Clopper-Pearson
+interval as fractions; empty for a table whose metric has no solved rate."""
 
 
 def _f(v: float | None) -> str:
@@ -575,6 +636,18 @@ def _f(v: float | None) -> str:
     if isinstance(v, float) and math.isinf(v):
         return "inf"
     return repr(round(float(v), 10))
+
+
+def _interval_fields(result: TableResult, cell: Cell) -> list:
+    """``ci_stat``, ``ci_low``, ``ci_high`` of one cell (:func:`cell_interval`)."""
+    ci = cell_interval(result, cell)
+    return [interval_stat(result), "", ""] if ci is None else [interval_stat(result), _f(ci[0]), _f(ci[1])]
+
+
+def _solved_fields(result: TableResult, cell: Cell) -> list:
+    """``solved_at``, ``solved_k``, ``solved_n``, ``solved_low``, ``solved_high`` of one cell."""
+    s = cell_solved(result, cell)
+    return ["", "", "", "", ""] if s is None else [_f(s.threshold), s.k, s.n, _f(s.low), _f(s.high)]
 
 
 def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
@@ -600,13 +673,13 @@ def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
                         t.id, r, label(r), c.key, g.label, c.label, "+".join(c.tasks),
                         "+".join(c.splits), result.stat,
                         cell_value_text(t, result.stat, cell) + cell_marks(cell)
-                        + solved_text(result, cell),
+                        + interval_text(result, cell) + solved_text(result, cell),
                         _f(cell.median), _f(cell.mean), _f(cell.std), _f(cell.q25), _f(cell.q75),
-                        cell.n, "" if cell.n_expected is None else cell.n_expected,
+                        *_interval_fields(result, cell), cell.n, "" if cell.n_expected is None else cell.n_expected,
                         cell.n_running, cell.n_failed, cell.n_missing_metric,
                         int(not cell.incomplete and not cell.missing), int(cell.best),
                         int(cell.tie), _f(cell.p_value), _f(cell.p_holm), cell.n_pairs,
-                        int(cell.greyed), _f(cell.accuracy_median),
+                        int(cell.greyed), _f(cell.accuracy_median), *_solved_fields(result, cell),
                         json.dumps(list(cell.hparams)),
                         json.dumps([[s, v if not math.isinf(v) else "inf"] for s, v in cell.seeds]),
                     ]
