@@ -176,6 +176,9 @@ class TaskConfig:
             raise ValueError(
                 f"TaskConfig.dev_from_long1={self.dev_from_long1} applies only to the Long Lookup "
                 f"Tables tasks {list(LOOKUP_TASKS)}, not to {self.name!r}; leave it at 0")
+        if not self.test_lengths:  # a run with no test split would have nothing to report
+            raise ValueError("task.test_lengths=[]: it takes a non-empty list of test lengths, each >= 1 "
+                             "(e.g. [15, 30, 100])")
         if any(k < 1 for k in self.test_lengths):
             raise ValueError(f"TaskConfig.test_lengths must all be >= 1, got {self.test_lengths!r}")
         if len(set(self.test_lengths)) != len(self.test_lengths):

@@ -28,7 +28,9 @@ from study.spec.checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RES
                                TOP_KEYS, SpecError, check_int, check_list, check_mapping, check_number,
                                check_study_name, check_unique, did_you_mean, short_repr, spec_error)
 from study.spec.data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
-from study.spec.grid import expand_cells, parse_pack, parse_search, restrict_grid, validate_configs
+from study.spec.canon import canonical, canonical_mapping
+from study.spec.grid import (canonical_grid, expand_cells, parse_pack, parse_search, restrict_grid,
+                             validate_configs)
 # the module, not its names: study.plugins imports study.spec.checks, which runs this package's
 # __init__ while study.plugins is still half-loaded when a process imports study.plugins first
 from study import plugins as study_plugins
@@ -99,19 +101,27 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     """``["optim.epochs=3", "optim.lr=3e-4"]`` (from ``--set``) -> ``{"optim.epochs": 3, ...}``.
 
     A value is read as JSON where it is JSON (numbers, ``true``, ``null``, ``[30, 100]``), else
-    kept as text, so ``3`` and ``3e-4`` are the numbers a spec would hold. The keys and values
-    are validated with the spec (:func:`resolve_spec`), as any override is."""
+    kept as text, so ``3`` and ``3e-4`` are the numbers a spec would hold, and put in its field's
+    canonical form (:mod:`study.spec.canon`: ``--set optim.lr=1`` is 1.0). A key set twice to one
+    value is taken once; to two values, refused. The keys and values are validated with the spec
+    (:func:`resolve_spec`), as any override is."""
     sets: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip() or not text.strip():
             raise SpecError(f"--set {item!r}: expected KEY=VALUE with a dotted config key "
                             "(e.g. --set optim.epochs=3)")
+        key = key.strip()
         try:
             value: Any = json.loads(text)
         except ValueError:
             value = text.strip()
-        sets[key.strip()] = value
+        value = canonical(key, value)
+        if key in sets and json.dumps(sets[key], default=str) != json.dumps(value, default=str):
+            raise SpecError(f"--set {key}: set twice, to {given[key]} and {text.strip()}; give it once")
+        sets[key] = value
+        given[key] = text.strip()
     return sets
 
 
@@ -236,21 +246,25 @@ def resolve_spec(
     description = merged.get("description", "")
     tables = check_tables(path, merged.get("tables", []))
 
-    overrides = check_mapping(path, "overrides", merged.get("overrides") or {})
+    # every value in its field's canonical form before it is compared, hashed or recorded
+    overrides = canonical_mapping(check_mapping(path, "overrides", merged.get("overrides") or {}))
     grid = check_mapping(path, "grid", merged.get("grid") or {})
     hparams = check_mapping(path, "hparams", merged.get("hparams") or {})
     for key in ("task", "variant"):
         if key not in grid:
             raise spec_error(path, f"grid.{key}", "missing axis (a list of values)")
+    grid = canonical_grid(path, grid)
     if only:
-        grid = restrict_grid(path, grid, only)
+        grid, only = restrict_grid(path, grid, only)
 
     cells = expand_cells(path, grid, overrides)
     for key, values in hparams.items():
         check_list(path, f"hparams.{key}", values)
         if key in SPECIAL_AXES:
             raise spec_error(path, f"hparams.{key}", "not a config path; put it under grid")
-        check_unique(path, f"hparams.{key}", [hparams_json({key: v}) for v in values], values)
+        canon = [canonical(key, v) for v in values]
+        check_unique(path, f"hparams.{key}", [hparams_json({key: v}) for v in canon], values, canon)
+        hparams[key] = canon
 
     seeds = check_seeds(path, merged.get("seeds", 5) if seeds is None else seeds)
     search = parse_search(path, merged.get("search"))
@@ -278,7 +292,8 @@ def resolve_spec(
 
     return assemble_spec(
         path, name=name, profile=profile, description=description, tables=tables, grid=grid, only=only,
-        hparams=hparams, search_raw=merged.get("search"), search=search, seeds=seeds, overrides=overrides,
+        hparams=hparams, search_raw=None if search is None else {**merged["search"], "space": search.space},
+        search=search, seeds=seeds, overrides=overrides,
         cells=cells, cpus=cpus, gpus=gpus, max_concurrent=max_concurrent, max_failures=max_failures, spk=spk,
         pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes, plugins=plugins)
 

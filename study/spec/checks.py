@@ -153,6 +153,13 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def spelling(value: Any) -> str:
+    """How a message shows one spelling of a value: text as written (YAML reads ``3e-4`` as
+    text), anything else as its repr; cut to 80 characters like :func:`short_repr`."""
+    text = value if isinstance(value, str) else short_repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_number(path: str, key: str, value: Any, minimum: float = 0.0) -> float:
     """A finite number ``>= minimum`` as a float, else a :class:`SpecError`."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > MAX_INT
@@ -177,9 +184,19 @@ def check_range(where: str, key: str, value: Any) -> None:
             raise SpecError(f"{where}: {key}={short_repr(v)}: out of its range {least:,} to {most:,}")
 
 
-def check_unique(path: str, key: str, texts: list[str], values: list) -> None:
-    """Refuse an axis listing one value twice (as its cell id or run key would print it)."""
-    dup = next((v for i, v in enumerate(values) if texts[i] in texts[:i]), None)
-    if len(set(texts)) != len(texts):
-        raise spec_error(path, key, f"{short_repr(dup)} is listed twice in {short_repr(values)}: both would be "
-                              "the same runs; list each value once")
+def check_unique(path: str, key: str, texts: list[str], values: list, canonical: list | None = None) -> None:
+    """Refuse an axis listing one value twice: ``texts[i]`` is how a cell id or run key would
+    print ``values[i]``'s canonical form (``canonical[i]``; :mod:`study.spec.canon`), so two
+    spellings of one value (``3e-4`` and ``0.0003``, ``1`` and ``1.0`` of a float field) are a
+    duplicate too, and the message names both spellings."""
+    for i, text in enumerate(texts):
+        first = texts.index(text)
+        if first == i:
+            continue
+        a, b = values[first], values[i]
+        if repr(a) == repr(b):  # one spelling, twice
+            raise spec_error(path, key, f"{short_repr(a)} is listed twice in {short_repr(values)}: both would be "
+                                  "the same runs; list each value once")
+        same = (canonical or values)[i]
+        raise spec_error(path, key, f"{spelling(a)} and {spelling(b)} are one value, "
+                                    f"{short_repr(same)}: both would be the same runs; list it once")

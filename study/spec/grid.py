@@ -16,28 +16,56 @@ from locattn.models.config import packable_families
 from locattn.tasks import list_tasks
 from locattn.tasks.config import task_defaults, task_kind
 from record import schema
-from study.keys import cell_id, format_value
+from study.keys import cell_id, format_value, hparams_json
+from study.spec.canon import canonical, canonical_mapping
 from study.spec.checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
                                check_mapping, check_range, check_unique, did_you_mean, spec_error)
 from study.spec.model import Cell, SearchSpec
 
 
-def restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> dict:
-    """Keep only the listed values of grid axes (``--only``); each must be one of the axis's."""
+def canonical_grid(path: str, grid: Mapping[str, Any]) -> dict[str, Any]:
+    """``grid`` with the values of each config-path axis, and the overrides of each ablation, in
+    their field's canonical form (:mod:`study.spec.canon`); an axis listing one value twice, in
+    one spelling or two (``[3e-4, 0.0003]``), is refused naming both."""
+    out: dict[str, Any] = {}
+    for key, values in grid.items():
+        values = check_list(path, f"grid.{key}", values)
+        if key == "ablation":
+            out[key] = [{**v, "overrides": canonical_mapping(v["overrides"])}
+                        if isinstance(v, Mapping) and isinstance(v.get("overrides"), Mapping) else v for v in values]
+            continue
+        if key in ("task", "variant"):
+            out[key] = values
+            continue
+        canon = [canonical(key, v) for v in values]
+        check_unique(path, f"grid.{key}", [format_value(v) for v in canon], values, canon)
+        out[key] = canon
+    return out
+
+
+def restrict_grid(path: str, grid: dict, only: Mapping[str, list]) -> tuple[dict, dict[str, list[str]]]:
+    """Keep only the listed values of grid axes (``--only``); each must be one of the axis's,
+    compared in its field's canonical form (``--only optim.lr=3e-4`` keeps the grid's 0.0003).
+    Returns the grid and the ``--only`` as recorded: each value as the cell id writes the grid's
+    value it keeps. A value listed twice (in one spelling or two) is refused."""
     grid = dict(grid)
+    recorded: dict[str, list[str]] = {}
     for key, wanted in only.items():
         if key not in grid:
             raise spec_error(path, f"--only {key}", "not a grid axis of this spec/profile", sorted(grid))
         values = check_list(path, f"grid.{key}", grid[key])
         by_text = {str(v): v for v in values}
-        missing = [w for w in wanted if str(w) not in by_text]
-        if missing:
-            raise spec_error(path, f"--only {key}", f"{missing[0]!r} is not a value of grid.{key}",
-                       [str(v) for v in values])
-        keep = {str(w) for w in wanted}
-        grid[key] = [v for v in values if str(v) in keep]
-    return grid
-
+        kept = []
+        for w in wanted:
+            text = str(w) if str(w) in by_text else format_value(canonical(key, w))
+            if text not in by_text:
+                raise spec_error(path, f"--only {key}", f"{w!r} is not a value of grid.{key}",
+                                 [str(v) for v in values])
+            kept.append(text)
+        check_unique(path, f"--only {key}", kept, list(wanted), [by_text[t] for t in kept])
+        grid[key] = [v for v in values if str(v) in kept]
+        recorded[key] = kept
+    return grid, recorded
 
 
 def parse_pack(path: str, merged: Mapping[str, Any], hparams: dict, search: Any, gpus: float,
@@ -166,7 +194,10 @@ def parse_search(path: str, raw: Any) -> SearchSpec | None:
         if kind not in SPACE_TYPES:
             raise spec_error(path, f"{where}.type", f"unknown distribution {kind!r}", list(SPACE_TYPES))
         if kind == "categorical":
-            check_list(path, f"{where}.choices", dist.get("choices"))
+            choices = check_list(path, f"{where}.choices", dist.get("choices"))
+            canon = [canonical(key, c) for c in choices]
+            check_unique(path, f"{where}.choices", [hparams_json({key: c}) for c in canon], choices, canon)
+            space[key] = {**dist, "choices": canon}
         else:
             low, high = dist.get("low"), dist.get("high")
             for k, v in (("low", low), ("high", high)):
@@ -201,7 +232,8 @@ def validate_configs(
     path: str, cells: list[Cell], hparams: dict, search: SearchSpec | None, *, pack_seeds: bool = False
 ) -> None:
     """Resolve every (cell, hparams point) config once and check it: values finite and kept,
-    the model kind fits the task, and packable when trials pack."""
+    the model kind fits the task, packable when trials pack, and no two of them the same config
+    (two ablations with one set of overrides, a grid value equal to another in effect)."""
     n_configs = len(cells) * math.prod(len(v) for v in hparams.values() if isinstance(v, list))
     if n_configs > MAX_CELLS:
         raise spec_error(path, "hparams", f"{n_configs:,} configs ({len(cells):,} cells x the hparams "
@@ -212,25 +244,29 @@ def validate_configs(
         for key, dist in search.space.items():
             probe[key] = dist["choices"][0] if dist["type"] == "categorical" else dist["low"]
         points = [{**p, **probe} for p in points]
-    seen: set[tuple] = set()
+    seen: dict[str, str] = {}  # the resolved config, as JSON -> the cell and point that gave it first
     for cell in cells:
         for point in points:
-            sig = (cell.task, cell.variant, json.dumps(point, sort_keys=True, default=str))
             overrides = {**cell.overrides, **point}
             try:
                 cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=overrides)
             except (ValueError, KeyError, TypeError, OverflowError) as exc:  # int(inf): OverflowError
                 raise SpecError(f"{path}: cell {cell.cell}: {exc}") from None
-            _check_values(path, cell, overrides, cfg)
+            flat = _check_values(path, cell, overrides, cfg)
             _check_kind(path, cell, cfg)
             if pack_seeds:
                 _check_packable(path, cell, cfg)
-            seen.add(sig)
+            where = cell.cell + (f" with hparams {json.dumps(point, default=str)}" if hparams and point else "")
+            sig = json.dumps(flat, sort_keys=True, default=str)
+            if sig in seen:  # two names for one config: the same runs trained and counted twice
+                raise SpecError(f"{path}: cell {where} resolves to the same config as cell {seen[sig]}: "
+                                "both would train the same runs; keep one")
+            seen[sig] = where
 
 
-def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> None:
+def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> dict[str, Any]:
     """Every number in the resolved config is finite, and every override kept its value
-    (``optim.epochs: 1.5`` would otherwise be truncated to 1)."""
+    (``optim.epochs: 1.5`` would otherwise be truncated to 1). Returns the flattened config."""
     flat = flatten(config_to_dict(cfg))
     for key, value in flat.items():
         check_range(f"{path}: cell {cell.cell}", key, value)
@@ -244,6 +280,7 @@ def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any)
             raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r}: expected an integer")
         if float(got) != float(given):
             raise SpecError(f"{path}: cell {cell.cell}: {key}={given!r} became {got!r}")
+    return flat
 
 
 
