@@ -68,6 +68,10 @@ CASES = [
         rf"^\[(CPU|GPU)\] K=8\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
         rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
     ]),
+    ("bench_kernels.py", None, (), [
+        r"^copy/onestep eager    K=1    kernels per training batch:\s+[1-9]\d* \(batch 32 x src \d+ x tgt \d+;",
+        r"^copy/onestep eager    K=4    kernels per training batch:\s+[1-9]\d* \(batch 128 x src \d+ x tgt \d+;",
+    ]),
     ("bench_regressor.py", None, (), [
         rf"^ffattn T=200\s+B=20: eager wall {F} s \(cpu {F}\) \| fused wall {F} s \(cpu {F}\) \| x{F} cpu, "
         rf"x{F} wall \| max rel grad diff [0-9.e+-]+$",
