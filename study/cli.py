@@ -82,6 +82,18 @@ def parser() -> Parser:
     return p
 
 
+def power_target(text: str) -> float:
+    """``--power-target D``: a difference in solved rate, 0 < D <= 1; else a usage error."""
+    try:
+        d = float(text)
+    except ValueError:
+        d = float("nan")
+    if not 0.0 < d <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a difference in solved rate: expected a number "
+                                         "in (0, 1], e.g. 0.5 (from 25 % of seeds solved to 75 %)")
+    return d
+
+
 def add_launch(sub: Any) -> None:
     """``study launch``: a study from a spec."""
     lp = sub.add_parser("launch", help="launch (or idempotently resume) a study from a spec")
@@ -102,6 +114,9 @@ def add_launch(sub: Any) -> None:
                     help="seeds in place of the profile's: a count n (seeds 0..n-1) or a list; "
                          "relaunching with more seeds grows the study, keeping its finished runs")
     lp.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    lp.add_argument("--power-target", type=power_target, metavar="D",
+                    help="with --dry-run: the seeds per cell a difference D in solved rate (0 < D <= 1, "
+                         "e.g. 0.5) needs for 80 %% power (one-sided Fisher exact test, alpha 0.05)")
     lp.add_argument("--yes", action="store_true", help="launch a study above the size limits (see --dry-run)")
     lp.add_argument("--progress-seconds", type=float, default=DriverOptions.progress_seconds,
                     help=PROGRESS_HELP)
@@ -390,6 +405,8 @@ def check_driver_args(args: argparse.Namespace) -> float | None:
 def run_launch(args: argparse.Namespace) -> int:
     """``study launch``: launch the spec's study, print its results, its exit status."""
     time_limit = check_driver_args(args)
+    if args.power_target is not None and not args.dry_run:
+        raise SpecError("--power-target goes with --dry-run: it says what the plan's seeds can detect")
     check_spec_path(args.spec)
     if args.tracking_uri is not None:
         preflight.check_tracking_uri(args.tracking_uri)
@@ -400,6 +417,7 @@ def run_launch(args: argparse.Namespace) -> int:
         progress_seconds=args.progress_seconds, only=parse_only(args.only), yes=args.yes,
         seeds=parse_seeds(args.seeds), train_path=args.train_path, sets=parse_sets(args.sets),
         time_limit=time_limit, allow_dirty=args.allow_dirty, plugins=args.plugins,
+        power_target=args.power_target,
     )
     show_results(summary)
     return exit_code(summary)

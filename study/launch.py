@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from locattn.config import OPERATIONAL_FIELDS
 from record import schema
 from record.layout import StudyPaths, study_paths
+from record.power import power_lines
 from record.store import is_server, redact, split_credentials, sqlite_path
 from study import slices
 from study.cost import study_eta
@@ -103,13 +104,16 @@ def launch(
     sets: dict[str, Any] | None = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
+    power_target: float | None = None,
 ) -> dict[str, Any]:
     """Launch a study, or resume it if it already exists with the same spec (idempotent).
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
     ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
     The spec's ``plugins:`` and ``plugins`` (``--plugin``) are imported first, here and in
     every trial (:mod:`study.plugins`); resuming a study whose plugins' source changed is refused
-    unless ``allow_dirty``, as for the package's own uncommitted code.
+    unless ``allow_dirty``, as for the package's own uncommitted code. ``power_target`` (a dry
+    run's ``--power-target``): a difference in solved rate whose seeds the plan says
+    (:mod:`record.power`).
     A wider ``only`` or more ``seeds`` (in place of the profile's) grows an existing study.
     ``train_path`` (operational, saved for the resumes): how the runs' eager training steps run;
     None keeps the study's saved choice; a new study then takes the one
@@ -139,7 +143,7 @@ def launch(
     check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
     train_path, chosen = _new_study_train_path(spec, paths, name, train_path, dry_run, out)
     if dry_run:
-        return dry_run_plan(spec, name, paths, max_concurrent, train_path, out, chosen)
+        return dry_run_plan(spec, name, paths, max_concurrent, train_path, out, chosen, power_target)
     prepare_launch(spec, spec_path, name, paths, max_concurrent=max_concurrent, yes=yes,
                    allow_dirty=allow_dirty, out=out)
     lock = StudyLock(paths, out).acquire()
@@ -173,15 +177,18 @@ def _new_study_train_path(spec: StudySpec, paths: StudyPaths, name: str, train_p
 
 
 def dry_run_plan(spec: StudySpec, name: str, paths: StudyPaths, max_concurrent: int | None,
-                 train_path: str | None, out: TextIO, chosen: str = "") -> dict[str, Any]:
+                 train_path: str | None, out: TextIO, chosen: str = "",
+                 power_target: float | None = None) -> dict[str, Any]:
     """``study launch --dry-run``: print the plan (``chosen``: the line of the train path the
-    launcher picked, if any), its size warnings, data problems and disk line to ``out``; return
-    its summary (``dry_run`` true). Writes nothing."""
+    launcher picked, if any), what its seeds per cell can detect (:func:`record.power.power_lines`,
+    with the seeds ``power_target`` needs), its size warnings, data problems and disk line to
+    ``out``; return its summary (``dry_run`` true). Writes nothing."""
     big = size_warnings(spec)
     print(f"study    {name} -> {paths.dir}", file=out)
     print(spec.plan(max_concurrent, train_path), file=out)
     if chosen:
         print(chosen, file=out)
+    print("\n".join(power_lines(len(spec.seeds), power_target)), file=out)
     for warning in big:
         print(f"size     WARNING {warning}: `study launch` will ask for --yes", file=out)
     problems = check_task_data(spec)
