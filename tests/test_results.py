@@ -130,28 +130,27 @@ def test_success_rates_pool_only_records_of_other_seeds() -> None:
 
 
 def test_agreement_summary_counts_800_cells_in_three_columns_and_holm_can_undo_a_verdict(monkeypatch) -> None:
-    """issue 41, item 7: quick, best-budget and paper-budget agreement over every transcribed
-    cell, side by side, as results/README.md quotes them; "contradicted" corrected by Holm over
-    each table's family, so p = 0.03 and 0.04 in a family of three no longer contradict."""
+    """Quick, best-budget and paper-budget agreement over every transcribed cell, side by side,
+    as results/README.md quotes them; "contradicted" corrected by Holm over each table's
+    family, so p = 0.03 and 0.04 in a family of three no longer contradict."""
     monkeypatch.syspath_prepend(str(RESULTS / "analysis"))
     import agreement_summary as summary  # the script beside its siblings, importable in the test only
 
-    lines, counts, published = summary.summary()
-    assert sum(published.values()) == 800 and len(published) == len(summary.TABLES)
-    total = {k: sum(c[k].compared for c in counts.values()) for k in ("quick", "best", "paper")}
+    s = summary.summarise()
+    assert sum(s.n_published.values()) == 800 and len(s.n_published) == len(summary.TABLES_JUDGED)
+    total = {k: s.total(k).compared for k in summary.COLUMNS}
     # every quick cell is a best-budget candidate, and the paper budget is a subset of the best
     assert total["best"] == total["quick"] == 786 and 0 < total["paper"] < total["best"]
-    for table, c in counts.items():
-        assert c["paper"].compared <= c["best"].compared <= published[table]
-    best = sum(c["best"].nt_within for c in counts.values()), sum(c["best"].nt for c in counts.values())
-    assert best == (146, 307)  # the issue's recount, from the largest-budget record per cell
-    all_row = next(line for line in lines if line.startswith("| **all** |"))
+    for table, c in s.counts.items():
+        assert c["paper"].compared <= c["best"].compared <= s.n_published[table]
+    all_row = next(line for line in summary.markdown(s) if line.startswith("| **all** |"))
     assert all_row.endswith("| 800 |") and all_row in (RESULTS / "README.md").read_text()
 
     family = {"t": [("a", 0.03), ("b", 0.04), ("c", 0.5)], "u": [("d", 0.03)]}
     verdicts = summary.holm_verdicts(family)
     assert [(c, round(ph, 3)) for c, _, ph in verdicts["t"]] == [("a", 0.09), ("b", 0.09)]
     assert verdicts["u"] == [("d", 0.03, 0.03)]  # a family of one is not corrected
-    holm = [line for line in lines if line.startswith("- rc_table7: family of")]
-    assert len(holm) == 1 and "mix_onestep copy:len15" in holm[0] and "survives" not in holm[0].replace(
-        "does not survive", "")
+    low = [x for x in s.families["rc_table7"] if x.p < 0.05]
+    assert [summary.cell_name(x.judged) for x in low] == [
+        "mix_onestep copy:len15", "mix_onestep copy:len30", "mix_onestep reverse_copy:len15",
+        "mix_onestep reverse_copy:len30"] and not any(x.survives for x in low)

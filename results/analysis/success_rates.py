@@ -10,9 +10,11 @@ With ``--out``, the file's first line is an HTML comment naming the command that
 
 Per cell with a published number: our median, the paper's, k/n seeds at or above the
 threshold with its Clopper-Pearson 95 % interval, the paper's success count as its median of
-5 seeds bounds it, the one-sided Fisher exact p-value, and the verdict. "contradicted" needs
-``--budget paper`` (the paper's data and epochs) and at least 5 seeds; every other
-disagreement is "not reproduced at this budget".
+5 seeds bounds it, the one-sided Fisher exact p-value, and the verdict (agreement_summary.py's
+``verdict_word``). A cell here is in no Holm family, so it is never "contradicted": that needs
+the paper's budget, at least 5 seeds and p < 0.05 after Holm over the table's family, which
+results/analysis/agreement_summary.py judges; every other disagreement is "not reproduced at
+this budget".
 
 ``--with`` (repeatable) pools the seeds of another record's same cells into each cell: for a
 record of more seeds of the same runs (the ``gpu_seeds20`` profiles: the ``gpu`` runs with
@@ -28,7 +30,8 @@ from pathlib import Path
 
 from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
 from reports.aggregate import TableResult
-from reports.agreement import is_accuracy, success_test, verdict
+from agreement_summary import is_accuracy_metric, verdict_word  # beside this script
+from reports.agreement import success_test
 from reports.build import collect
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
@@ -61,7 +64,7 @@ def rows(record: Path, table: str, *, budget: str, threshold: float,
     """Markdown table rows (header first) for one table of one study record (and the records
     ``pooled`` with it, seeds added per cell)."""
     result = collect(record, tables=[table]).results[0]
-    if not is_accuracy(result):
+    if not is_accuracy_metric(result.table):
         raise SystemExit(f"{table}: success rates apply to accuracy tables only")
     pool_seeds(result, record, pooled)
     paper = load_paper_numbers(result.table)
@@ -77,7 +80,7 @@ def rows(record: Path, table: str, *, budget: str, threshold: float,
         if d is None:
             continue
         t = success_test([v for _, v in cell.seeds], p.value, threshold)
-        word = verdict(d, t, paper_budget=budget == "paper")
+        word = verdict_word(d, t, paper_budget=budget == "paper", holm_p=None)
         if only_disagreeing and word == "reproduced":
             continue
         bound = f"{'≥' if p.value >= threshold else '≤'} {t.paper_k}/{t.paper_n}"
