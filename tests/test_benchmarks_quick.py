@@ -68,6 +68,13 @@ CASES = [
         rf"^\[(CPU|GPU)\] K=8\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
         rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
     ]),
+    ("bench_gpu_session.py", "--out", (), [
+        r'^\{"kind": "equality", "path": "eager", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
+        r'^\{"kind": "equality", "path": "graphed", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
+        rf'^\{{"kind": "throughput", "path": "graphed", "K": 2, "first_epoch_s": {F}, "epoch_s": {F}, '
+        rf'"seed_epochs_per_s": {F}',
+        r"^wrote 6 rows to ",
+    ]),
     ("bench_kernels.py", None, (), [
         r"^copy/onestep eager    K=1    kernels per training batch:\s+[1-9]\d* \(batch 32 x src \d+ x tgt \d+;",
         r"^copy/onestep eager    K=4    kernels per training batch:\s+[1-9]\d* \(batch 128 x src \d+ x tgt \d+;",
