@@ -98,6 +98,17 @@ def parser() -> Parser:
     b.add_argument("--tracking-uri", help="sqlite:///..., postgresql://..., or http://host:port")
     b.add_argument("--study", help="study (MLflow experiment) name; default: the directory name")
     add_build_options(b)
+    ef = sub.add_parser("effects", help="ablation effects against a base variant, with intervals and tests",
+                        description="Per column, the paired differences (ablation - base) over shared "
+                                    "seeds: mean with a 95 %% bootstrap interval, P(better), Holm-corrected "
+                                    "Wilcoxon tests; Markdown, LaTeX, CSV and a forest plot.")
+    ef.add_argument("sources", nargs="+", help="study directories (studies/<name>/, results/record/<name>/)")
+    ef.add_argument("--base", required=True, help="the base variant, e.g. onestep or mix_onestep")
+    ef.add_argument("--vs", help="comma-separated ablations (default: every other row of the tables)")
+    ef.add_argument("--table", action="append", help="table ids to use (default: each source's declared tables)")
+    ef.add_argument("--format", default="md,latex,csv", help="comma-separated: md, latex, csv")
+    ef.add_argument("--out", help="output directory (default: <first source>/reports)")
+    ef.add_argument("--no-figure", action="store_true", help="skip the forest plot (figures/effects-<base>.png, .pdf)")
     ls = sub.add_parser("list", help="list the table ids (with a study directory: mark the study's)",
                         description="List the table ids. Given a study directory, say which "
                                     "tables the study declares (what 'reports build' writes).")
@@ -190,6 +201,10 @@ def run_list(study_dir: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(parser(), argv)
     try:
+        if args.command == "effects":
+            from reports.effects import run_effects  # numpy, scipy, renderers: off --help
+
+            return run_effects(args)
         code = run_list(args.study_dir) if args.command == "list" else run_build(args)
         sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's teardown
         return code

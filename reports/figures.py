@@ -333,6 +333,45 @@ def raffel_accuracy_curves(df: pl.DataFrame, *, label=lambda k: k):
 
 
 # ---------------------------------------------------------------------------------------------
+# Ablation effects
+
+
+def forest_plot(res, *, label=lambda k: k):
+    """A forest plot of a :class:`reports.effects.EffectsResult`: per (ablation, column) a row,
+    the mean paired difference (ablation − base) as a marker with its bootstrap interval as a
+    bar, a line at 0, the ablations in groups (each its own marker, :func:`curve_style`), top to
+    bottom in table order. Returns the figure."""
+    plt = _plt()
+    rows = len(res.effects) + len(res.variants) - 1
+    fig, ax = plt.subplots(figsize=(6.4, max(2.4, 0.28 * rows + 1.4)))
+    y, ticks, names = 0.0, [], []
+    for i, variant in enumerate(res.variants):
+        group = [e for e in res.effects if e.variant == variant]
+        style = curve_style(i)
+        ys = [-(y + k) for k in range(len(group))]
+        xs = [e.mean for e in group]
+        lo = [e.mean - (e.ci_low if e.ci_low is not None else e.mean) for e in group]
+        hi = [(e.ci_high if e.ci_high is not None else e.mean) - e.mean for e in group]
+        ax.errorbar(xs, ys, xerr=[lo, hi], fmt=style["marker"], markerfacecolor=style["markerfacecolor"],
+                    capsize=2, linewidth=1.2, label=label(variant))
+        ticks += ys
+        names += [f"{e.column_label} (n={e.n})" for e in group]
+        y += len(group) + 1
+    ax.axvline(0.0, color="grey", linewidth=0.8, zorder=0)
+    ax.set_yticks(ticks, names, fontsize=7)
+    accuracy = res.metric in ("seq_acc", "seq_acc_be", "accuracy")
+    if accuracy:  # differences of percentages: the whole scale, so that rows compare at a glance
+        ax.set_xlim(-105, 105)
+    ax.set_xlabel(f"ablation − {label(res.base)}: mean over paired seeds{' (points)' if accuracy else ''}\n"
+                  "bar: 95 % percentile bootstrap interval over the pairs", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="best", frameon=False)
+    ax.set_title(f"{label(res.base)} and its ablations ({', '.join(res.tables)})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def study_figures(source, study: str | None, out_dir: str | Path) -> list[Path]:
