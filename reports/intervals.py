@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -62,13 +63,37 @@ def bootstrap_interval(values: Sequence[float], statistic: str = "median", *,
         return None
     if x[0] == x[-1]:
         return float(x[0]), float(x[0])
-    idx = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
-    with np.errstate(invalid="ignore"):  # inf - inf in a mean of infs: those rows are inf anyway
-        stats = _STATISTICS[statistic](x[idx], axis=1)
-    stats = np.where(np.isnan(stats), np.inf, stats)
+    if statistic == "median":
+        # x is sorted, so a resample's median is (x[i] + x[j]) / 2 for its middle draws' indices:
+        # np.median's value, without sorting 10,000 rows per cell
+        lo, hi = _middle_draws(x.size, resamples, seed)
+        stats = (x[lo] + x[hi]) / 2.0
+    else:
+        with np.errstate(invalid="ignore"):  # inf - inf in a mean of infs: those rows are inf anyway
+            stats = np.mean(x[_draws(x.size, resamples, seed)], axis=1)
+        stats = np.where(np.isnan(stats), np.inf, stats)
     tail = (1.0 - confidence) / 2.0
     return (float(np.quantile(stats, tail, method="lower")),
             float(np.quantile(stats, 1.0 - tail, method="higher")))
+
+
+@lru_cache(maxsize=64)
+def _draws(n: int, resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap's (resamples, n) indices: the same draws for every sample of n values."""
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    idx.setflags(write=False)
+    return idx
+
+
+@lru_cache(maxsize=64)
+def _middle_draws(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per resample of :func:`_draws`, the indices of its two middle draws in sorted order
+    (the same one twice for odd n)."""
+    ordered = np.sort(_draws(n, resamples, seed), axis=1)
+    lo, hi = ordered[:, (n - 1) // 2].copy(), ordered[:, n // 2].copy()
+    lo.setflags(write=False)
+    hi.setflags(write=False)
+    return lo, hi
 
 
 def rate_interval(k: int, n: int, *, method: str = RATE_METHOD,
