@@ -123,3 +123,16 @@ def test_writeup_check_is_one_line_per_block_and_exit_1(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("writeup.py: unknown block 'nope'; valid: ")
     assert "Traceback" not in done.stderr
+
+
+def test_an_independent_recount_from_the_committed_csvs_gives_the_generators_numbers(analysis) -> None:
+    """results/analysis/recount.py reads only the committed CSVs (and the records' study.json
+    budgets): its counts per table and column, and its Holm family sizes, are the summary's."""
+    agr, _ = analysis
+    import recount
+
+    counts, families = recount.recount()
+    s = agr.summarise()
+    assert counts == {t: {k: (c.nt_within, c.nt, c.within, c.compared) for k, c in cols.items()}
+                      for t, cols in s.counts.items()}
+    assert families == {t: len(f) for t, f in s.families.items()}

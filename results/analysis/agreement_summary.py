@@ -183,12 +183,11 @@ def _matches(runs: pl.DataFrame, params: tuple[tuple[str, str], ...]) -> pl.Data
     return runs
 
 
-@functools.cache
-def tables_filled(record: str) -> tuple[str, ...]:
-    """The judged tables with a cell that the record's runs fall in: a run of one of the
-    table's tasks and rows whose parameters match one of its columns. A record that sets a
-    ``task.*`` parameter named by some table's columns fills only tables whose columns name it
-    (``task.variable_length`` runs are Raffel & Ellis §2.3's, not Table 1's)."""
+def candidate_tables(record: str) -> tuple[str, ...]:
+    """The judged tables with a row and column the record's trial runs fall in: a run of one of
+    the table's tasks and rows whose parameters match one of its columns. A record that sets a
+    ``task.*`` parameter named by some table's columns is a candidate only for tables whose
+    columns name it (``task.variable_length`` runs are Raffel & Ellis §2.3's, not Table 1's)."""
     runs = trial_runs(record)
     set_keys = {k for k in study_json(record)["resolved"]["overrides"] if k in _column_params()}
     out = []
@@ -206,8 +205,16 @@ def tables_filled(record: str) -> tuple[str, ...]:
 @functools.cache
 def record_results(record: str) -> dict[str, TableResult]:
     """The record's results of every table it fills (:func:`tables_filled`), read once."""
-    tables = tables_filled(record)
-    return {r.table.id: r for r in collect(RECORDS / record, tables=list(tables)).results} if tables else {}
+    tables = candidate_tables(record)
+    built = collect(RECORDS / record, tables=list(tables)).results if tables else []
+    return {r.table.id: r for r in built if any(c.seeds for c in r.cells.values())}
+
+
+def tables_filled(record: str) -> tuple[str, ...]:
+    """The judged tables where the record's runs give a cell a value: of the
+    :func:`candidate_tables`, those with a cell that has a finished seed with the table's metric
+    (Dubois's figure records train Table 3's rows but log no attnLoss)."""
+    return tuple(record_results(record))
 
 
 def dirty_seeds(record: str, result: TableResult, key: tuple[str, str]) -> set[int]:

@@ -13,9 +13,8 @@ records; a count that includes a cell resting on runs from uncommitted code carr
 and says how many of its cells do. The verdict words are decided in one place,
 ``agreement_summary.cell_verdict``.
 
-Run it after any change to results/record/ (and after the tables are regenerated: see
-results/README.md, "Regenerate every committed table"); ``tests/test_writeup.py`` fails when a
-block differs from this script's output.
+results/analysis/regenerate.py runs it last, after every committed table and analysis is
+rebuilt; ``tests/test_writeup.py`` fails when a block differs from this script's output.
 """
 
 from __future__ import annotations
