@@ -659,6 +659,9 @@ class CellSummary:
     diverged: dict[str, int] = field(default_factory=dict)
     """Headline metric key -> finished seeds of the chosen point whose value is not finite
     (left out of the median and of ``solved``: :mod:`record.summary`'s rule)."""
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Headline metric key -> the median's 95 % bootstrap interval (%) over those seeds
+    (:func:`reports.intervals.bootstrap_interval`; absent below 2 seeds)."""
 
 
 def _split_order(key: str) -> tuple:
@@ -710,7 +713,7 @@ def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list
         vals = runset.metrics.filter(pl.col("run_id").is_in(ids.to_list()) & pl.col("key").is_in(keys)
                                      & pl.col("value").is_not_null())
         measured = finite_metrics(vals)
-        medians, solved, n_diverged = {}, {}, {}
+        medians, solved, n_diverged, intervals = {}, {}, {}, {}
         for key in keys:
             v = measured.filter(pl.col("key") == key)["value"].to_numpy() * 100
             if n_bad := vals.filter(pl.col("key") == key).height - len(v):
@@ -718,8 +721,11 @@ def cell_summaries(runset: RunSet, *, solved_at: float = DEFAULT_SOLVED) -> list
             if len(v):
                 medians[key] = float(np.median(v))
                 solved[key] = int((v >= solved_at).sum())
+            if (ci := bootstrap_interval(v, "median")) is not None:
+                intervals[key] = ci
         dev = pick["rank0"]
         out.append(CellSummary(cell=cell, hparams=_canon(pick["hparams"]), n_points=int(points[cell]),
                                dev=None if dev is None else 100 * float(dev), medians=medians,
-                               solved=solved, n=ids.len(), n_expected=expected, diverged=n_diverged))
+                               solved=solved, n=ids.len(), n_expected=expected, diverged=n_diverged,
+                               intervals=intervals))
     return out

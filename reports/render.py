@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 from record.store import portable_uri
 from reports.aggregate import (ALPHA, DEFAULT_SOLVED, MIN_TESTABLE_PAIRS, Cell, CellSummary,
                                TableResult, hparam_summary)
-from reports.intervals import bootstrap_interval, method_sentence, solved_rate
+from reports.intervals import bootstrap_interval, method_sentence, rate_interval, solved_rate
 from reports.paper import PaperValue
 from reports.tables import SUMMARY_ID, Panel, TableDef
 
@@ -738,6 +738,22 @@ def seeds_text(s: CellSummary, key: str, unit: str = "") -> str:
     return f"{s.medians[key]:.1f}{unit} ({s.solved[key]}/{s.n - s.diverged.get(key, 0)}{tail})"
 
 
+#: Per headline key, after every key's median and solved count: the median's 95 % bootstrap
+#: interval (%) and the solved rate's Clopper-Pearson interval (fractions) over ``solved_n`` seeds.
+SUMMARY_INTERVAL_FIELDS = ("ci_low", "ci_high", "solved_n", "solved_low", "solved_high")
+
+
+def summary_interval_fields(s: CellSummary, key: str) -> list:
+    """:data:`SUMMARY_INTERVAL_FIELDS` of one summary cell and headline key (empty strings where
+    there is no value)."""
+    ci = s.intervals.get(key)
+    n = s.n - s.diverged.get(key, 0)
+    if key not in s.solved or n <= 0:
+        return [*(("", "") if ci is None else (_f(ci[0]), _f(ci[1]))), "", "", ""]
+    low, high = rate_interval(s.solved[key], n)
+    return [*(("", "") if ci is None else (_f(ci[0]), _f(ci[1]))), n, _f(low), _f(high)]
+
+
 def summary_caption(study: str, solved_at: float) -> str:
     return (f"Study {study}, per cell: the hyperparameters with the best median best_selection_score "
             f"over seeds (never chosen by test), that median, the points tried, and the median "
@@ -755,11 +771,13 @@ def render_summary(summaries: list[CellSummary], keys: list[str], provenance: Pr
         buf.writelines(f"# {ln}\n" for ln in provenance.lines())
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["cell", "hparams", "dev", "n_points", "n", "n_expected",
-                    *(f"{k}.{x}" for k in keys for x in ("median", "solved"))])
+                    *(f"{k}.{x}" for k in keys for x in ("median", "solved")),
+                    *(f"{k}.{x}" for k in keys for x in SUMMARY_INTERVAL_FIELDS)])
         for s in summaries:
             w.writerow([s.cell, s.hparams, _f(s.dev), s.n_points, s.n,
                         "" if s.n_expected is None else s.n_expected,
-                        *(v for k in keys for v in (_f(s.medians.get(k)), s.solved.get(k, "")))])
+                        *(v for k in keys for v in (_f(s.medians.get(k)), s.solved.get(k, ""))),
+                        *(v for k in keys for v in summary_interval_fields(s, k))])
         return buf.getvalue()
     return text_table(head, rows, provenance, caption, SUMMARY_ID, fmt, n_left=2)
 

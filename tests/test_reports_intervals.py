@@ -148,3 +148,20 @@ def test_every_committed_table_csv_carries_an_interval_for_every_cell_of_two_see
                 assert r["ci_low"] and r["ci_high"], (path, r["row"], r["column"])
             if r["solved_k"]:
                 assert float(r["solved_low"]) <= int(r["solved_k"]) / int(r["solved_n"]) <= float(r["solved_high"])
+
+
+def test_every_committed_summary_csv_carries_the_intervals_of_each_headline_median():
+    paths = sorted(RESULTS.glob(f"*/{SUMMARY_ID}.csv"))
+    assert len(paths) >= 5
+    for path in paths:
+        rows = _rows(path)
+        keys = [c.removesuffix(".median") for c in rows[0] if c.endswith(".median")]
+        for r in rows:
+            for k in keys:
+                if r[f"{k}.median"] == "":
+                    continue
+                n = int(r[f"{k}.solved_n"])
+                assert (float(r[f"{k}.solved_low"]), float(r[f"{k}.solved_high"])) == pytest.approx(
+                    rate_interval(int(r[f"{k}.solved"]), n)), (path, r["cell"], k)
+                if n >= 2:
+                    assert float(r[f"{k}.ci_low"]) <= float(r[f"{k}.median"]) <= float(r[f"{k}.ci_high"])
