@@ -47,7 +47,7 @@ TABLE_NAMES = {
 NOTES = {
     ("rc_table7", "mix_onestep"): ("This is Mix as the paper describes it, mixing; the released "
                                    "code's Mix OneStepAttn never mixes. Mixing, the gate learns "
-                                   "to attend by location (results/README.md)."),
+                                   "to attend by location."),
 }
 #: The paper's own words for Dubois et al.'s Table 3 claim (§7.4 of the paper).
 DUBOIS_CLAIM = "the Mix Attender performs on average the best across all settings"
@@ -223,7 +223,7 @@ def vocabulary_sentence(s: agr.Summary) -> str:
             "number, and *contradicted* only at the paper's budget, with at least 5 seeds and p < "
             "0.05 (one-sided Fisher on the success rates) after Holm over the table's family of "
             "paper-budget tests; every other disagreement is *not reproduced at this budget* "
-            "(`cell_verdict` in `results/analysis/agreement_summary.py`). "
+            "(`verdict_word` in `results/analysis/agreement_summary.py`). "
             + ("No cell meets the rule today." if n == 0 else f"{n} cells meet it today."))
 
 
@@ -305,15 +305,15 @@ def results_columns(s: agr.Summary) -> str:
 
 def results_verdicts(s: agr.Summary) -> str:
     tested = low_p(s)
-    fams = ", ".join(f"{TABLE_NAMES[t]} {len(f)}" for t, f in s.families.items())
-    text = (vocabulary_sentence(s) + f" The families: {fams} tests. "
+    fams = and_list([f"{len(f)} tests in {TABLE_NAMES[t]}" for t, f in s.families.items()])
+    text = (vocabulary_sentence(s) + f" The families: {fams}. "
             + (f"{len(tested)} cells reach p < 0.05 before Holm: " + holm_sentence(s, tested)
                if tested else "No cell reaches p < 0.05 before Holm."))
     return text
 
 
 def dirty_rows(s: agr.Summary) -> str:
-    lines = ["| record | +dirty trial runs | code versions | rows (variants) | cells resting on them: quick / best / paper |",
+    lines = ["| record | +dirty trial runs | code versions | rows (variants) | published cells resting on them, every table: quick / best / paper |",
              "|---|---|---|---|---|"]
     for path in sorted(agr.RECORDS.iterdir()):
         runs = agr.trial_runs(path.name)
@@ -374,8 +374,10 @@ def findings_holm(s: agr.Summary) -> str:
 def findings_cells(s: agr.Summary) -> str:
     lines = []
     for t in agr.TABLES_JUDGED:
-        cells = [j for j in s.judged["best"][t] if j.records != agr.QUICK[t][:len(j.records)]
-                 or not set(j.records) <= set(agr.QUICK[t])]
+        rows = {r: i for i, r in enumerate(TABLES[t].rows)}
+        cols = {c.key: i for i, c in enumerate(TABLES[t].columns)}
+        cells = sorted((j for j in s.judged["best"][t] if not set(j.records) <= set(agr.QUICK[t])),
+                       key=lambda j: (rows[j.key[0]], cols[j.key[1]]))
         if not cells:
             continue
         acc = agr.is_accuracy_metric(TABLES[t])
