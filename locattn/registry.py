@@ -73,7 +73,7 @@ class Entry:
     """The object (a factory, a loader, a function) or a lazy ``"module:attr"`` path; None for
     a variant, which is data."""
     meta: Mapping[str, Any] = field(default_factory=dict)
-    """Kind-specific data: attenders ``model_kind``, ``packable``, ``options``; tasks ``kind``,
+    """Kind-specific data: attenders ``model_kind``, ``packable``, ``stacked``, ``options``; tasks ``kind``,
     ``defaults``, ``data_version``; variants ``parent``, ``delta``."""
 
     @property
@@ -149,26 +149,57 @@ def _register(kind: str, name: str, target: Any, label: str, doc: str,
 
 
 def register_attender(name: str, target: Any, *, label: str, doc: str = "",
-                      model_kind: str = "seq2seq", packable: bool = False,
+                      model_kind: str = "seq2seq", packable: bool = True, stacked: bool = False,
                       options: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
                       ) -> Entry:
     """Register an attention family ``name`` (the value of ``model.attention.family``).
 
     ``target`` (an object or a lazy ``"module:attr"`` path) is called as
     ``target(cfg, query_size=, key_size=, dim=, total_batches=)`` with the run's
-    :class:`locattn.models.config.AttentionConfig` and returns an attender
-    (:class:`locattn.models.attention.Attender`). ``options``, a torch-free function, checks
-    ``model.attention.options`` at config time: it returns the options (with defaults filled in
-    or not) or raises ``ValueError``; without it an attender takes no options. ``packable``
-    declares that the family's modules are written for packed parameters (every weight applied
-    through :mod:`locattn.models.functional`, docs/howto/own-attender.md): packs (``pack_seeds``,
-    ``pack``, a GPU spec) then train it; an undeclared family trains solo. ``model_kind``: ``seq2seq`` or ``regressor``.
+    :class:`locattn.models.config.AttentionConfig` and returns the attender, an ``nn.Module``
+    (:class:`locattn.models.attention.Attender` documents its methods); a target object whose
+    signature cannot take that call is refused here, a lazy one when a launch loads it.
+    ``options``, a torch-free function, checks ``model.attention.options`` at config time: it
+    returns the options (with defaults filled in or not) or raises ``ValueError``; without it an
+    attender takes no options. ``packable`` (default True): K runs of one cell may train as one
+    pack (``pack_seeds``, ``pack``, a GPU spec); False trains every run solo. ``stacked``: the
+    modules are written for stacked (K, ...) parameters, every weight applied through
+    :mod:`locattn.models.functional` (the built-ins' fast path); by default the attender is an
+    ordinary module and a pack runs it per replica through ``torch.func``
+    (docs/howto/own-attender.md). ``model_kind``: ``seq2seq`` or ``regressor``.
     """
     if model_kind not in ("seq2seq", "regressor"):
         raise PluginError(f"register_attender({name!r}): model_kind={model_kind!r}; valid: "
                           "['seq2seq', 'regressor']")
+    if not isinstance(target, str) and model_kind == "seq2seq":
+        problem = attender_signature_problem(target)
+        if problem:
+            raise PluginError(f"register_attender({name!r}): {problem}")
     return _register("attender", name, target, label, doc,
-                     {"model_kind": model_kind, "packable": bool(packable), "options": options})
+                     {"model_kind": model_kind, "packable": bool(packable), "stacked": bool(stacked),
+                      "options": options})
+
+
+ATTENDER_CALL = "target(cfg, *, query_size, key_size, dim, total_batches)"
+"""How a seq2seq attender's target is called (:func:`register_attender`)."""
+
+
+def attender_signature_problem(target: Any) -> str:
+    """Why ``target`` cannot be called as :data:`ATTENDER_CALL`, in one line; ``""`` when it can
+    (or when its signature cannot be read, as for some builtins)."""
+    if not callable(target):
+        return f"target {target!r} is not callable; expected a class or function called as {ATTENDER_CALL}"
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        sig.bind(None, query_size=1, key_size=1, dim=1, total_batches=1)
+    except TypeError as exc:
+        what = getattr(target, "__qualname__", repr(target))
+        return (f"target {what}{sig} cannot be called as {ATTENDER_CALL} ({_one_line(exc)}); "
+                "give its __init__ that signature")
+    return ""
 
 
 def register_task(name: str, target: Any, *, label: str, doc: str = "", kind: str = "seq2seq",
@@ -196,7 +227,16 @@ def register_variant(name: str, *, label: str, parent: str | None = None,
     """Register a named model preset: ``parent``'s model (None: ``ModelConfig()``) with the dotted
     ``delta`` applied (``{"attention.family": "localp", "attention.options": {"width": 5}}``).
     The parent and the delta are checked when the preset is first built
-    (:func:`locattn.get_variant`)."""
+    (:func:`locattn.get_variant`); options for an attender already registered without an
+    ``options`` function are refused here."""
+    family = (delta or {}).get("attention.family")
+    if (delta or {}).get("attention.options") and isinstance(family, str):
+        att = _ENTRIES["attender"].get(family)
+        if att is not None and att.meta["options"] is None:
+            raise PluginError(f"register_variant({name!r}): delta sets attention.options="
+                              f"{dict(delta['attention.options'])!r}, but attender {family!r} "
+                              f"(from {att.module or att.plugin!r}) takes no options; register it "
+                              "with options= (a function that checks them) or drop them")
     return _register("variant", name, None, label, doc,
                      {"parent": parent, "delta": MappingProxyType(dict(delta or {}))})
 
@@ -366,6 +406,7 @@ __all__ = [
     "PluginError",
     "UnknownNameError",
     "View",
+    "attender_signature_problem",
     "distribution_of",
     "entries",
     "get",

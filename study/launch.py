@@ -29,8 +29,8 @@ from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_er
                           spec_from_meta, take_credentials, write_meta)
 from study.meta import DEFAULT_TRAIN_PATH, DriverOptions, StudyMeta
 from study.preflight import check_train_path_fits
-from study.plugins import (check_sources, export_to_workers, import_named, labels_tag, runtime_env,
-                           solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
+from study.plugins import (check_attenders, check_sources, export_to_workers, import_named, labels_tag,
+                           runtime_env, solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
 from study.retention import disk_line
 from study.runs import run_folders, started_under_other_values
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
@@ -212,6 +212,7 @@ def prepare_launch(spec: StudySpec, spec_path: Path, name: str, paths: StudyPath
             f"{spec_path}: a very large study ({'; '.join(big)}; dry-run cost "
             f"{cost[-1] if cost else '?'}); check with --dry-run, then pass --yes to launch it")
     require_task_data(spec)  # before anything is created or started
+    check_attenders(spec, spec_path)  # plugin attenders on a dry batch, before any trial
     check_committed_code(allow_dirty)
     if not paths.meta.is_file():  # a new study: will its runs fit on the disk?
         disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)

@@ -126,8 +126,7 @@ def labels_tag(cells: Iterable[Any]) -> str:
 
 def solo_note(spec: Any) -> str:
     """One line when a spec whose trials get a GPU (which pack on their own) runs solo because a
-    cell's attention family cannot pack (a plugin's: only families declared packable pack);
-    ``""`` otherwise."""
+    cell's attention family cannot pack (one registered ``packable=False``); ``""`` otherwise."""
     if spec.gpus <= 0 or spec.packed:
         return ""
     packable = set(packable_families())
@@ -138,6 +137,39 @@ def solo_note(spec: Any) -> str:
             return (f"cell {cell.cell}: attention.family {family!r} cannot pack (packable: "
                     f"{', '.join(sorted(packable))}); every trial of this study trains solo")
     return ""
+
+
+def check_attenders(spec: Any, where: str | Path) -> None:
+    """At launch, on the driver, before any trial: every plugin attender the spec's cells use
+    is built and tried on a tiny dry batch, alone and as a pack of two
+    (:func:`locattn.models.attention.check.attender_problem`). A misfit is a :class:`SpecError`
+    in one line naming the cell, the attender, its plugin and what is expected. Each distinct
+    model configuration is tried once; the built-ins are not tried."""
+    seen: set[str] = set()
+    for cell in spec.cells:
+        cfg = make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides)
+        family = cfg.model.attention.family
+        if cfg.model.kind != "seq2seq":
+            continue
+        entry = registry.get("attender", family, where="attention.family")
+        key = json.dumps([family, cfg.model.hidden_size, dict(cfg.model.attention.options)],
+                         sort_keys=True, default=str)
+        if entry.builtin or key in seen:
+            continue
+        seen.add(key)
+        from locattn.models.attention.check import attender_problem  # torch: only for a plugin
+
+        problem = attender_problem(cfg.model)
+        if problem:
+            raise SpecError(f"{where}: cell {cell.cell}: attender {family!r} (plugin "
+                            f"{entry.plugin!r}, target {_target_name(entry)}): {problem}")
+
+
+def _target_name(entry: Any) -> str:
+    target = entry.target
+    if isinstance(target, str):
+        return target
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
 
 
 def check_sources(saved: Mapping[str, str], current: Mapping[str, str], where: str | Path,
@@ -188,5 +220,5 @@ def _module_path(module: Any) -> str:
     return str(paths[0] if paths else module.__file__)
 
 
-__all__ = ["PLUGINS_ENV", "check_sources", "config_plugins", "export_to_workers", "spec_plugin_sources", "import_in_worker", "import_named",
+__all__ = ["PLUGINS_ENV", "check_attenders", "check_sources", "config_plugins", "export_to_workers", "spec_plugin_sources", "import_in_worker", "import_named",
            "runtime_env", "solo_note", "spec_plugins", "trusted_for_resume"]

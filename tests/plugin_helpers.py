@@ -49,8 +49,8 @@ build = Tempered
 
 def write_plugin(folder: Path, name: str, packable: bool = False) -> Path:
     """Write plugin module ``name`` (and ``<name>_impl``) into ``folder``; returns ``folder``.
-    ``packable``: the attender declares itself packable (its scorer applies every weight through
-    ``locattn.models.functional``, so it may)."""
+    ``packable``: registered ``packable=True`` (its runs may train as one pack; False: solo
+    always). The attender is an ordinary module either way (``stacked`` left False)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.py").write_text(PLUGIN.replace("{name}", name).replace("{packable}", str(packable)))
     (folder / f"{name}_impl.py").write_text(IMPL)

@@ -245,7 +245,7 @@ def test_packs_refuse_switches_that_change_a_shape_or_the_path(tmp_path: Path) -
 PACK_A_PLUGIN = """
 import json, sys
 from pathlib import Path
-import locattn_localp  # registers `localp` (declared packable) in this process only
+import locattn_localp  # registers `localp` (stacked=True) in this process only
 from locattn.config import make_run_config
 from locattn.packed import check_packable, train_packed
 from locattn.train import train
@@ -261,11 +261,11 @@ print(json.dumps({"solo": [keep(r) for r in solos], "packed": [keep(r) for r in 
 """
 
 
-def test_a_plugin_attender_declared_packable_trains_packed_equal_to_solo(tmp_path: Path) -> None:
+def test_a_plugin_attender_written_for_stacked_parameters_trains_packed_equal_to_solo(tmp_path: Path) -> None:
     """The worked example's local-p attender (examples/locattn-localp), registered with
-    ``packable=True``: three seeds trained as one pack equal their solo runs to the bit, losses,
-    metrics and every parameter. In a subprocess, so this pytest process keeps the built-in
-    packable families (other tests name them)."""
+    ``stacked=True`` (the built-ins' fast path): three seeds trained as one pack equal their solo
+    runs to the bit, losses, metrics and every parameter. In a subprocess, so this pytest process
+    keeps its registry as other tests expect it. (An ordinary module: tests/test_plain_attender.py.)"""
     root = Path(__file__).resolve().parents[1]
     over = {**TINY, "task.train_size": 200, "cache_dir": str(tmp_path / "cache")}
     proc = subprocess.run(

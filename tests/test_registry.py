@@ -76,7 +76,7 @@ def test_a_plugin_registers_an_attender_with_options_and_a_variant(tmp_path, mon
                                          r"option 'width'; valid: \['temperature'\]"):
         make_run_config(task="copy", variant="plug_unit",
                         overrides={"model.attention.options.width": 3})
-    with pytest.raises(ValueError, match="attender 'content' takes no options"):
+    with pytest.raises(ValueError, match="attender 'content' \\(plugin 'locattn'\\) takes no options"):
         make_run_config(task="copy", variant="content",
                         overrides={"model.attention.options": {"temperature": 2}})
 

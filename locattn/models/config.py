@@ -55,8 +55,9 @@ REGRESSOR_FAMILIES = ("feedforward", "mean")
 
 
 def packable_families() -> list[str]:
-    """The registered seq2seq families declared packable (their modules are written for packed
-    parameters, :mod:`locattn.training.packed`); any other trains solo."""
+    """The registered seq2seq families whose runs may train as one pack
+    (:mod:`locattn.training.packed`): every one but those registered ``packable=False``
+    (``dubois_code``, whose schedule counts batches in Python)."""
     return [name for name, e in registry.entries("attender").items()
             if e.meta["packable"] and e.meta["model_kind"] == "seq2seq"]
 
@@ -174,7 +175,7 @@ class AttentionConfig:
         check = entry.meta["options"]
         if self.options and check is None:
             raise ValueError(f"attention.options={dict(self.options)!r}: attender {self.family!r} "
-                             "takes no options")
+                             f"(plugin {entry.plugin!r}) takes no options (registered without options=)")
         if check is not None:
             try:
                 checked = check(dict(self.options))
@@ -398,7 +399,8 @@ for _family in SEQ2SEQ_FAMILIES + REGRESSOR_FAMILIES:
         else "locattn.models.regressor:build_regressor",
         label=_FAMILY_DOCS[_family][0], doc=_FAMILY_DOCS[_family][1],
         model_kind="seq2seq" if _family in SEQ2SEQ_FAMILIES else "regressor",
-        packable=_family in ("content", "positional", "location"),
+        packable=_family not in ("dubois_code", *REGRESSOR_FAMILIES),
+        stacked=_family in SEQ2SEQ_FAMILIES,  # written for stacked (K, ...) parameters
     )
 
 

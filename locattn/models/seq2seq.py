@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from locattn.models.attention import AttnStep, SourceMemory, build_attender
+from locattn.models.attention import AttnStep, SourceMemory, attender_is_stacked, build_attender
+from locattn.models.attention.replicas import call_replicas, join_rows
 from locattn.models.attention.location import building_block_weights
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
@@ -154,6 +155,13 @@ class Seq2Seq(nn.Module):
         self.value_out = nn.Linear(cfg.value_size, H, bias=False)
         self.attender = build_attender(cfg.attention, query_size=H, key_size=H, dim=H,
                                        total_batches=total_batches)
+        self.attender_stacked = attender_is_stacked(cfg.attention.family)
+        """Whether the attender is written for stacked (K, ...) parameters (the built-ins:
+        :mod:`locattn.models.functional`); an ordinary module is not."""
+        self.replicated_attender = False
+        """Set on a pack's copy (:class:`~locattn.training.epoch.ParamPack`) of a model whose
+        attender is an ordinary module: its parameters and buffers carry a leading replica axis,
+        and every call runs it per replica (:mod:`locattn.models.attention.replicas`)."""
         self.cells = nn.ModuleList(
             [nn.GRUCell(E + H, H)] + [nn.GRUCell(H, H) for _ in range(cfg.num_layers - 1)]
         )
@@ -241,13 +249,30 @@ class Seq2Seq(nn.Module):
         )
         return DecoderState(
             memory=memory,
-            cache=self.attender.prepare(memory),
-            attn_state=self.attender.initial_state(memory),
+            cache=self._attend("prepare", memory),
+            attn_state=self._attend("initial_state", memory),
             hidden=tuple(enc.cls.unbind(0)),
             t=0,
             dir_gate=dir_gate,
             value_gates=value_gates,
         )
+
+    def _attend(self, method: str, memory: SourceMemory, *step: Any) -> Any:
+        """The attender's ``prepare(memory)``, ``initial_state(memory)`` or ``forward(query,
+        memory, cache, state, t)`` (``step`` = query, cache, state, t): called as it is, or per
+        replica under ``torch.func.vmap`` on a pack's copy of an ordinary module."""
+        att = self.attender
+        if not self.replicated_attender:
+            if method == "forward":
+                query, cache, attn_state, t = step
+                return att(query, memory, cache, attn_state, t)
+            fn = getattr(att, method, None)  # a plain module may leave out prepare / initial_state
+            return fn(memory) if fn is not None else None
+        if method != "forward":
+            return call_replicas(att, method, (memory,))
+        query, cache, attn_state, t = step
+        attn, new_state = call_replicas(att, "forward", (query, memory), (cache, attn_state), (t,))
+        return join_rows(attn), new_state
 
     def _embed_gates(self, emb: Tensor) -> Tensor:
         """W_e emb + b_ih of the first cell: (..., E) -> (..., 3H)."""
@@ -257,8 +282,8 @@ class Seq2Seq(nn.Module):
     def _advance(self, state: DecoderState, emb_gates: Tensor) -> tuple[DecoderState, AttnStep]:
         """One step given W_e emb(y_{t-1}) + b_ih (B, 3H)."""
         h0 = state.hidden[0]
-        attn, attn_state = self.attender(
-            state.hidden[-1], state.memory, state.cache, state.attn_state, state.t
+        attn, attn_state = self._attend(
+            "forward", state.memory, state.hidden[-1], state.cache, state.attn_state, state.t
         )
         if state.value_gates is not None:
             gi = torch.baddbmm(

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from locattn.models.attention.replicas import method_modules
 from locattn.models.functional import DropoutNoise
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
@@ -84,10 +85,22 @@ class ParamPack:
             a = [c.model.attention for c in cfgs]
             attender.pack_switches([x.step for x in a], [x.location_norm for x in a],
                                    [x.step_temperature for x in a])
+        replicated = attender is not None and not getattr(self.model, "attender_stacked", True)
         self.switches = [(f"attender.{n}", b) for n, b in attender.named_buffers()
-                         if n.startswith("replica_")] if attender is not None else []
+                         if n.startswith("replica_")] if attender is not None and not replicated else []
         """(name, (K,) buffer) of the switches that differ between replicas (a subset of the
         replicas runs with their rows: see :func:`packed_train_epoch`)."""
+        self.buffers: list[tuple[str, torch.Tensor]] = []
+        """(name, (K, ...) buffer) of an ordinary-module attender's buffers, stacked per replica
+        (written back to each replica's own by :meth:`release`)."""
+        if replicated:  # an ordinary module: run per replica through torch.func (attention.replicas)
+            self.model.replicated_attender = True
+            method_modules(self.model.attender)  # made before a compiled step traces a call
+            for name, _ in runs[0].model.attender.named_buffers():
+                full = f"attender.{name}"
+                b = torch.stack([dict(r.model.named_buffers())[full].detach() for r in runs])
+                _set_param(self.model, full, b)
+                self.buffers.append((full, b))
         self.stacked: list[torch.nn.Parameter] = []
         for name in self.names:
             s = torch.nn.Parameter(torch.stack([p[name].detach() for p in self.replica_params]))
@@ -103,7 +116,12 @@ class ParamPack:
             for name in self.names:
                 p[name].data = p[name].data.clone()
                 p[name].grad = None
-        if len(self.runs) == 1:
+        if self.buffers:  # each replica's own slice of the stacked buffers, as its pass left them
+            for k, r in enumerate(self.runs):
+                own = dict(r.model.named_buffers())
+                for name, b in self.buffers:
+                    own[name].copy_(b[k])
+        elif len(self.runs) == 1:
             solo = dict(self.runs[0].model.named_buffers())
             for name, b in self.model.named_buffers():
                 solo[name].copy_(b)
@@ -278,7 +296,8 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 if len(idx) < K:
                     sel = torch.tensor(idx, device=src.device)
                     sub = {name: p.index_select(0, sel) for name, p in zip(pack.names, pack.stacked)}
-                    sub.update({name: b.index_select(0, sel.to(b.device)) for name, b in pack.switches})
+                    sub.update({name: b.index_select(0, sel.to(b.device))
+                                for name, b in (*pack.switches, *pack.buffers)})
                 elif compiled:  # the same call as a packed replica's, so the same graph and kernels
                     sub = dict(zip(pack.names, pack.stacked))
                 # drawn for the batch's own rows (the generators' stream does not depend on the padding)
@@ -293,6 +312,10 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 else:
                     nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx),
                                  teacher_forced=tf)  # (k,)
+                if pack.buffers and len(idx) < K:  # what the group's pass wrote into its buffers
+                    with torch.no_grad():
+                        for name, b in pack.buffers:
+                            b.index_copy_(0, sel.to(b.device), sub[name])
                 for j, k in enumerate(idx):
                     loss_parts[k] = nll[j] / batches[k].n_tokens  # token-level mean
             losses = torch.stack(loss_parts)  # (K,)

@@ -244,6 +244,7 @@ class GraphedStep:
         self.model._check = _no_check
         self.names = pack.names
         self.stacked = pack.stacked
+        self.buffers = pack.buffers  # an ordinary-module attender's, per replica (K, ...)
         self.opt = StackedAdamW(self.stacked)
         self.compiled = runs[0].cfg.train_path == "compiled"
         if self.compiled:
@@ -318,6 +319,9 @@ class GraphedStep:
                         mine[k].zero_()
                 steps = float(state["step"]) if "step" in state else 0.0
             self.opt.step_count[k] = steps
+            own = dict(r.model.named_buffers())
+            for name, b in self.buffers:
+                b[k].copy_(own[name])
         fresh = epoch_dropout_noise([r.cfg.seed for r in self.runs], epoch, self.device).generators
         for g, f in zip(self.gens, fresh):
             g.set_state(f.get_state())
@@ -341,6 +345,9 @@ class GraphedStep:
                     "exp_avg": self.opt.exp_avg[i][k].clone(),
                     "exp_avg_sq": self.opt.exp_avg_sq[i][k].clone(),
                 }
+            own = dict(r.model.named_buffers())
+            for name, b in self.buffers:
+                own[name].copy_(b[k])
 
     # ---------------------------------------------------------------- the step
 
@@ -421,7 +428,7 @@ class GraphedStep:
 
     def _state_tensors(self) -> list[torch.Tensor]:
         return [*self.stacked, *self.opt.exp_avg, *self.opt.exp_avg_sq, self.opt.step_count,
-                self.loss_sum, self.first_bad, self.step_no]
+                self.loss_sum, self.first_bad, self.step_no, *(b for _, b in self.buffers)]
 
     def epoch_rows(self, epoch: int) -> np.ndarray:
         """Index rows (steps, K*B) of ``epoch``: replica k's batch i is its solo run's batch i,

@@ -33,7 +33,7 @@ locattn.register_attender(
     doc="Luong et al. (2015) local-p attention: a multiplicative content score times a Gaussian "
         "(sigma = D/2) around a predicted position p_t = S sigmoid(v^T tanh(W h)), within "
         "[p_t - D, p_t + D].",
-    options=check_options, packable=True,  # written for stacked (K, ...) parameters: packs train it
+    options=check_options, stacked=True,  # written for stacked (K, ...) parameters: the fast path
 )
 locattn.register_variant(
     "localp", label="Local-p", parent="content",

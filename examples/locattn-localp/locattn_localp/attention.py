@@ -45,7 +45,8 @@ class LocalP(Attender):
         self, query: Tensor, memory: SourceMemory, cache: Any, state: Any, t: int
     ) -> tuple[AttnStep, Any]:
         last = (memory.lengths - 1).clamp(min=0)  # (B,)
-        # the trainer stacks every parameter (K, out, in), a solo run too (K = 1): functional.linear
+        # registered stacked=True: the trainer stacks every parameter (K, out, in), a solo run
+        # too (K = 1), so weights go through functional.linear (an ordinary module need not)
         hidden = torch.tanh(linear(query, self.w_p.weight))  # (B, d)
         p = last * torch.sigmoid(linear(hidden, self.v_p.weight)).squeeze(-1)  # (B,)
         s = torch.arange(memory.keys.shape[1], device=query.device, dtype=p.dtype)  # (L,)

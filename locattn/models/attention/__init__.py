@@ -32,6 +32,15 @@ def build_attender(cfg: AttentionConfig, *, query_size: int, key_size: int, dim:
                         total_batches=total_batches)
 
 
+def attender_is_stacked(family: str) -> bool:
+    """Whether family ``family``'s modules are written for stacked (K, ...) parameters
+    (``register_attender(..., stacked=True)``: the built-ins, through
+    :mod:`locattn.models.functional`), so that a pack stacks them itself; an ordinary module
+    (the default) runs per replica through :mod:`torch.func`
+    (:mod:`locattn.models.attention.replicas`)."""
+    return bool(registry.get("attender", family, where="attention.family").meta.get("stacked", False))
+
+
 def build_content(cfg: AttentionConfig, *, query_size: int, key_size: int, dim: int,
                   total_batches: int = 1) -> ContentAttender:
     """Family ``content`` (registered in :mod:`locattn.models.config`)."""
@@ -88,6 +97,7 @@ __all__ = [
     "LocationState",
     "PositionalAttender",
     "SourceMemory",
+    "attender_is_stacked",
     "build_attender",
     "build_content",
     "build_dubois_code",
