@@ -569,13 +569,14 @@ def cell_name(j: Judged) -> str:
 def markdown(s: Summary) -> list[str]:
     """The summary as Markdown lines (results/README.md quotes them)."""
     lines = ["Each column: accuracy cells where the paper reports more than 10 % within 10 points; "
-             "then every compared cell that agrees by its metric's tolerance.", "",
+             "then every compared cell that agrees by its metric's tolerance. **[+dirty]**: some of "
+             "the cells counted rest on runs from uncommitted code (how many: the next table).", "",
              "| table | quick | best budget | paper budget | published cells |", "|---|---|---|---|---|"]
     acc = {t: is_accuracy_metric(TABLES[t]) for t in TABLES_JUDGED}
     for t in TABLES_JUDGED:
-        lines.append(f"| {t} | " + " | ".join(s.counts[t][k].text(acc[t]) for k in COLUMNS)
-                     + f" | {s.n_published[t]} |")
-    lines.append("| **all** | " + " | ".join(f"**{s.total(k).text(True)}**" for k in COLUMNS)
+        lines.append(f"| {t} | " + " | ".join(s.counts[t][k].text(acc[t]) + dirty_mark(s.counts[t][k])
+                                             for k in COLUMNS) + f" | {s.n_published[t]} |")
+    lines.append("| **all** | " + " | ".join(f"**{s.total(k).text(True)}**{dirty_mark(s.total(k))}" for k in COLUMNS)
                  + f" | {sum(s.n_published.values())} |")
     lines += ["", "Of those, the cells resting on runs from uncommitted code (**[+dirty]**: a seed "
               "of the cell ran it), counted the same way:", "",

@@ -232,10 +232,10 @@ def paper_budget_lines(s: agr.Summary) -> list[str]:
     total = sum(counts.values())
     missed = [j for t in agr.TABLES_JUDGED for j in s.judged["paper"][t]
               if s.verdict(j, "paper") != VERDICTS[0]]
-    lines = [f"- **At the paper's budget** {total} cells are compared: {counts[VERDICTS[0]]} "
-             f"reproduced, {counts[VERDICTS[1]]} not reproduced at this budget and "
-             f"{counts[VERDICTS[2]]} contradicted. Those not reproduced (a cell two tables publish "
-             "is one run, named once):"]
+    lines = [f"- **At the paper's budget** {total} cells are compared{dirty_count(s.total('paper'), False)}: "
+             f"{counts[VERDICTS[0]]} reproduced, {counts[VERDICTS[1]]} not reproduced at this budget "
+             f"and {counts[VERDICTS[2]]} contradicted. Those not reproduced (a cell two tables "
+             "publish is one run, named once):"]
     for g in groups(missed, across_tables=True):
         t = TABLES[g.cells[0].table]
         metric = "" if agr.is_accuracy_metric(t) else f", {t.title.split(' (')[0].lower()}"
@@ -335,10 +335,12 @@ def dirty_rows(s: agr.Summary) -> str:
 
 
 def table_quick(s: agr.Summary, table: str, what: str) -> str:
+    """A table's quick count (non-trivial: ``nt``, else every compared cell), marked
+    **[+dirty]** with how many of its cells rest on runs from uncommitted code."""
     c = s.counts[table]["quick"]
     if what == "nt":
-        return f"{c.nt_within} of {c.nt}"
-    return f"{c.within} of {c.compared}"
+        return f"{c.nt_within} of {c.nt}" + (f" **[+dirty]** ({c.nt_dirty} of {c.nt})" if c.nt_dirty else "")
+    return f"{c.within} of {c.compared}" + (f" **[+dirty]** ({c.dirty} of {c.compared})" if c.dirty else "")
 
 
 def findings_intro(s: agr.Summary) -> str:
@@ -412,10 +414,10 @@ def wrap(text: str, width: int = 100) -> str:
 
 def table2_quick(s: agr.Summary) -> str:
     c = s.counts["rc_table2"]["quick"]
-    return (f"Of the {c.nt} cells where the paper reports more than 10 %, {c.nt_within} are within 10 "
-            f"points of ours; over all {c.compared} accuracy cells, {c.within} (3 seeds, the quick "
-            f"budget). {table_quick(s, 'rc_table9', 'all')} edit-distance cells of Table 9 are within "
-            "10 % of the column's target length")
+    return (f"At the quick budget (3 seeds), of the {c.nt} cells where the paper reports more than "
+            f"10 %, {c.nt_within} are within 10 points of ours{dirty_count(c, True)}; over all "
+            f"{c.compared} accuracy cells, {c.within}{dirty_count(c, False)}. {table_quick(s, 'rc_table9', 'all')} "
+            "edit-distance cells of Table 9 are within 10 % of the column's target length")
 
 
 #: Block name -> the function that writes it from the summary.
