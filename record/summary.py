@@ -31,6 +31,16 @@ SEEDS_KEY = "seeds_finished"
 """Metric of a cell run: how many finished seeds its medians are over."""
 DIVERGED_KEY = "seeds_diverged"
 """Metric of a cell run: finished seeds of its chosen point with a non-finite value."""
+SOLVED_AT = 90.0
+"""A seed "solved" a cell at this accuracy (%) or more (the tables' default ``--solved``)."""
+HEADLINE_METRICS = ("seq_acc", "accuracy")
+"""The headline metric of a test split: sequence accuracy, or accuracy (regression tasks)."""
+PERCENT_SUFFIX = " pct"
+"""A cell run's headline of a test split in percent is ``<split> pct`` (``len15 pct``): short
+enough for a column head of MLflow's runs table, whose metric names cannot hold ``%``."""
+SOLVED_KEY = "solved"
+"""Metric of a cell run: seeds of its chosen point at :data:`SOLVED_AT` % or more on its hardest
+test split (:func:`hardest_split`); of :data:`SEEDS_KEY`."""
 
 
 def is_measurement(value: float | None) -> bool:
@@ -62,12 +72,68 @@ def chosen_point(by_point: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
     return min(by_point.items(), key=rank)[0]
 
 
+def hardest_split(splits: list[str]) -> str | None:
+    """The longest ``lenN`` split (the probing tasks), else the longest ``longer_seen_N`` (Lookup,
+    Long N), else the last split by name that is not ``iid``, else ``iid``."""
+    for prefix in ("len", "longer_seen_"):
+        numbered = [s for s in splits if s.startswith(prefix) and s[len(prefix):].isdigit()]
+        if numbered:
+            return max(numbered, key=lambda s: int(s[len(prefix):]))
+    others = sorted(s for s in splits if s != "iid")
+    return others[-1] if others else (splits[0] if splits else None)
+
+
+def headline_keys(keys: Sequence[str]) -> dict[str, str]:
+    """Test split -> its headline metric key (``len15`` -> ``test.len15.seq_acc``) among
+    ``keys``: of the first of :data:`HEADLINE_METRICS` that some ``test.<split>.<metric>`` holds."""
+    for metric in HEADLINE_METRICS:
+        found = {parts[1]: k for k in keys if len(parts := k.split(".")) == 3
+                 and parts[0] == "test" and parts[2] == metric}
+        if found:
+            return found
+    return {}
+
+
+def percent(fraction: float) -> float:
+    """A fraction in % as a column shows it: to 4 decimals (0.6932 is 69.32, not
+    69.32000000000001); a non-finite value stays as it is."""
+    return round(100 * fraction, 4) if math.isfinite(fraction) else fraction
+
+
+def seed_percents(finals: Mapping[str, float]) -> dict[str, float]:
+    """A seed's run's headline of each test split in % (``len15 pct``, :data:`PERCENT_SUFFIX`),
+    from its final metrics: the values its cell's run shows the median of, in the same column."""
+    return {split + PERCENT_SUFFIX: percent(finals[key])
+            for split, key in sorted(headline_keys(list(finals)).items())}
+
+
+def cell_percents(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The cell run's columns as the tables print them, over ``runs`` (one point's finished
+    seeds): per test split, ``<split> pct`` (:data:`PERCENT_SUFFIX`), the median of its
+    headline metric in % (0-100); and :data:`SOLVED_KEY`, how many seeds reached
+    :data:`SOLVED_AT` % on the hardest split (non-finite values left out, the one rule).
+    Empty when no run holds a headline metric."""
+    splits = headline_keys(sorted({k for r in runs for k in r}))
+    out = {}
+    for split, key in sorted(splits.items()):
+        if (v := median_of(runs, key)) is not None:
+            out[split + PERCENT_SUFFIX] = percent(v)
+    hardest = hardest_split(list(splits))
+    if hardest is not None:
+        key = splits[hardest]
+        out[SOLVED_KEY] = float(sum(1 for r in runs if is_measurement(r.get(key))
+                                    and 100 * r[key] >= SOLVED_AT))
+    return out
+
+
 def cell_medians(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Per final metric of ``runs`` (one point's finished seeds), its median over their finite
-    values, :data:`SEEDS_KEY` and, when some seed diverged, :data:`DIVERGED_KEY`."""
+    values, :data:`SEEDS_KEY`, the columns in percent of :func:`cell_percents` and, when some
+    seed diverged, :data:`DIVERGED_KEY`."""
     keys = sorted({k for r in runs for k in r})
     out = {k: v for k in keys if (v := median_of(runs, k)) is not None}
     out[SEEDS_KEY] = float(len(runs))
+    out.update(cell_percents(runs))
     if n_diverged := diverged(runs):
         out[DIVERGED_KEY] = float(n_diverged)
     return out

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from locattn.config import config_to_dict, flatten
 from record import layout, schema
 from record.store import StoreError, redact, sqlite_path
+from record.summary import seed_percents
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
 from study.naming import cell_name, run_name
@@ -306,6 +307,7 @@ class RecordCallback(_TuneCallback):
             return
         self.writer.buffer_epochs(key, epochs)
         finals = {k: v for k, v in result.items() if is_final_metric(k, v)}
+        finals.update(seed_percents(finals))  # the UI's columns in percent
         newly = state.status != schema.STATUS_FINISHED
         self.writer.finish(key, finals, run_dir(self.study_dir, key))
         if newly:  # the cell's medians, now (not for a restored trial's replay of a finished seed)
@@ -389,6 +391,7 @@ def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
         recorder.writer.buffer_epochs(key, getattr(result, "history", None) or [])
         finals = {k: v for k, v in final_metrics(out_dir, result).items()
                   if k in schema.FINAL_METRICS or k.startswith("test.")}
+        finals.update(seed_percents(finals))
         recorder.writer.finish(key, finals, out_dir)
         recorder.writer.update_cells([desc.cell])
         fixed += 1

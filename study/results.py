@@ -17,11 +17,8 @@ from dataclasses import dataclass
 
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
-from record.summary import BEST_EPOCH_KEY, SELECTION_KEY, chosen_point, is_measurement, median_of
-
-#: A seed "solved" a cell at this accuracy (%) or more.
-SOLVED_AT = 90.0
-HEADLINE_METRICS = ("seq_acc", "accuracy")
+from record.summary import (BEST_EPOCH_KEY, HEADLINE_METRICS, SELECTION_KEY, SOLVED_AT, chosen_point,
+                            hardest_split, is_measurement, median_of)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,17 +39,6 @@ class CellResult:
     """Median best_selection_score (%) of the chosen point."""
     diverged: int = 0
     """Finished seeds of the chosen point whose headline value is not finite (not in ``n``)."""
-
-
-def hardest_split(splits: list[str]) -> str | None:
-    """The longest ``lenN`` split (the probing tasks), else the longest ``longer_seen_N`` (Lookup,
-    Long N), else the last split by name that is not ``iid``, else ``iid``."""
-    for prefix in ("len", "longer_seen_"):
-        numbered = [s for s in splits if s.startswith(prefix) and s[len(prefix):].isdigit()]
-        if numbered:
-            return max(numbered, key=lambda s: int(s[len(prefix):]))
-    others = sorted(s for s in splits if s != "iid")
-    return others[-1] if others else (splits[0] if splits else None)
 
 
 def _short(hparams: str) -> str:

@@ -36,8 +36,9 @@ from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
 from record.store import (StoreError, StudyNotFound, adopt_artifact_root, check_schema, experiment_id,
                           hidden_secrets, read_rows, redact, split_credentials, sqlite_path, sqlite_uri,
                           superseded_runs, unpack)
-from record.summary import SEEDS_KEY, SELECTION_KEY
-from study.results import HEADLINE_METRICS, cell_results
+from record.summary import (HEADLINE_METRICS, PERCENT_SUFFIX, SEEDS_KEY, SELECTION_KEY, SOLVED_KEY,
+                            hardest_split, headline_keys)
+from study.results import cell_results
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -93,29 +94,47 @@ def metric_column(key: str) -> str:
 
 
 def view_state(tracking_uri: str, name: str) -> dict:
-    """The runs table the study's view shows. Columns: per headline split of the cells (the
-    hardest test split, :func:`study.results.cell_results`), its sequence accuracy (or
-    accuracy), then ``best_selection_score`` (under the name, or names, the store holds it by)
-    and, on cell runs, ``seeds_finished``.
+    """The runs table the study's view shows.
 
     A record with cell runs: every run but the study's, by start time, so each seed's run sits
-    under its cell's run (MLflow nests runs under a parent in the result when sorted by time),
-    and a cell's row shows its medians. An older record (no cell runs): the trial runs grouped
-    by the ``locattn.cell`` tag, each group showing MLflow's average over its seeds."""
+    under its cell's run (MLflow nests runs under a parent in the result when sorted by time).
+    Its columns, first what a table prints: the hardest test split in percent (``len100 pct``,
+    :func:`record.summary.cell_percents`), ``solved`` (seeds at 90 % or more there) and
+    ``seeds_finished``, then the other splits in percent and ``best_selection_score``. A cell's
+    row shows its medians over its seeds; a seed's row, inside it, that seed's values.
+
+    An older record (no cell runs, or cell runs written before the columns in percent): the
+    headline metric of each split as logged (a fraction) and ``best_selection_score`` (under the
+    name, or names, the store holds it by), and ``seeds_finished`` on cell runs; without cell
+    runs the trial runs are grouped by the ``locattn.cell`` tag, each group showing MLflow's
+    average over its seeds."""
     selection = [SELECTION_KEY, *(old for old, new in schema.RENAMED_METRICS.items() if new == SELECTION_KEY)]
+    splits = sorted({r.split for r in cell_results(tracking_uri, name) if r.split}, key=split_order)
     try:
-        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE,), metric_keys=selection,
-                         metric_prefixes=("test.",), as_stored=True)
+        rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE,), metric_keys=None, as_stored=True)
     except (StudyNotFound, StoreError):
         rows = None
     keys = {k for _, k, *_ in rows.metrics} if rows else set()
     has_cells = bool(rows) and any(v == schema.ROLE_CELL for _, _, v in rows.tags)
+    held = [k for k in selection if k in keys] or [SELECTION_KEY]
+    every = sorted(headline_keys(sorted(keys)), key=split_order)
+    percents = [s + PERCENT_SUFFIX for s in every if s + PERCENT_SUFFIX in keys]
+    if has_cells and percents and SOLVED_KEY in keys:
+        hardest = (hardest_split(every) or "") + PERCENT_SUFFIX
+        first = [hardest] if hardest in percents else []
+        columns = [metric_column(k) for k in (*first, SOLVED_KEY, SEEDS_KEY,
+                                              *(p for p in percents if p not in first), *held)]
+        # MLflow orders metric columns by name; the runs table's own column state (the order a
+        # drag gives, and the widths) puts them in this order, right after the run's name, each
+        # wide enough for its head.
+        return {"searchFilter": CELL_FILTER, "orderByKey": "attributes.start_time",
+                "orderByAsc": True, "selectedColumns": columns, "columnOrder": columns,
+                "columnWidths": {c: column_width(c) for c in columns}}
     columns = []
-    for split in sorted({r.split for r in cell_results(tracking_uri, name) if r.split}):
+    for split in splits:
         key = next((f"test.{split}.{m}" for m in HEADLINE_METRICS if f"test.{split}.{m}" in keys), None)
         if key is not None:
             columns.append(metric_column(key))
-    held = [k for k in selection if k in keys] or [SELECTION_KEY]
     columns += [metric_column(k) for k in held] + ([metric_column(SEEDS_KEY)] if has_cells else [])
     if has_cells:
         return {"searchFilter": CELL_FILTER, "orderByKey": "attributes.start_time",
@@ -124,6 +143,18 @@ def view_state(tracking_uri: str, name: str) -> dict:
             "selectedColumns": columns, "groupsExpanded": {},
             "groupBy": {"aggregateFunction": "average",
                         "groupByKeys": [{"mode": "tag", "groupByData": schema.CELL}]}}
+
+
+def column_width(column: str) -> int:
+    """Pixels for a metric column of the view: its head's text at about 7 px a character, and
+    room for the sort arrow, never under 70 px."""
+    return max(70, 7 * len(column.removeprefix("metrics.").strip("`")) + 28)
+
+
+def split_order(split: str) -> tuple:
+    """``len15`` before ``len100``: the number inside a split's name by value."""
+    digits = "".join(ch for ch in split if ch.isdigit())
+    return (split.rstrip("0123456789"), int(digits) if digits else -1, split)
 
 
 def save_view(tracking_uri: str, name: str) -> str | None:

@@ -519,12 +519,14 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
     assert sorted(cells) == ["task=copy,variant=onestep", "task=reverse_copy,variant=onestep_no_step2"]
     one = cells["task=copy,variant=onestep"]
     assert one.info.run_name == "1step·copy"
-    assert one.data.metrics == {"best_selection_score": 0.8, "test.len100.seq_acc": 0.5, "seeds_finished": 3.0}
+    assert one.data.metrics == {"best_selection_score": 0.8, "test.len100.seq_acc": 0.5, "seeds_finished": 3.0,
+                                "len100 pct": 50.0, "solved": 0.0}
     assert json.loads(one.data.tags["locattn.hparams"]) == lr1
     assert "mlflow.parentRunId" not in one.data.tags  # top-level: a row of its own in the UI
     two = cells["task=reverse_copy,variant=onestep_no_step2"]
     assert two.info.run_name == "-step2·rev-copy"
-    assert two.data.metrics == {"best_selection_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0}
+    assert two.data.metrics == {"best_selection_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0,
+                                "len100 pct": 50.0, "solved": 0.0}
     assert w.run_counts(9) == {"runs_expected": 9, "runs_finished": 8, "runs_failed": 1,
                                "runs_unfinished": 0}
     w.finish_parent(interrupted=False)

@@ -41,17 +41,20 @@ def _store(root: Path) -> list[str]:
     import json
     import sqlite3
 
+    from record.summary import seed_percents
     from record.writer import RecordWriter
     from reports.synth import SynthRun, write_bulk_sql
     from study.naming import cell_name, run_name
 
     d = root / "ui-demo"
     d.mkdir(parents=True)
-    acc = {("onestep", 0): 0.4321, ("onestep", 1): 0.6543, ("content", 0): 0.125, ("content", 1): 0.25}
+    acc = {("onestep", 0): 0.4321, ("onestep", 1): 0.9543, ("content", 0): 0.125, ("content", 1): 0.25}
+    finals = {(v, s, lr): {"best_selection_score": 0.9 if lr == 1e-3 else 0.1,
+                           "test.len100.seq_acc": acc[v, s] if lr == 1e-3 else 0.0}
+              for v in ("onestep", "content") for s in (0, 1) for lr in (1e-3, 3e-3)}
+    # each seed's run with its columns in percent, as the study's recorder logs them
     runs = [SynthRun(task="copy", variant=v, seed=s, hparams={"optim.lr": lr}, n_seeds=2,
-                     metrics={"best_selection_score": 0.9 if lr == 1e-3 else 0.1,
-                              "test.len100.seq_acc": acc[v, s] if lr == 1e-3 else 0.0})
-            for v in ("onestep", "content") for s in (0, 1) for lr in (1e-3, 3e-3)]
+                     metrics={**m, **seed_percents(m)}) for (v, s, lr), m in finals.items()]
     write_bulk_sql(d / "mlflow.db", "ui-demo", runs, tables=["rc_table2"])
     uri = f"sqlite:///{d / 'mlflow.db'}"
     writer = RecordWriter(tracking_uri=uri, study="ui-demo", artifact_location=None, parent_tags={},
@@ -104,13 +107,25 @@ def test_study_ui_opens_a_row_per_cell_with_its_medians_in_the_metric_columns(tm
             assert ui.poll() is None, "study ui exited"
             time.sleep(1)
         dom = _browser("--dump-dom", url, profile=tmp_path / "profile1").stdout
-        # The saved view: its columns are the headline metrics, each cell's run is a row (its
-        # 4 runs nested inside it, collapsed), and the row shows the medians of the chosen lr.
-        for column in ("test.len100.seq_acc", "best_selection_score", "seeds_finished"):
-            assert re.search(rf">\s*{re.escape(column)}\s*<", dom), column
+        # The saved view: its columns are the table's numbers in percent, the seeds solved and
+        # finished, then the selection score; each cell's run is a row (its 4 runs nested inside
+        # it, collapsed), and the row shows the medians of the chosen lr.
+        # (ag-grid's DOM keeps its own order; a header cell's aria-colindex is where it shows)
+        shown = sorted({(int(i), c) for i, c in re.findall(
+            r'<div[^>]*?aria-colindex="(\d+)"[^>]*?col-id="metrics\.`([^`]+)`"', dom)})
+        assert [c for _, c in shown] == ["len100 pct", "solved", "seeds_finished", "best_selection_score"], shown
+        assert shown[0][0] == 2  # the first column after the row's checkbox and name
+        assert "test.len100.seq_acc" not in dom  # the fraction: not a column of the view
         for name in names:
             assert name in dom, name
-        assert "0.5432" in dom and "0.1875" in dom  # median of 0.4321, 0.6543; of 0.125, 0.25
+        # median of 43.21 and 95.43 %, one of them solved (>= 90 %); of 12.5 and 25 %, none
+        assert re.search(r">69\.32<", dom) and re.search(r">18\.75<", dom)
+
+        def column(name: str) -> list[str]:
+            return re.findall(rf'col-id="metrics\.`{re.escape(name)}`"[^>]*><div[^>]*><span[^>]*>([^<]*)<', dom)
+
+        assert column("len100 pct") == ["69.32", "18.75"] and column("solved") == ["1", "0"]
+        assert column("seeds_finished") == ["2", "2"]
         # 2 cell runs and 8 seeds' runs match; the seeds' runs are inside their cell's row
         assert re.search(r"<strong>10</strong>\s*matching runs", dom), dom[-2000:]
         assert "1step·copy·s0" not in dom
