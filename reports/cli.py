@@ -100,7 +100,7 @@ def parser() -> Parser:
     add_build_options(b)
     ef = sub.add_parser("effects", help="ablation effects against a base variant, with intervals and tests",
                         description="Per column, the paired differences (ablation - base) over shared "
-                                    "seeds: mean with a 95 %% bootstrap interval, P(better), Holm-corrected "
+                                    "seeds: mean with a 95 % bootstrap interval, P(better), Holm-corrected "
                                     "Wilcoxon tests; Markdown, LaTeX, CSV and a forest plot.")
     ef.add_argument("sources", nargs="+", help="study directories (studies/<name>/, results/record/<name>/)")
     ef.add_argument("--base", required=True, help="the base variant, e.g. onestep or mix_onestep")
