@@ -21,6 +21,7 @@ tables' hyperparameter choice and seed sets. Renderers (Markdown, LaTeX, CSV) ar
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -242,7 +243,15 @@ def render_effects_markdown(res: EffectsResult, provenance: Sequence[Provenance]
            "| " + " | ".join(HEAD) + " |", "|:--|:--|" + "|".join("--:" for _ in HEAD[2:]) + "|"]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in effect_cells(res, e, label)) + " |"
             for e in res.effects]
+    if res.skipped:
+        out += ["", f"- {skipped_note(res, label)}"]
     return "\n".join(out) + "\n"
+
+
+def skipped_note(res: EffectsResult, label: Labeler) -> str:
+    """The note naming the (variant, column)s whose two arms have seeds but share none."""
+    return (f"No seed shared with {label(res.base)}: "
+            + "; ".join(f"{label(v)} / {c}" for v, c in res.skipped) + ".")
 
 
 def render_effects_latex(res: EffectsResult, provenance: Sequence[Provenance], label: Labeler) -> str:
@@ -253,7 +262,10 @@ def render_effects_latex(res: EffectsResult, provenance: Sequence[Provenance], l
             r"\begin{tabular}{ll" + "r" * (len(HEAD) - 2) + "}", r"\toprule",
             " & ".join(latex_escape(h) for h in HEAD) + r" \\", r"\midrule"]
     out += [" & ".join(latex_escape(c) for c in effect_cells(res, e, label)) + r" \\" for e in res.effects]
-    out += [r"\bottomrule", r"\end{tabular}", "}", r"\end{table}"]
+    out += [r"\bottomrule", r"\end{tabular}", "}"]
+    if res.skipped:
+        out += [r"\par\smallskip", r"{\footnotesize " + latex_escape(skipped_note(res, label)) + "}"]
+    out.append(r"\end{table}")
     return "\n".join(out) + "\n"
 
 
@@ -322,7 +334,7 @@ def build_effects(sources: Sequence[str | Path], base: str, variants: Sequence[s
     return written
 
 
-def run_effects(args) -> int:
+def run_effects(args: argparse.Namespace) -> int:
     """``reports effects``: parsed ``sources``, ``base``, ``vs``, ``table``, ``format``, ``out``,
     ``no_figure``; prints the written paths; returns the exit status (2 on bad input)."""
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 from record.store import portable_uri
 from reports.aggregate import (ALPHA, DEFAULT_SOLVED, MIN_TESTABLE_PAIRS, Cell, CellSummary,
                                TableResult, hparam_summary)
-from reports.intervals import bootstrap_interval, method_sentence, rate_interval, solved_rate
+from reports.intervals import Solved, bootstrap_interval, method_sentence, rate_interval, solved_rate
 from reports.paper import PaperValue
 from reports.tables import SUMMARY_ID, Panel, TableDef
 
@@ -142,7 +142,7 @@ def solved_applies(table: TableDef) -> bool:
     return table.direction == "max" and table.kind != "epochs_or_accuracy"
 
 
-def cell_solved(result: TableResult, cell: Cell):
+def cell_solved(result: TableResult, cell: Cell) -> Solved | None:
     """The cell's :class:`reports.intervals.Solved` at ``result.solved_at`` (else
     :data:`reports.aggregate.DEFAULT_SOLVED`); None for an empty cell or a table without a
     solved rate (:func:`solved_applies`)."""

@@ -115,3 +115,14 @@ def test_cells_with_other_seeds_in_two_records_are_refused(tmp_path, capsys):
     assert "onestep_no_step2 / Reverse Copy 15 has other seeds in rc_table4 of rc_table4-gpu_seeds20" in err
     assert main(["effects", str(tmp_path / "nope"), "--base", "onestep"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_arms_with_seeds_but_none_shared_are_named_under_the_table():
+    from reports.effects import EffectsResult, render_effects_latex, render_effects_markdown
+
+    e = effect("a", "c", "Copy 15", Cell(row="b", column="c", seeds=((0, 1.0), (1, 2.0))),
+               Cell(row="a", column="c", seeds=((0, 3.0), (1, 2.0))), "max")
+    res = EffectsResult(base="b", variants=("a",), tables=("t",), source="S", metric="seq_acc",
+                        direction="max", decimals=1, effects=(e,), skipped=(("a", "Copy 30"),))
+    assert render_effects_markdown(res, [], str).endswith("\n- No seed shared with b: a / Copy 30.\n")
+    assert r"{\footnotesize No seed shared with b: a / Copy 30.}" in render_effects_latex(res, [], str)
