@@ -126,3 +126,12 @@ def test_arms_with_seeds_but_none_shared_are_named_under_the_table():
                         direction="max", decimals=1, effects=(e,), skipped=(("a", "Copy 30"),))
     assert render_effects_markdown(res, [], str).endswith("\n- No seed shared with b: a / Copy 30.\n")
     assert r"{\footnotesize No seed shared with b: a / Copy 30.}" in render_effects_latex(res, [], str)
+
+
+@pytest.mark.skipif(__import__("shutil").which("pdflatex") is None, reason="pdflatex not installed")
+def test_the_committed_effects_table_compiles_with_pdflatex(tmp_path):
+    from tests.test_reports_render import assert_compiles
+
+    body = (RESULTS / "rc_table4-effects" / "effects-onestep.tex").read_text()
+    assert_compiles("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs,graphicx}\n"
+                    "\\begin{document}\n" + body + "\\end{document}\n", tmp_path)

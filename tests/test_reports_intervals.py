@@ -165,3 +165,16 @@ def test_every_committed_summary_csv_carries_the_intervals_of_each_headline_medi
                     rate_interval(int(r[f"{k}.solved"]), n)), (path, r["cell"], k)
                 if n >= 2:
                     assert float(r[f"{k}.ci_low"]) <= float(r[f"{k}.median"]) <= float(r[f"{k}.ci_high"])
+
+
+@pytest.mark.skipif(__import__("shutil").which("pdflatex") is None, reason="pdflatex not installed")
+@pytest.mark.parametrize("record, table", [("rc_table4-paper", "rc_table4"), ("raffel_table1-quick", "raffel_table1"),
+                                           ("rc_table3_scan-quick", "rc_table3")])
+def test_ci_tables_compile_with_pdflatex(record, table, tmp_path):
+    from tests.test_reports_render import assert_compiles
+
+    build_reports(RESULTS / "record" / record, tables=[table], formats=("latex",), out_dir=tmp_path,
+                  solved_at=90.0, ci=True, standalone=True)
+    doc = (tmp_path / f"{table}.tex").read_text()
+    assert "bootstrap" in doc
+    assert_compiles(doc, tmp_path)
