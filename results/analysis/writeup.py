@@ -203,6 +203,34 @@ def quick_budget_text(s: agr.Summary) -> str:
     return f"{span(seeds)} seeds"
 
 
+def other_quick_epochs() -> str:
+    records = sorted({r for rs in agr.QUICK.values() for r in rs
+                      if agr.budget(r).train_size == float("inf")})
+    return span([agr.budget(r).epochs for r in records])
+
+
+def paper_epochs_text(s: agr.Summary) -> str:
+    """The epochs of the paper-budget cells, per paper (``100 for Ray Chowdhury & Caragea, 50 for
+    Dubois et al.``)."""
+    by: dict[str, set[int]] = {}
+    for t in agr.TABLES_JUDGED:
+        for j in s.judged["paper"][t]:
+            who = ("Dubois et al." if t.startswith("dubois") else
+                   "Raffel & Ellis" if t.startswith("raffel") else "Ray Chowdhury & Caragea")
+            by.setdefault(who, set()).add(j.budget.epochs)
+    return ", ".join(f"{either(sorted(e))} for {who}" for who, e in by.items())
+
+
+def rc_quick_text() -> str:
+    """The quick budget of Ray Chowdhury & Caragea's tables that train on part of the data."""
+    records = sorted({r for t, rs in agr.QUICK.items() if t.startswith("rc_") for r in rs})
+    small = [agr.budget(r) for r in records if agr.budget(r).train_size != float("inf")]
+    paper = {int(agr.study_json(r)["raw"].get("profiles", {}).get("paper", {}).get("overrides", {})
+                 .get("optim.epochs", 100)) for r in records}
+    return (f"{span([b.train_size for b in small])} training examples instead of the full data, and "
+            f"{span([b.epochs for b in small])} of the paper's {either(sorted(paper))} epochs")
+
+
 def agreement_sentence(s: agr.Summary) -> str:
     q, b, p = (s.total(k) for k in agr.COLUMNS)
     paper_seeds = [j.cell.n for t in agr.TABLES_JUDGED for j in s.judged["paper"][t] if j.nontrivial]
@@ -273,7 +301,7 @@ def readme_found(s: agr.Summary) -> str:
         "runs trained from uncommitted code "
         "([which](results/README.md#runs-trained-from-uncommitted-code-dirty)).", "",
         f"- **Agreement.** {agreement_sentence(s)} The quick budget is {quick_budget_text(s)} per "
-        "cell, a fifth of the data and a tenth to a fifth of the epochs for Ray Chowdhury & Caragea.",
+        f"cell; for Ray Chowdhury & Caragea's tables on generated data, {rc_quick_text()}.",
     ]
     tested = low_p(s)
     if tested:
@@ -287,9 +315,9 @@ def results_columns(s: agr.Summary) -> str:
     q, b, p = (s.total(k) for k in agr.COLUMNS)
     paper_seeds = [j.cell.n for t in agr.TABLES_JUDGED for j in s.judged["paper"][t]]
     return "\n".join([
-        "- **quick**: the newest quick campaign of each table (2,000 examples and 10–20 epochs for "
-        "Ray Chowdhury & Caragea; the full data at 8–20 epochs for SCAN, Dubois and Raffel & Ellis; "
-        f"{quick_budget_text(s)} per cell): **{q.nt_within} of {q.nt}** non-trivial cells within 10 "
+        f"- **quick**: the newest quick campaign of each table ({rc_quick_text()} for Ray Chowdhury "
+        f"& Caragea's generated tasks; the full data at {other_quick_epochs()} epochs for SCAN, Dubois and "
+        f"Raffel & Ellis; {quick_budget_text(s)} per cell): **{q.nt_within} of {q.nt}** non-trivial cells within 10 "
         f"points{dirty_count(q, True)}, {q.within} of {q.compared} cells agree{dirty_count(q, False)}.",
         "- **best budget**: per cell, the committed campaign with the largest training budget that "
         "has it (the full data above 2,000 examples, then epochs, then the cell's seeds; a campaign "
@@ -297,7 +325,7 @@ def results_columns(s: agr.Summary) -> str:
         f"identity): **{b.nt_within} of {b.nt}**{dirty_count(b, True)}, {b.within} of {b.compared}"
         f"{dirty_count(b, False)}.",
         "- **paper budget**: only the best-budget cells whose campaign ran at the paper's budget "
-        "(full data, 100 epochs for Ray Chowdhury & Caragea, 50 for Dubois; "
+        f"(full data and at least the paper's epochs: {paper_epochs_text(s)}; "
         f"{either(paper_seeds)} seeds per cell): **{p.nt_within} of {p.nt}**{dirty_count(p, True)}, "
         f"{p.within} of {p.compared}{dirty_count(p, False)}.",
     ])
@@ -509,7 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.name not in BLOCKS:
             print(f"writeup.py: unknown block {args.name!r}; valid: {', '.join(sorted(BLOCKS))}", file=sys.stderr)
             return 2
-        print(blocks()[args.name])
+        try:
+            print(blocks()[args.name], flush=True)
+        except BrokenPipeError:  # `| head`: the rest is not wanted
+            sys.stdout = None
         return 0
     if args.write:
         for f in write():
