@@ -31,7 +31,7 @@ from pathlib import Path
 from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
 from reports.aggregate import TableResult
 from agreement_summary import is_accuracy_metric, verdict_word  # beside this script
-from reports.agreement import success_test
+from reports.agreement import VERDICTS, success_test
 from reports.build import collect
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
@@ -81,7 +81,7 @@ def rows(record: Path, table: str, *, budget: str, threshold: float,
             continue
         t = success_test([v for _, v in cell.seeds], p.value, threshold)
         word = verdict_word(d, t, paper_budget=budget == "paper", holm_p=None)
-        if only_disagreeing and word == "reproduced":
+        if only_disagreeing and word == VERDICTS[0]:
             continue
         bound = f"{'≥' if p.value >= threshold else '≤'} {t.paper_k}/{t.paper_n}"
         out.append(f"| {paper_label(row)} | {col_label[col]} | {cell.median:.1f} | {p.value:g} | "
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = analysis_parser(__doc__, "a seed succeeds at >= this %%")
     ap.add_argument("--table", required=True, help="an accuracy table id, e.g. rc_table4")
     ap.add_argument("--budget", choices=("quick", "paper"), default="quick",
-                    help="the budget the study ran at; only 'paper' can yield 'contradicted'")
+                    help="the budget the study ran at (a cell here is never 'contradicted': that needs the Holm family of agreement_summary.py)")
     ap.add_argument("--only-disagreeing", action="store_true")
     ap.add_argument("--with", dest="pooled", action="append", type=Path, default=[], metavar="RECORD",
                     help="pool this record's seeds into each cell (more seeds of the same runs; repeatable)")
