@@ -176,7 +176,7 @@ def effects(results: Sequence[TableResult], base: str, variants: Sequence[str] |
         raise ReportsError(f"table {t.id}: effects compare per-split metrics, not epoch counts")
     for v in [base, *(variants or ())]:
         if v not in rows:
-            raise ReportsError(f"variant {v!r} is no row of {', '.join(r.table.id for r in results)}; "
+            raise ReportsError(f"variant {v!r} is no row of {', '.join(dict.fromkeys(r.table.id for r in results))}; "
                                f"valid: {', '.join(rows)}")
     others = [v for v in (variants or rows) if v != base]
     found: list[Effect] = []
@@ -193,7 +193,7 @@ def effects(results: Sequence[TableResult], base: str, variants: Sequence[str] |
                 found.append(e)
     if not found:
         raise ReportsError(f"{base} shares no seed with {', '.join(others) or 'any other row'} in any column "
-                           f"of {', '.join(r.table.id for r in results)}")
+                           f"of {', '.join(dict.fromkeys(r.table.id for r in results))}")
     adjusted = holm_adjust([e.p_value for e in found])
     found = [replace(e, p_holm=ph) for e, ph in zip(found, adjusted)]
     used = [v for v in others if any(e.variant == v for e in found)]
