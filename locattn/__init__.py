@@ -1,6 +1,6 @@
 """locattn: location-based attention for length generalisation (torch only).
 
-``register_attender``, ``register_task``, ``register_variant`` and ``register_metric`` are the
+``register_attender``, ``register_task``, ``register_variant``, ``register_metric`` and ``register_table`` are the
 plugin API (:mod:`locattn.registry`, standard library only; docs/howto/own-attender.md).
 """
 
@@ -11,13 +11,14 @@ from locattn.registry import (
     import_plugins,
     register_attender,
     register_metric,
+    register_table,
     register_task,
     register_variant,
 )
 
 _VARIANTS = ("PAPER_LABELS", "get_variant", "list_variants")
 __all__ = [*_VARIANTS, "PluginError", "import_plugins", "register_attender", "register_metric",
-           "register_task", "register_variant"]
+           "register_table", "register_task", "register_variant"]
 __version__ = "0.1.0"
 
 

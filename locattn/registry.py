@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping
 
-KINDS = ("attender", "task", "variant", "metric")
+KINDS = ("attender", "task", "variant", "metric", "table")
 """The kinds of registered objects."""
 ENTRY_POINT_GROUP = "locattn.plugins"
 """The entry-point group an installed plugin distribution declares (its value: a module, or
@@ -81,6 +81,8 @@ class Entry:
         """The module its target lives in (for a variant: the module that registered it)."""
         if isinstance(self.target, str):
             return self.target.partition(":")[0]
+        if self.kind == "table":  # a table is data: its module is the one that registered it
+            return str(self.meta.get("registered_by", ""))
         if self.target is not None:
             return getattr(self.target, "__module__", "") or ""
         return str(self.meta.get("registered_by", ""))
@@ -112,6 +114,17 @@ class Entry:
 
 _ENTRIES: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 _ENTRY_POINTS_LOADED = [False]
+#: The torch-free module that registers each kind's built-ins, imported on the kind's first
+#: lookup, so a reader of the registry (the reports' tolerances, ``study status``) sees them
+#: whatever it imported before.
+BUILTIN_MODULES = {"metric": "locattn.metric_names", "task": "locattn.tasks.config",
+                   "table": "locattn.table_defs"}
+
+
+def _builtins(kind: str) -> None:
+    module = BUILTIN_MODULES.get(kind)
+    if module is not None and module not in sys.modules:
+        importlib.import_module(module)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -241,10 +254,191 @@ def register_variant(name: str, *, label: str, parent: str | None = None,
                      {"parent": parent, "delta": MappingProxyType(dict(delta or {}))})
 
 
-def register_metric(name: str, target: Any, *, label: str, doc: str = "") -> Entry:
-    """Register a metric function ``name`` (an object or a lazy ``"module:attr"`` path); its
-    docstring gives its inputs' shapes. Listing only: the trainer records the built-in metrics."""
-    return _register("metric", name, target, label, doc, {})
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a reproduction must come to a published number to agree with it (the
+    agreement counts of ``reports --compare``), in the metric's displayed unit (percent for a
+    ``percent`` metric).
+
+    ``kind``: ``points``, ``|ours - paper| <= amount``; ``relative``,
+    ``|ours - paper| <= amount * |paper|``; ``factor``, the larger of the two at most ``amount``
+    times the smaller (a count from 1 up); ``per_token``, ``|ours - paper| <= amount * length``
+    with ``length`` the column's target length in tokens, or ``<= fallback`` for a column
+    without one. ``rule``: the sentence reports print beside the count.
+    """
+
+    kind: str
+    amount: float
+    rule: str = ""
+    fallback: float | None = None
+
+    KINDS = ("points", "relative", "factor", "per_token")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise PluginError(f"Tolerance kind={self.kind!r}; valid: {list(self.KINDS)}")
+        if not isinstance(self.amount, (int, float)) or not self.amount > 0:
+            raise PluginError(f"Tolerance({self.kind!r}) amount={self.amount!r} must be a number > 0")
+        if self.kind == "per_token" and self.fallback is None:
+            raise PluginError("Tolerance('per_token') needs a fallback for columns without a length")
+
+    def agrees(self, paper: float, diff: float, *, length: float | None = None) -> bool:
+        """Whether ours, ``paper + diff``, agrees with ``paper`` (both in the displayed unit);
+        ``length``: the column's target length in tokens (``per_token``), None when unknown."""
+        if self.kind == "points":
+            return abs(diff) <= self.amount
+        if self.kind == "relative":
+            return abs(diff) <= self.amount * abs(paper)
+        if self.kind == "factor":
+            ours = paper + diff
+            return max(ours, paper) <= self.amount * min(ours, paper)
+        if length is None:
+            return abs(diff) <= float(self.fallback or 0.0)
+        return abs(diff) <= self.amount * float(length)
+
+
+#: The default agreement tolerance of a metric that names none: 10 in its displayed unit
+#: (10 points of a percent metric).
+DEFAULT_TOLERANCE = Tolerance("points", 10.0, "within 10 points (accuracy in %)")
+METRIC_SCALES = ("percent", "raw")
+"""``percent``: a fraction in [0, 1] in the record, shown x 100 in tables; ``raw``: shown as is."""
+METRIC_RECORDS = ("split", "run", "artifact")
+"""Where a metric is recorded: ``split``, MLflow metric ``test.<split>.<key>`` per test split;
+``run``, metric ``<key>`` once per run; ``artifact``, in the run's ``result.json`` only."""
+RESERVED_METRIC_KEYS = ("n",)
+"""Keys of a split's record that are not metrics (``n``: the split's example count)."""
+
+
+def register_metric(name: str, target: Any, *, label: str, doc: str = "",
+                    direction: str = "max", scale: str = "percent", accuracy: bool = False,
+                    tolerance: Tolerance | None = None, task_kind: str = "seq2seq",
+                    tasks: tuple[str, ...] | list[str] | None = None, key: str | None = None,
+                    record: str = "split", computed_by: str = "predictions") -> Entry:
+    """Register a metric ``name``: how it is computed, recorded, compared and shown.
+
+    ``target`` (an object or a lazy ``"module:attr"`` path) computes the metric. With
+    ``computed_by="predictions"`` (every plugin metric) the trainer calls it once per test
+    split of every seq2seq run, after greedy decoding::
+
+        target(pred, gold, *, eos_id) -> float
+
+    ``pred``: the B greedy outputs, each a list of token ids (the task's vocabulary) ending with
+    its first ``eos_id``, or cut at the split's decode cap without one (the model never stopped);
+    ``gold``: the B targets, each a list of token ids ending with ``eos_id``. The lists are
+    ragged, never padded (``locattn.metrics`` functions also take (B, T) tensors padded with
+    ``eos_id``). It returns one number for the split (a mean over its B examples), as a
+    fraction in [0, 1] for a ``percent`` metric; ``nan`` where undefined. The trainer records
+    it as the MLflow metric ``test.<split>.<key>`` (``key`` defaults to ``name``), so it is in
+    the run's ``result.json``, ``study status`` and a table whose ``metric`` names it.
+    ``computed_by="trainer"``: a built-in the training loop computes itself (attnLoss from the
+    decoder's attention, the Raffel & Ellis accuracy, epochs to 100 %); the target is the
+    function it uses.
+
+    ``direction``: ``max`` (higher is better) or ``min``. ``scale``: ``percent`` or ``raw``
+    (:data:`METRIC_SCALES`). ``accuracy``: the value is an accuracy in percent (the reports'
+    non-trivial agreement count applies: :func:`is_accuracy`). ``tolerance``: how close a
+    reproduction must come to a published number (:class:`Tolerance`; default
+    :data:`DEFAULT_TOLERANCE`). ``task_kind``: ``seq2seq`` or ``regression``, the tasks it
+    applies to; ``tasks``: only these task names (None: every task of the kind). ``record``:
+    :data:`METRIC_RECORDS`. Raises :class:`PluginError` on a bad value, naming it.
+    """
+    where = f"register_metric({name!r})"
+    choices = {"direction": (direction, ("max", "min")), "scale": (scale, METRIC_SCALES),
+               "task_kind": (task_kind, ("seq2seq", "regression")),
+               "record": (record, METRIC_RECORDS),
+               "computed_by": (computed_by, ("predictions", "trainer"))}
+    for arg, (value, valid) in choices.items():
+        if value not in valid:
+            raise PluginError(f"{where}: {arg}={value!r}; valid: {list(valid)}")
+    if tolerance is not None and not isinstance(tolerance, Tolerance):
+        raise PluginError(f"{where}: tolerance must be a locattn.registry.Tolerance, got "
+                          f"{type(tolerance).__name__}")
+    key = name if key is None else key
+    if not isinstance(key, str) or not _NAME.match(key) or key in RESERVED_METRIC_KEYS:
+        raise PluginError(f"{where}: key {key!r} must be lower-case letters, digits and "
+                          f"underscores, and not one of {list(RESERVED_METRIC_KEYS)}")
+    if computed_by == "predictions" and (task_kind, record) != ("seq2seq", "split"):
+        raise PluginError(f"{where}: a metric computed from predictions is a seq2seq split metric "
+                          "(task_kind='seq2seq', record='split')")
+    meta = {"direction": direction, "scale": scale, "accuracy": bool(accuracy),
+            "tolerance": tolerance or DEFAULT_TOLERANCE, "task_kind": task_kind,
+            "tasks": tuple(tasks) if tasks is not None else None, "key": key, "record": record,
+            "computed_by": computed_by}
+    registered_by = _caller_module()
+    if computed_by == "trainer" and registered_by.split(".")[0] != BUILTIN:
+        raise PluginError(f"{where}: computed_by='trainer' is for the built-ins; a plugin metric is "
+                          "computed from predictions (computed_by='predictions')")
+    for other in _ENTRIES["metric"].values():
+        if other.name != name and other.meta.get("key") == key:
+            raise PluginError(f"{where}: key {key!r} is already the key of metric {other.name!r}")
+    return _register("metric", name, target, label, doc, meta)
+
+
+def metric(name_or_key: str, *, where: str = "") -> Entry:
+    """The metric registered as ``name_or_key``, else the one recording under that key (a
+    table's ``metric`` is a record key: ``accuracy`` is the Raffel & Ellis metric
+    ``raffel_accuracy``); :class:`UnknownNameError` naming the valid names otherwise."""
+    found = entries("metric")
+    if name_or_key in found:
+        return found[name_or_key]
+    for entry in found.values():
+        if entry.meta.get("key") == name_or_key:
+            return entry
+    return get("metric", name_or_key, where=where)
+
+
+def is_accuracy(name_or_key: str) -> bool:
+    """Whether the metric (by name or record key) is an accuracy in percent: what the reports'
+    non-trivial agreement count and the count of accuracy cells read; False for an
+    unregistered name."""
+    try:
+        return bool(metric(name_or_key).meta.get("accuracy"))
+    except UnknownNameError:
+        return False
+
+
+def split_metrics_for(task_kind: str, task: str | None = None) -> list[Entry]:
+    """The metrics the trainer computes from predictions for a test split of a task of
+    ``task_kind`` named ``task`` (None: any), in registration order (built-ins first)."""
+    out = []
+    for entry in entries("metric").values():
+        m = entry.meta
+        if m.get("computed_by") != "predictions" or m.get("task_kind") != task_kind:
+            continue
+        if task is not None and m.get("tasks") is not None and task not in m["tasks"]:
+            continue
+        out.append(entry)
+    return out
+
+
+def unregister(kind: str, name: str) -> Entry:
+    """Remove the registration ``name`` of ``kind`` and return it: a notebook that re-defines its
+    plugin, or a test that registers one for its own duration. :class:`UnknownNameError` when
+    it is not registered."""
+    entry = get(kind, name)
+    del _ENTRIES[kind][name]
+    return entry
+
+
+def register_table(table_id: str, target: Any, *, label: str, doc: str = "",
+                   exhibit: bool = False) -> Entry:
+    """Register a report table ``table_id`` (what a study spec's ``tables:`` names).
+
+    ``target``: a :class:`locattn.table_defs.TableDef` whose ``id`` is ``table_id`` (rows =
+    variants, columns = tasks x test splits, the metric a registered one; see
+    docs/howto/own-attender.md), or a lazy ``"module:attr"`` path to one. ``exhibit``: a
+    qualitative exhibit the reports write from the runs' artifacts (target None). ``label``:
+    its source (``Ray Chowdhury & Caragea (2023), Table 2``); ``doc``: its title. A study that
+    names a plugin's table records its definition (a report needs no plugin to build it)."""
+    if exhibit:
+        if target is not None:
+            raise PluginError(f"register_table({table_id!r}): an exhibit has no target")
+    elif target is None:
+        raise PluginError(f"register_table({table_id!r}): target must be a TableDef or a "
+                          "'module:attr' path to one")
+    elif not isinstance(target, str) and getattr(target, "id", table_id) != table_id:
+        raise PluginError(f"register_table({table_id!r}): the TableDef's id is {target.id!r}")
+    return _register("table", table_id, target, label, doc, {"exhibit": bool(exhibit)})
 
 
 # --------------------------------------------------------------------------- lookups
@@ -262,6 +456,7 @@ def unknown_message(kind: str, name: Any, where: str = "", names: list[str] | No
 def get(kind: str, name: str, *, where: str = "") -> Entry:
     """The entry ``name`` of ``kind``; a miss loads installed plugins once, then raises
     :class:`UnknownNameError` naming the valid names (``where``: the config key to name)."""
+    _builtins(kind)
     found = _ENTRIES[kind].get(name) if isinstance(name, str) else None
     if found is None and not _ENTRY_POINTS_LOADED[0]:
         load_entry_points()
@@ -285,6 +480,7 @@ def entries(kind: str, *, discover: bool = True) -> dict[str, Entry]:
     installed plugins first."""
     if kind not in KINDS:
         raise UnknownNameError(unknown_message("kind", kind, names=list(KINDS)))
+    _builtins(kind)
     if discover and not _ENTRY_POINTS_LOADED[0]:
         load_entry_points()
     return dict(_ENTRIES[kind])
@@ -403,7 +599,11 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Entry",
     "KINDS",
+    "DEFAULT_TOLERANCE",
+    "METRIC_RECORDS",
+    "METRIC_SCALES",
     "PluginError",
+    "Tolerance",
     "UnknownNameError",
     "View",
     "attender_signature_problem",
@@ -413,12 +613,17 @@ __all__ = [
     "has",
     "import_plugins",
     "installed_plugins",
+    "is_accuracy",
     "load_entry_points",
+    "metric",
     "provenance",
     "register_attender",
     "register_metric",
+    "register_table",
     "register_task",
     "register_variant",
     "source_sha256",
+    "split_metrics_for",
     "unknown_message",
+    "unregister",
 ]

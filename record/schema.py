@@ -27,6 +27,12 @@ DIRTY = "locattn.dirty"
 VERSIONS = "locattn.versions"
 DEV_SCORING = "locattn.dev_scoring"
 TABLES = "locattn.tables"
+#: (parent) JSON list of the definitions (``locattn.table_defs.table_to_dict``) of the tables the
+#: study names that are not built-ins: a spec's own tables and plugins' (reports build them from
+#: the record alone). The table ids themselves live in one registry, ``locattn.table_defs``.
+TABLE_DEFS = "locattn.table_defs"
+MAX_TABLE_DEFS_CHARS = 5000
+"""The longest :data:`TABLE_DEFS` a study may record (the record writer cuts tags at this length)."""
 # Added by the study package (operational; reports may ignore them):
 PROFILE = "locattn.profile"  # (parent) spec profile: smoke, quick, paper
 SPEC_PATH = "locattn.spec"  # (parent) spec file the study was launched from
@@ -47,13 +53,6 @@ STATUS_INTERRUPTED = "interrupted"  # (parent) the driver was stopped with Ctrl-
 #: The status of a run that never got its ``locattn.status`` tag (killed before its first
 #: report), from MLflow's own status, lower-cased; other MLflow statuses read as they are.
 MLFLOW_STATUS_FALLBACK = {"killed": STATUS_FAILED, "scheduled": STATUS_RUNNING}
-
-#: Report table ids a spec may name under ``tables:`` (``reports.tables.TABLES`` and ``EXHIBITS``
-#: define them, and check at import that their ids are these: ``reports.tables.check_table_ids``;
-#: study validates a spec's ``tables:`` here, never importing reports).
-TABLE_IDS = ("dubois_table3", "raffel_table1", "rc_table2", "rc_table3", "rc_table4", "rc_table6",
-             "rc_table7", "rc_table8", "rc_table9", "raffel_variable",
-             "dubois_interp", "rc_table10", "dubois_fig9")  # the last two: reports.tables.EXHIBITS
 
 # test_loss / test_score: Raffel & Ellis runs under eval.regression_protocol=paper score the test
 # set after every epoch (there is no dev set). mix_gate: a Mix run's mean gate over the dev set.

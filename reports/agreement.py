@@ -12,8 +12,9 @@ second count only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
+from locattn import registry
 from reports.aggregate import TableResult, wilcoxon_pair
 from reports.paper import PaperValue
 from reports.render import paper_diff
@@ -22,24 +23,41 @@ from reports.tables import TableDef
 NONTRIVIAL = 10.0
 """A published accuracy above this (percent) makes a cell non-trivial."""
 TOLERANCE = 10.0
-"""Accuracy (%): ours within this many points of the paper counts as agreement."""
-ACCURACY_METRICS = ("seq_acc", "seq_acc_be")
-#: Per metric, the agreement tolerance and why (:func:`tolerance`). One tolerance in units for
-#: every metric made a 10-token edit distance on a 7-token Lookup target, and 10 epochs on a
-#: count of 2, "agreement".
-TOLERANCE_RULES = {
-    "seq_acc": "within 10 points (accuracy in %)",
-    "seq_acc_be": "within 10 points (accuracy in %)",
-    "accuracy": "within 10 points (accuracy in %)",
-    "edit_distance": ("within 10 % of the column's target length in tokens (1.5 at length 15, "
-                      "0.7 at Lookup's 7): the token-level counterpart of 10 points of accuracy"),
-    "attn_loss": ("within 25 % of the paper's value; the table's claim, an ordering (the best "
-                  "row of each column), is judged on its own"),
-    "epochs_to_100": ("within a factor of 1.5 of the paper's epoch count (an integer count "
-                      "from 1 up: a tolerance in epochs is all of a small count and none of a "
-                      "large one); a cell where one side never reached 100 % and the other did "
-                      "is a disagreement; shown accuracies within 10 points"),
-}
+"""Accuracy (%): ours within this many points of the paper counts as agreement (the write-up's
+verdict, :func:`verdict`; a table's cells use their metric's registered tolerance)."""
+
+
+class _Rules(Mapping[str, str]):
+    """{metric record key: its agreement tolerance in words}, read from the metric registry
+    (:func:`locattn.register_metric`'s ``tolerance``): a live view, so a plugin metric appears."""
+
+    def _metrics(self) -> dict[str, str]:
+        return {str(e.meta["key"]): e.meta["tolerance"].rule
+                for e in registry.entries("metric").values()}
+
+    def __getitem__(self, key: str) -> str:
+        return self._metrics()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._metrics())
+
+    def __len__(self) -> int:
+        return len(self._metrics())
+
+
+#: Per metric (by record key), the agreement tolerance and why (:func:`tolerance`), as the
+#: metric registry gives it. One tolerance in units for every metric made a 10-token edit
+#: distance on a 7-token Lookup target, and 10 epochs on a count of 2, "agreement".
+TOLERANCE_RULES: Mapping[str, str] = _Rules()
+
+
+def metric_tolerance(metric: str) -> registry.Tolerance:
+    """The registered tolerance of ``metric`` (a name or record key); the default one
+    (:data:`locattn.registry.DEFAULT_TOLERANCE`) for a metric not registered."""
+    try:
+        return registry.metric(metric).meta["tolerance"]
+    except registry.UnknownNameError:
+        return registry.DEFAULT_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -60,7 +78,7 @@ class Agreement:
     published: int
     """Published cells of the table (with or without a result of ours)."""
     rule: str = ""
-    """The table metric's tolerance (:data:`TOLERANCE_RULES`)."""
+    """The table metric's tolerance in words (:data:`TOLERANCE_RULES`)."""
 
     def sentence(self) -> str:
         """One line, the non-trivial count first: ``rc_table2: 31 of 60 cells where ...``."""
@@ -74,24 +92,27 @@ class Agreement:
 
 
 def is_accuracy(result: TableResult) -> bool:
-    """Whether the table shows an accuracy in percent (the non-trivial count applies)."""
+    """Whether the table shows an accuracy in percent (the non-trivial count applies): a split
+    table, higher is better, whose metric the registry marks an accuracy
+    (:func:`locattn.registry.is_accuracy`)."""
     t = result.table
-    return t.kind == "split" and t.metric in ACCURACY_METRICS and t.direction == "max"
+    return t.kind == "split" and registry.is_accuracy(t.metric) and t.direction == "max"
+
+
+#: The record key of the accuracy an ``epochs_or_accuracy`` table shows where the epoch count
+#: never reached 100 % (Raffel & Ellis: a greyed cell).
+GREYED_METRIC = "accuracy"
 
 
 def tolerance(table: TableDef, column: str, paper_value: float, diff: float, *, greyed: bool = False) -> bool:
     """Whether ours (``paper_value + diff``) agrees with ``paper_value`` in ``column`` of
-    ``table``, by its metric's rule (:data:`TOLERANCE_RULES`); ``greyed``: a Raffel & Ellis cell
-    that shows an accuracy, not an epoch count."""
-    if table.kind == "epochs_or_accuracy" and not greyed:
-        ours = paper_value + diff
-        return max(ours, paper_value) <= 1.5 * min(ours, paper_value)
-    if table.metric == "edit_distance":
-        label = next(c.label for c in table.columns if c.key == column)
-        return abs(diff) <= (0.1 * float(label) if label.isdigit() else TOLERANCE)
-    if table.metric == "attn_loss":
-        return abs(diff) <= 0.25 * abs(paper_value)
-    return abs(diff) <= TOLERANCE
+    ``table``, by its metric's registered tolerance (:data:`TOLERANCE_RULES`); ``greyed``: a
+    Raffel & Ellis cell that shows an accuracy, not an epoch count. A column whose label is a
+    number gives the target length a ``per_token`` tolerance scales with."""
+    metric = GREYED_METRIC if table.kind == "epochs_or_accuracy" and greyed else table.metric
+    label = next(c.label for c in table.columns if c.key == column)
+    return metric_tolerance(metric).agrees(paper_value, diff,
+                                           length=float(label) if label.isdigit() else None)
 
 
 def cell_agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) -> dict[tuple[str, str], tuple[bool, bool]]:
@@ -125,7 +146,7 @@ def agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) 
         table=result.table.id, compared=len(cells), within=sum(ok for ok, _ in cells),
         nontrivial=sum(nt for _, nt in cells) if accuracy else None,
         nontrivial_within=sum(ok and nt for ok, nt in cells) if accuracy else None,
-        published=len(paper), rule=TOLERANCE_RULES.get(result.table.metric, ""),
+        published=len(paper), rule=metric_tolerance(result.table.metric).rule,
     )
 
 

@@ -24,7 +24,7 @@ from reports.labels import StudyLabels, paper_label
 from reports.paper import load_paper_numbers
 from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary, standalone_latex
 from reports.store import ReportsError, RunSet, read_runs, resolve_source
-from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table
+from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table, study_tables
 from record import schema
 
 FORMATS = tuple(RENDERERS)
@@ -117,7 +117,8 @@ def collect(
     want_summary = bool(tables) and SUMMARY_ID in tables
     named = [t for t in tables if t != SUMMARY_ID] if tables else None
     # exhibits (reports/exhibits.py) are written by build_reports, not aggregated here
-    defs = [_table(t) for t in named if t not in EXHIBITS] if named is not None else list(TABLES.values())
+    # a study's own tables (recorded with it) are known once its parent run is read
+    defs = ([TABLES[t] for t in named if t in TABLES] if named is not None else list(TABLES.values()))
     keys: dict[str, None] = {SELECTION_KEY: None}
     for t in defs:
         for k in t.metric_keys():
@@ -125,9 +126,16 @@ def collect(
     runset = read_runs(uri, name, metric_keys=list(keys), param_keys=_params_needed(defs))
     if runset.runs.height == 0:
         raise ReportsError(f"study {name!r} in {runset.source} has no runs yet")
+    recorded = recorded_tables(runset)
+    if recorded:  # read again with the metric keys and params its own tables need
+        more = [k for t in recorded.values() for k in t.metric_keys() if k not in keys]
+        params = _params_needed([*defs, *recorded.values()])
+        if more or set(params) - set(_params_needed(defs)):
+            keys.update(dict.fromkeys(more))
+            runset = read_runs(uri, name, metric_keys=list(keys), param_keys=params)
     ids = named if named is not None else tables_of_study(runset)
-    if named is None:
-        defs = [_table(t, f"the parent run's {schema.TABLES} tag") for t in ids if t not in EXHIBITS]
+    where = "" if named is not None else f"the parent run's {schema.TABLES} tag"
+    defs = [_table(t, where, recorded) for t in ids if t not in EXHIBITS]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
         raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
@@ -178,9 +186,24 @@ def unplaced_cells(trials: pl.DataFrame, defs: Sequence[TableDef]) -> tuple[str,
     return tuple(out)
 
 
-def _table(table_id: str, where: str = "") -> TableDef:
+def recorded_tables(runset: RunSet) -> dict[str, TableDef]:
+    """The tables the study recorded with itself (its parent run's ``locattn.table_defs`` tag:
+    a spec's own tables, plugins' tables), by id; {} for none."""
+    if "table_defs" not in runset.runs.columns:
+        return {}
+    parents = runset.runs.filter(pl.col("role") == schema.ROLE_STUDY)
+    out: dict[str, TableDef] = {}
+    for tag in parents["table_defs"].drop_nulls().to_list():
+        try:
+            out.update(study_tables(tag))
+        except ValueError as exc:
+            raise ReportsError(f"study {runset.study!r}: {schema.TABLE_DEFS}: {exc}") from None
+    return out
+
+
+def _table(table_id: str, where: str = "", recorded: dict[str, TableDef] | None = None) -> TableDef:
     try:
-        return get_table(table_id)
+        return get_table(table_id, recorded)
     except ValueError as exc:
         raise ReportsError(f"{exc}" + (f" (from {where})" if where else "")) from None
 

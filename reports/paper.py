@@ -34,7 +34,12 @@ def load_paper_numbers(table: TableDef, directory: Path = PAPER_DIR) -> dict[tup
     """Published numbers of ``table`` keyed by (variant, column key); {} when none are kept.
 
     Rows or columns that the table definition does not know are errors naming the file and key.
+    A table that keeps its published numbers itself (a spec's own table, read from the CSV
+    beside the spec when it was launched: ``TableDef.published``) gives those.
     """
+    if table.published:
+        return {(row, col): PaperValue(value=value, std=std, greyed=greyed)
+                for row, col, value, std, greyed in table.published}
     path = directory / f"{table.id}.csv"
     if not path.exists():
         return {}

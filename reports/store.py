@@ -20,7 +20,7 @@ from record.store import StoreError, read_rows, redact, sqlite_uri, unpack
 RUN_TAGS: tuple[str, ...] = (
     schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
     schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL, schema.DIRTY,
-    schema.LABELS,
+    schema.LABELS, schema.TABLE_DEFS,
 )
 
 # Short column names in the runs frame for the tags above.
@@ -37,6 +37,7 @@ TAG_COLUMNS: dict[str, str] = {
     schema.CELL: "cell",
     schema.DIRTY: "dirty",
     schema.LABELS: "labels",
+    schema.TABLE_DEFS: "table_defs",
 }
 
 

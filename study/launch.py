@@ -568,6 +568,8 @@ def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
             schema.N_TRIALS: str(spec.n_trials()),
             schema.N_RUNS: str(spec.n_runs()),
             schema.N_SEEDS: str(len(spec.seeds)),
+            **({schema.TABLE_DEFS: json.dumps(list(spec.table_defs), sort_keys=True)}
+               if spec.table_defs else {}),
         },
         n_seeds=len(spec.seeds),
     )

@@ -5,8 +5,10 @@ Per cell: its headline number (the median over seeds of the sequence accuracy, o
 its hardest test split, :func:`hardest_split`),
 how many of those seeds solved it (at least :data:`SOLVED_AT` %), and for a study with
 hyperparameters the chosen point (best median ``best_selection_score``, never test) and that
-score. The full tables are ``study report``'s. Standard library only: it reads the store
-through :mod:`record.store` and imports neither torch, Ray nor MLflow.
+score, and the median of every plugin metric (:func:`locattn.register_metric`) the runs
+recorded on that split. The full tables are ``study report``'s. Standard library only: it
+reads the store through :mod:`record.store` and the metric registry, and imports neither
+torch, Ray nor MLflow.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
+from locattn import registry
 from record import schema
 from record.store import StoreError, StudyNotFound, read_rows
 from record.summary import (BEST_EPOCH_KEY, HEADLINE_METRICS, SELECTION_KEY, SOLVED_AT, chosen_point,
@@ -39,6 +42,30 @@ class CellResult:
     """Median best_selection_score (%) of the chosen point."""
     diverged: int = 0
     """Finished seeds of the chosen point whose headline value is not finite (not in ``n``)."""
+    extra: tuple[tuple[str, float | None], ...] = ()
+    """(metric key, median over the seeds on ``split``, in percent for a ``percent`` metric) of
+    every plugin metric the runs recorded (:func:`plugin_metric_keys`)."""
+
+
+def plugin_metric_keys(keys: list[str]) -> list[str]:
+    """The metric keys among the record keys ``test.<split>.<key>`` that no built-in metric
+    records (a plugin's, :func:`locattn.register_metric`), sorted."""
+    builtin = {str(e.meta["key"]) for e in registry.entries("metric", discover=False).values()
+               if e.builtin} | set(registry.RESERVED_METRIC_KEYS)
+    return sorted({k.split(".")[2] for k in keys if k.startswith("test.") and len(k.split(".")) == 3}
+                  - builtin)
+
+
+def _shown(key: str, values: list[float]) -> float | None:
+    """Median of a plugin metric's finite values, x 100 when the registry says ``percent`` (a
+    metric whose plugin is not imported here, installed plugins included, is shown as recorded:
+    ``study status`` imports no plugin)."""
+    finite = [v for v in values if is_measurement(v)]
+    if not finite:
+        return None
+    known = {e.meta["key"]: e for e in registry.entries("metric", discover=False).values()}
+    percent = key in known and known[key].meta["scale"] == "percent"
+    return statistics.median(finite) * (100 if percent else 1)
 
 
 def _short(hparams: str) -> str:
@@ -90,11 +117,14 @@ def cell_results(tracking_uri: str, study: str) -> list[CellResult]:
         seeds = [v for v in values.get(split, []) if is_measurement(v)]
         n_diverged = len(values.get(split, [])) - len(seeds)
         d = median_of([metrics.get(r, {}) for r in ids], SELECTION_KEY)
+        extra = tuple((k, _shown(k, [metrics[r][f"test.{split}.{k}"] for r in ids
+                                      if f"test.{split}.{k}" in metrics.get(r, {})]))
+                      for k in plugin_metric_keys([key for r in ids for key in metrics.get(r, {})]))
         out.append(CellResult(
             cell=cell, split=split, median=statistics.median(seeds) if seeds else None,
             solved=sum(v >= SOLVED_AT for v in seeds), n=len(seeds),
             hparams=_short(hparams) if len(by_point) > 1 or hparams != "{}" else "",
-            dev=None if d is None else 100 * d, diverged=n_diverged))
+            dev=None if d is None else 100 * d, diverged=n_diverged, extra=extra))
     return out
 
 
@@ -106,11 +136,17 @@ def format_results(results: list[CellResult], study: str) -> str:
     wc = max(len("cell"), *(len(r.cell) for r in results))
     ws = max(len("split"), *(len(r.split) for r in results))
     head = f"{'cell':<{wc}}  {'split':<{ws}}  {'median %':>8}  {'solved':>6}"
+    extras = sorted({k for r in results for k, _ in r.extra})
+    head += "".join(f"  {k:>{max(8, len(k))}}" for k in extras)
     head += f"  {'dev %':>6}  hparams" if with_hp else ""
     lines = [head]
     for r in results:
         med = "–" if r.median is None else f"{r.median:.1f}"
         line = f"{r.cell:<{wc}}  {r.split:<{ws}}  {med:>8}  {f'{r.solved}/{r.n}':>6}"
+        got = dict(r.extra)
+        for k in extras:  # plugin metrics on the same split, median over the same seeds
+            v = got.get(k)
+            line += f"  {'–' if v is None else f'{v:.3g}':>{max(8, len(k))}}"
         if with_hp:
             dev = "–" if r.dev is None else f"{r.dev:.1f}" if r.dev >= 0 else f"loss {-r.dev / 100:.2g}"
             line += f"  {dev:>6}  {r.hparams}"  # (a negative score is a negated dev loss)

@@ -265,9 +265,10 @@ def test_unusable_launch_arguments_are_one_line_in_seconds(tmp_path: Path, capsy
 
 
 def test_table_ids_match_the_reports_registry() -> None:
+    from locattn import registry
     from reports.tables import EXHIBITS, TABLES
 
-    assert set(schema.TABLE_IDS) == set(TABLES) | set(EXHIBITS)
+    assert set(registry.entries("table")) == set(TABLES) | set(EXHIBITS)
 
 
 def test_absurd_sizes_need_confirmation_with_the_dry_run_cost(tmp_path: Path, capsys) -> None:

@@ -1,8 +1,8 @@
 """Task configuration: which task, and the sizes and lengths of its splits (no torch).
 
 The built-in tasks register here (:func:`locattn.register_task`), with their paper labels,
-defaults and data versions, exactly as a plugin registers its own; their data loads lazily
-(``locattn.tasks.load.load_builtin``).
+defaults, data versions and loaders (:data:`TASK_LOADERS`), exactly as a plugin registers its own;
+``load_task`` loads every task through its registry entry, and the loaders import lazily.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ DATA_VERSIONS: dict[str, int] = {
     **{name: 1 for name in TASK_KEYS}, "dedupe": 3, "raffel_add": 2, "raffel_mul": 2,
 }
 
+#: The generated probing task keys (Ray Chowdhury & Caragea 2023).
+ALGORITHMIC: tuple[str, ...] = ("copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
+                                "inv_reverse_recopy", "dedupe", "posretrieve")
 #: The Long Lookup Tables task keys.
 LOOKUP_TASKS: tuple[str, ...] = ("lookup", "reverse_lookup", "noisy_lookup")
 #: The Raffel & Ellis regression task keys.
@@ -64,9 +67,19 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
                    "optim.batch_size": 100, "optim.updates_per_epoch": 1_000},
 }
 
+#: Each built-in task's loader (a lazy ``module:function`` of :mod:`locattn.tasks.load`, called as
+#: ``loader(cfg, cache_dir=, use_cache=)``): what its registry entry loads.
+TASK_LOADERS: dict[str, str] = {
+    **{name: "locattn.tasks.load:load_algorithmic" for name in ALGORITHMIC},
+    **{name: "locattn.tasks.load:load_lookup" for name in LOOKUP_TASKS},
+    "scan": "locattn.tasks.load:load_scan",
+    "cfq": "locattn.tasks.load:load_cfq",
+    **{name: "locattn.tasks.load:load_raffel" for name in RAFFEL},
+}
+
 for _name in TASK_KEYS:
     registry.register_task(
-        _name, "locattn.tasks.load:load_builtin", label=TASK_LABELS[_name],
+        _name, TASK_LOADERS[_name], label=TASK_LABELS[_name],
         doc="Built-in task (docs/architecture.md §2).",
         kind="regression" if _name in RAFFEL else "seq2seq",
         defaults=TASK_DEFAULTS.get(_name, {}), data_version=DATA_VERSIONS[_name],

@@ -1,5 +1,5 @@
-"""Loading a task's data: ``load_task`` (any registered task) and ``load_builtin`` (the loader
-every built-in task registers). Imports torch through the task modules; ``locattn.tasks`` loads
+"""Loading a task's data: ``load_task`` (any registered task, through its registry entry) and
+the loaders the built-in tasks register (:mod:`locattn.tasks.config`), one per family. Imports torch through the task modules; ``locattn.tasks`` loads
 this module on first use of a name it defines."""
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from locattn.tasks.base import (
     check_example,
     encode_examples,
 )
-from locattn.tasks.config import LOOKUP_TASKS as LOOKUP, TASK_KEYS, TaskConfig, unknown_task_message
-
-ALGORITHMIC = ("copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
-               "inv_reverse_recopy", "dedupe", "posretrieve")
+from locattn.tasks.config import ALGORITHMIC, LOOKUP_TASKS as LOOKUP, TASK_KEYS, TaskConfig, unknown_task_message
 
 
 def _cache_params(cfg: TaskConfig, version: int) -> dict[str, Any]:
@@ -90,50 +87,69 @@ def limit_test_splits(data: TaskData, limit: int, *, seed: int) -> TaskData:
     return dataclasses.replace(data, splits=splits)
 
 
-def load_builtin(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> Any:
-    """The loader every built-in task registers (:mod:`locattn.tasks.config`): generates or reads
-    ``cfg.name``'s data; returns :class:`TaskData` or ``RegressionTaskData``."""
+def load_algorithmic(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> TaskData:
+    """The registered loader of the generated probing tasks (Copy ... PosRetrieve): generates
+    ``cfg.name``'s splits, or reads them from the cache."""
     name = cfg.name
-    if name not in TASK_KEYS:  # TaskConfig validates too; kept for configs built oddly
-        raise ValueError(unknown_task_message(name))
+    alg.check_feasible(cfg)
 
-    if name in ALGORITHMIC:
-        def make() -> tuple[dict[str, list[Example]], list[str]]:
-            return alg.generate(cfg), list(alg.RULES[name].tokens)
+    def make() -> tuple[dict[str, list[Example]], list[str]]:
+        return alg.generate(cfg), list(alg.RULES[name].tokens)
 
-        alg.check_feasible(cfg)
-        splits, tokens = _cached(cfg, alg.GENERATOR_VERSION, cache_dir, use_cache, make)
-        return TaskData(
-            name=name, kind="seq2seq", vocab=Vocab(tokens), splits=splits,
-            test_splits=alg.test_splits(cfg), decode_cap_fn=alg.decode_cap(name),
-            has_attention=alg.RULES[name].has_attention, notes=dict(alg.NOTES),
-        )
+    splits, tokens = _cached(cfg, alg.GENERATOR_VERSION, cache_dir, use_cache, make)
+    return TaskData(
+        name=name, kind="seq2seq", vocab=Vocab(tokens), splits=splits,
+        test_splits=alg.test_splits(cfg), decode_cap_fn=alg.decode_cap(name),
+        has_attention=alg.RULES[name].has_attention, notes=dict(alg.NOTES),
+    )
 
-    if name in LOOKUP:
-        if cfg.data_dir:
-            return lookup.load_dir(cfg)
 
-        def make_lookup() -> tuple[dict[str, list[Example]], list[str]]:
-            return lookup.generate(cfg), list(lookup.tokens(name))
+def load_lookup(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> TaskData:
+    """The registered loader of the Long Lookup Tables tasks: reads ``cfg.data_dir`` when set,
+    else generates (or reads from the cache) Dubois et al.'s construction."""
+    if cfg.data_dir:
+        return lookup.load_dir(cfg)
 
-        splits, tokens = _cached(cfg, lookup.GENERATOR_VERSION, cache_dir, use_cache, make_lookup)
-        return lookup.task_data(name, splits, tokens)
+    def make() -> tuple[dict[str, list[Example]], list[str]]:
+        return lookup.generate(cfg), list(lookup.tokens(cfg.name))
 
-    if name == "scan":
-        if cfg.data_dir:
-            return scan.load_dir(cfg)
+    splits, tokens = _cached(cfg, lookup.GENERATOR_VERSION, cache_dir, use_cache, make)
+    return lookup.task_data(cfg.name, splits, tokens)
 
-        def make_scan() -> tuple[dict[str, list[Example]], list[str]]:
-            splits = scan.generate(cfg)
-            return splits, scan.tokens_of(splits["train"])
 
-        splits, tokens = _cached(cfg, scan.GENERATOR_VERSION, cache_dir, use_cache, make_scan)
-        return scan.task_data(splits, tokens)
+def load_scan(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> TaskData:
+    """The registered loader of SCAN's length split: reads ``cfg.data_dir`` when set, else
+    generates it (or reads it from the cache)."""
+    if cfg.data_dir:
+        return scan.load_dir(cfg)
 
-    if name == "cfq":
-        return cfq.load_dir(cfg)
+    def make() -> tuple[dict[str, list[Example]], list[str]]:
+        splits = scan.generate(cfg)
+        return splits, scan.tokens_of(splits["train"])
 
+    splits, tokens = _cached(cfg, scan.GENERATOR_VERSION, cache_dir, use_cache, make)
+    return scan.task_data(splits, tokens)
+
+
+def load_cfq(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> TaskData:
+    """The registered loader of CFQ's length split, read from ``cfg.data_dir`` (never cached)."""
+    return cfq.load_dir(cfg)
+
+
+def load_raffel(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> Any:
+    """The registered loader of Raffel & Ellis's addition and multiplication tasks
+    (``RegressionTaskData``)."""
     return raffel.load(cfg)
+
+
+def load_builtin(cfg: TaskConfig, *, cache_dir: str | Path | None, use_cache: bool) -> Any:
+    """The built-in task ``cfg.name``'s data through its registry entry (its loader above, as
+    :mod:`locattn.tasks.config` registers it); :class:`ValueError` for a name that is not a
+    built-in task."""
+    if cfg.name not in TASK_KEYS:  # TaskConfig validates too; kept for configs built oddly
+        raise ValueError(unknown_task_message(cfg.name))
+    return registry.get("task", cfg.name, where="task.name").load()(
+        cfg, cache_dir=cache_dir, use_cache=use_cache)
 
 
 __all__ = [
@@ -145,6 +161,11 @@ __all__ = [
     "check_example",
     "encode_examples",
     "limit_test_splits",
+    "load_algorithmic",
     "load_builtin",
+    "load_cfq",
+    "load_lookup",
+    "load_raffel",
+    "load_scan",
     "load_task",
 ]

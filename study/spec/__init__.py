@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from locattn import registry, table_defs
 from record import schema as record_schema  # (study.spec.schema, the submodule, takes the name schema here)
 from study.keys import cell_id, hparams_json, run_key
 from study.retention import DEFAULT_KEEP, KEEP_POLICIES
@@ -256,6 +257,7 @@ def resolve_spec(
     grid = canonical_grid(path, grid)
     if only:
         grid, only = restrict_grid(path, grid, only)
+    table_defs_json = declared_tables(path, merged.get("tables", []), grid)
 
     cells = expand_cells(path, grid, overrides)
     for key, values in hparams.items():
@@ -295,14 +297,15 @@ def resolve_spec(
         hparams=hparams, search_raw=None if search is None else {**merged["search"], "space": search.space},
         search=search, seeds=seeds, overrides=overrides,
         cells=cells, cpus=cpus, gpus=gpus, max_concurrent=max_concurrent, max_failures=max_failures, spk=spk,
-        pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes, plugins=plugins)
+        pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes, plugins=plugins, table_defs=table_defs_json)
 
 
 def assemble_spec(path: str, *, name: str, profile: str | None, description: Any, tables: list[str],
                   grid: dict[str, Any], only: Mapping[str, list] | None, hparams: dict[str, Any],
                   search_raw: Any, search: Any, seeds: tuple[int, ...], overrides: dict[str, Any],
                   cells: list[Any], cpus: float, gpus: float, max_concurrent: int, max_failures: int,
-                  spk: float, pack_seeds: bool, keep: str, pack_axes: Any, plugins: list[str]) -> StudySpec:
+                  spk: float, pack_seeds: bool, keep: str, pack_axes: Any, plugins: list[str],
+                  table_defs: list[dict[str, Any]] | None = None) -> StudySpec:
     """The :class:`StudySpec` of a validated spec's parts, with its ``resolved`` mapping (what
     study.json saves and :func:`same_spec` compares; optional keys only when set, so that a
     study saved before a key existed still matches)."""
@@ -330,12 +333,14 @@ def assemble_spec(path: str, *, name: str, profile: str | None, description: Any
         resolved["pack"] = list(pack_axes)
     if plugins:  # likewise
         resolved["plugins"] = plugins
+    if table_defs:  # likewise: the spec's own tables (and plugins'), as the study records them
+        resolved["table_defs"] = table_defs
     return StudySpec(
         path=path, name=name, profile=profile or "", description=str(description), tables=tuple(tables),
         cells=tuple(cells), hparams={k: list(v) for k, v in hparams.items()}, seeds=seeds, search=search,
         cpus=cpus, gpus=gpus, max_concurrent=max_concurrent, max_failures=max_failures,
         seconds_per_1k_examples=spk, pack_seeds=pack_seeds, keep=keep, pack_axes=pack_axes,
-        resolved=json.loads(json.dumps(resolved, default=str)),
+        table_defs=tuple(table_defs or ()), resolved=json.loads(json.dumps(resolved, default=str)),
     )
 
 
@@ -369,17 +374,49 @@ def apply_profile(path: str, raw: Mapping[str, Any], profile: str | None) -> tup
 
 
 def check_tables(path: str, tables: Any) -> list[str]:
-    """The spec's ``tables:``: a table id or a list of them, each one of :data:`record.schema.TABLE_IDS`."""
-    if isinstance(tables, str):
+    """The ids of the spec's ``tables:``: a table id or a list whose items are registered table
+    ids (:mod:`locattn.table_defs`, plugins' included) or the spec's own tables (mappings with
+    an ``id``, checked by :func:`declared_tables`)."""
+    if isinstance(tables, (str, Mapping)):
         tables = [tables]
-    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
-        raise spec_error(path, "tables", f"expected a list of table ids, got {tables!r}")
-    valid_tables = sorted(record_schema.TABLE_IDS)
+    if not isinstance(tables, list) or not all(isinstance(t, (str, Mapping)) for t in tables):
+        raise spec_error(path, "tables", f"expected a list of table ids or table mappings, got {tables!r}")
+    valid_tables = sorted(registry.entries("table"))
     for table in tables:
-        if table not in valid_tables:
+        if isinstance(table, str) and table not in valid_tables:
             raise spec_error(path, "tables", f"unknown table {table!r}{did_you_mean(table, valid_tables)}",
                              valid_tables)
-    return tables
+    return [t if isinstance(t, str) else str(t.get("id")) for t in tables]
+
+
+def declared_tables(path: str, tables: Any, grid: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON definitions of the tables the spec names that are not built-ins, recorded with
+    the study: its own (``tables:`` mappings, :func:`locattn.table_defs.table_from_spec`;
+    rows default to the grid's variants, columns to its tasks) and plugins' registered ones."""
+    items = [tables] if isinstance(tables, (str, Mapping)) else list(tables or [])
+    variants = [v for v in grid.get("variant", []) if isinstance(v, str)]
+    tasks = [t for t in grid.get("task", []) if isinstance(t, str)]
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            entry = registry.get("table", item)
+            if not entry.builtin and not entry.meta["exhibit"]:
+                out.append(table_defs.table_to_dict(entry.load()))
+            continue
+        try:
+            table = table_defs.table_from_spec(item, spec_dir=Path(path).parent, variants=variants,
+                                               tasks=tasks, spec_name=Path(path).name)
+        except table_defs.TableSpecError as exc:
+            raise spec_error(path, f"tables[{i}].{exc.key}".rstrip("."), exc.message, exc.valid) from None
+        if any(d["id"] == table.id for d in out):
+            raise spec_error(path, f"tables[{i}].id", f"table {table.id!r} is declared twice")
+        out.append(table_defs.table_to_dict(table))
+    size = len(json.dumps(out, sort_keys=True))
+    if size > record_schema.MAX_TABLE_DEFS_CHARS:
+        raise spec_error(path, "tables", f"the tables' definitions take {size:,} characters; the "
+                         f"record holds at most {record_schema.MAX_TABLE_DEFS_CHARS:,} (fewer rows, "
+                         "columns or published numbers)")
+    return out
 
 
 def check_seeds(path: str, seeds_raw: Any) -> tuple[int, ...]:

@@ -13,7 +13,8 @@ from locattn.cliparse import did_you_mean  # re-exported: the spec checks' hint
 TOP_KEYS = {
     "name": "default study name (str)",
     "description": "free text (str)",
-    "tables": "report tables the study regenerates (list of str)",
+    "tables": ("report tables the study regenerates: registered table ids, or a table of its own (a "
+               "mapping: id, metric, splits, and optionally rows, tasks, published, stat, title)"),
     "grid": "grid axes: task, variant, ablation, or any dotted config path -> list of values",
     "hparams": "per-cell selection hyperparameters (dotted path -> list), chosen later by dev",
     "search": "Optuna-searched axes (mapping)",

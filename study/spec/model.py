@@ -111,6 +111,9 @@ class StudySpec:
     """What a finished run keeps on disk (:data:`study.retention.KEEP_POLICIES`)."""
     pack_axes: tuple[str, ...] = ()
     """Hparams axes whose points one trial trains together as one packed model (``pack``)."""
+    table_defs: tuple[dict[str, Any], ...] = ()
+    """JSON definitions of the tables it names that are not built-ins (the spec's own and
+    plugins'), recorded with the study (``record.schema.TABLE_DEFS``)."""
     resolved: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (profile applied) as saved in the study directory."""
 

@@ -47,7 +47,9 @@ _ABLATION = {
 SHAPES: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"},
     "description": {"type": "string"},
-    "tables": {"type": "array", "items": {"type": "string"}},
+    "tables": {"type": ["string", "array"],
+               "items": {"oneOf": [{"type": "string"},
+                                   {"type": "object", "required": ["id", "metric", "splits"]}]}},
     "grid": {"type": "object", "minProperties": 1,
              "properties": {"task": {**_VALUES, "items": {"type": "string"}},
                             "variant": {**_VALUES, "items": {"type": "string"}},
