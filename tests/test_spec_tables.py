@@ -144,3 +144,30 @@ def test_a_bad_spec_table_is_one_line_naming_the_key(tmp_path, table, published,
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert message in str(info.value) and "\n" not in str(info.value) and "mine.yaml" in str(info.value)
+
+
+def test_the_localm_example_registers_its_metric_and_table_and_a_spec_records_the_table(tmp_path):
+    """examples/locattn-localm adds a metric and a table of its own (torch-free registration);
+    a spec naming the table records its definition, so a report needs no plugin."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = tmp_path / "s.yaml"
+    spec.write_text("plugins: [locattn_localm]\ntables: [localm_token_acc]\n"
+                    "grid: {task: [copy], variant: [localm, onestep]}\n")
+    code = ("import sys, json; import locattn_localm; light = 'torch' not in sys.modules; "
+            "from locattn import registry; "
+            "from locattn_localm.metrics import token_acc; from study.spec import load_spec; "
+            f"s = load_spec({str(spec)!r}); "
+            "print(json.dumps([registry.get('metric', 'token_acc').plugin, "
+            "registry.get('table', 'localm_token_acc').plugin, light, "
+            "token_acc([[1, 2, 0], [1]], [[1, 3, 0], [1, 2, 0]], eos_id=0), "
+            "[d['id'] for d in s.table_defs], s.table_defs[0]['metric']]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "examples" / "locattn-localm")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got[:3] == ["locattn_localm", "locattn_localm", True]
+    assert got[3] == 0.5 and got[4:] == [["localm_token_acc"], "token_acc"]
