@@ -62,8 +62,9 @@ from pathlib import Path
 
 import polars as pl
 
+from locattn import registry
 from reports.aggregate import Cell, TableResult, holm_adjust
-from reports.agreement import (ACCURACY_METRICS, ALPHA, NONTRIVIAL, PAPER_SEEDS, TOLERANCE,
+from reports.agreement import (ALPHA, NONTRIVIAL, PAPER_SEEDS, TOLERANCE,
                                TOLERANCE_RULES, VERDICTS, SuccessTest, best_rows, cell_agreement,
                                success_test, verdict)
 from reports.build import collect
@@ -106,9 +107,9 @@ COLUMNS = ("quick", "best", "paper")
 
 def is_accuracy_metric(table: TableDef) -> bool:
     """Whether ``table`` shows an accuracy in percent, higher is better (the non-trivial count
-    and the success-rate test apply): the one predicate the count uses."""
-    return (table.kind == "split" and table.direction == "max"
-            and (table.metric in ACCURACY_METRICS or table.metric == "accuracy"))
+    and the success-rate test apply): a split table whose metric the metric registry marks an
+    accuracy (locattn.registry.is_accuracy), as reports.agreement.is_accuracy decides."""
+    return table.kind == "split" and table.direction == "max" and registry.is_accuracy(table.metric)
 
 
 # ---------------------------------------------------------------------------------------------
