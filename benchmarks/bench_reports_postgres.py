@@ -1,13 +1,14 @@
-"""Benchmark: `reports build` on a synthetic 10,000-run study store in PostgreSQL.
+"""Benchmark: `reports build` on synthetic study stores of 10,000 runs in PostgreSQL.
 
 The Postgres twin of bench_reports.py. Starts a throwaway PostgreSQL on a free 127.0.0.1 port
 (Debian's package; tests/test_postgres_store.postgres_server), lets MLflow create its schema and
-the experiment there, and fills it with the same synthetic runs bench_reports.py writes to
-SQLite (written to SQLite first with reports.synth, then copied row for row). Then times the
-`reports build` command (a fresh process: imports included) for every table in md, latex and
-csv against `--tracking-uri postgresql://...`, and checks that its tables equal the ones built
-from the SQLite twin, provenance aside (exits 1 when they differ). ``--quick``: 300 runs of 2
-epochs, one repeat. Without PostgreSQL's binaries (``apt-get install postgresql``) or psycopg
+the experiments there, and fills it with the same synthetic studies bench_reports.py writes to
+SQLite (one per spec that regenerates a table; written to SQLite first with reports.synth, then
+copied row for row). Then times the `reports build` command (a fresh process per study: imports
+included) for every table in md, latex and csv against `--tracking-uri postgresql://...`, and
+checks that its tables equal the ones built from the SQLite twin, provenance aside (exits 1
+when they differ). ``--quick``: 400 runs (every cell of every table gets one) of 2 epochs, one
+repeat. Without PostgreSQL's binaries (``apt-get install postgresql``) or psycopg
 (the cluster extra) it stops with the reason.
 
     python benchmarks/bench_reports_postgres.py [--runs 10000] [--epochs 10] [--repeat 3]
@@ -30,10 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bench_reports import synth_runs, time_reports_build  # noqa: E402
+from bench_reports import build_command, time_reports_build, write_studies  # noqa: E402
 from benchmarks._common import parse_args  # noqa: E402
-from reports.synth import write_bulk_sql  # noqa: E402
-from reports.tables import TABLES  # noqa: E402
 from test_postgres_store import postgres_server  # noqa: E402
 
 COPIED = {  # MLflow tables the synthetic store fills, with their columns
@@ -47,29 +46,32 @@ COPIED = {  # MLflow tables the synthetic store fills, with their columns
 }
 
 
-def copy_to_postgres(db: Path, pg_uri: str, study: str) -> int:
-    """Copy the synthetic SQLite store's runs into the Postgres MLflow store; returns run count."""
+def copy_to_postgres(db: Path, pg_uri: str, studies: list[str]) -> int:
+    """Copy the synthetic SQLite store's runs of ``studies`` (one experiment each) into the
+    Postgres MLflow store, an experiment of the same name each; returns the runs copied."""
     import psycopg
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=pg_uri)  # creates MLflow's schema in Postgres
-    pg_eid = int(client.create_experiment(study))
     src = sqlite3.connect(db)
-    (sq_eid,) = src.execute("SELECT experiment_id FROM experiments WHERE name = ?", (study,)).fetchone()
+    to_pg = {}
+    for study in studies:
+        (sq_eid,) = src.execute("SELECT experiment_id FROM experiments WHERE name = ?", (study,)).fetchone()
+        to_pg[sq_eid] = int(client.create_experiment(study))
     try:
         with psycopg.connect(pg_uri) as con, con.cursor() as cur:
             for table, cols in COPIED.items():
                 rows = src.execute(f"SELECT {', '.join(cols)} FROM {table}").fetchall()
                 if table == "runs":
-                    assert all(r[-1] == sq_eid for r in rows)
-                    rows = [(*r[:-1], pg_eid) for r in rows]
+                    assert all(r[-1] in to_pg for r in rows)
+                    rows = [(*r[:-1], to_pg[r[-1]]) for r in rows]
                 if "is_nan" in cols:  # SQLite stores the boolean as 0/1
                     i = cols.index("is_nan")
                     rows = [(*r[:i], bool(r[i]), *r[i + 1:]) for r in rows]
                 with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
-            cur.execute("SELECT count(*) FROM runs WHERE experiment_id = %s", (pg_eid,))
+            cur.execute("SELECT count(*) FROM runs WHERE experiment_id = ANY(%s)", (list(to_pg.values()),))
             (n,) = cur.fetchone()
     finally:
         src.close()
@@ -88,36 +90,37 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one); "
                     "the PostgreSQL server keeps its own temporary directory")
-    args = parse_args(ap, {"runs": 300, "epochs": 2, "repeat": 1}, argv)
+    args = parse_args(ap, {"runs": 400, "epochs": 2, "repeat": 1}, argv)
 
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_reports_pg-"))
-    study_dir = work / "studies" / "bench"
-    for stale in (study_dir, work / "pg", work / "sqlite"):  # a reused --dir
+    for stale in (work / "sqlite_store", work / "pg", work / "sqlite"):  # a reused --dir
         shutil.rmtree(stale, ignore_errors=True)
-    study_dir.mkdir(parents=True)
-    db = study_dir / "mlflow.db"
+    (work / "sqlite_store").mkdir(parents=True)
+    db = work / "sqlite_store" / "mlflow.db"
     t = time.perf_counter()
-    n = write_bulk_sql(db, "bench", synth_runs(args.runs, args.epochs), tables=sorted(TABLES))
-    print(f"SQLite twin: {n} runs (incl. parent) in {time.perf_counter() - t:.1f} s")
+    studies = write_studies(db, args.runs, args.epochs)
+    n = sum(len(runs) + 1 for _, runs in studies)
+    print(f"SQLite twin: {n} runs (incl. parents) of {len(studies)} studies in {time.perf_counter() - t:.1f} s")
 
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    files = {s.name: 3 * len(s.tables) for s, _ in studies}
     with postgres_server() as pg:
         t = time.perf_counter()
-        n_pg = copy_to_postgres(db, pg, "bench")
+        n_pg = copy_to_postgres(db, pg, list(files))
         print(f"PostgreSQL store: {n_pg} runs copied in {time.perf_counter() - t:.1f} s "
               f"({pg.split('@')[1]})")
         assert n_pg == n
-        cmd = [sys.executable, "-m", "reports.cli", "build", "--tracking-uri", pg, "--study", "bench",
-               "--format", "md,latex,csv", "--out", str(work / "pg")]
-        time_reports_build(cmd, env, args.repeat, "reports build --tracking-uri postgresql://...")
+        time_reports_build([(build_command(pg, name, work / "pg" / name), k) for name, k in files.items()],
+                           env, args.repeat, "reports build --tracking-uri postgresql://...")
 
-    # The same build from the SQLite twin, timed the same way: the two numbers compare under the
+    # The same builds from the SQLite twin, timed the same way: the two numbers compare under the
     # same machine load.
-    sq_cmd = [sys.executable, "-m", "reports.cli", "build", str(study_dir), "--format",
-              "md,latex,csv", "--out", str(work / "sqlite")]
-    time_reports_build(sq_cmd, env, args.repeat, "reports build <study dir> (SQLite twin, same runs)")
+    time_reports_build([(build_command(f"sqlite:///{db}", name, work / "sqlite" / name), k)
+                        for name, k in files.items()], env, args.repeat,
+                       "reports build --tracking-uri sqlite:///... (SQLite twin, same runs)")
     print(f"load average {os.getloadavg()[0]:.1f}")
-    same = _without_source(work / "pg", "bench") == _without_source(work / "sqlite", "bench")
+    same = all(_without_source(work / "pg" / name, name) == _without_source(work / "sqlite" / name, name)
+               for name in files)
     print(f"tables from Postgres == tables from the SQLite twin (provenance source aside): {same}")
     if not same:
         raise SystemExit("the Postgres and SQLite builds differ")

@@ -5,6 +5,10 @@ Two writers of the same run records (docs/architecture.md §6):
 - :func:`write_with_client`: through ``MlflowClient`` (slow, exactly what the study writes);
 - :func:`write_bulk_sql`: MLflow creates the SQLite schema, then rows are bulk-inserted with SQL
   (fast; for the 10,000-run benchmark).
+
+:func:`synth_study` makes the runs of given cells (:class:`SynthCell`: what a spec plans, its
+cell ids and logged params; ``benchmarks/bench_reports.py`` derives them from the committed
+specs) with the metrics the report tables read (:func:`table_metrics`), any number of them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from record import schema
 from record.store import insert_rows, sqlite_uri
@@ -44,9 +50,13 @@ class SynthRun:
     """End time; default: start + 1 s. Running runs get none."""
     history: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """Per-epoch metrics (step = epoch from 1), e.g. ``{"dev_score": (0.1, 0.5)}``."""
+    cell: str = ""
+    """Cell id as the study tags it; empty: ``task=..,variant=..`` and every param in key order."""
 
 
 def _cell(run: SynthRun) -> str:
+    if run.cell:
+        return run.cell
     extra = "".join(f",{k}={v}" for k, v in sorted(run.params.items()))
     return f"task={run.task},variant={run.variant}{extra}"
 
@@ -120,11 +130,14 @@ def create_empty_store(db_path: str | Path, study: str) -> int:
 
 
 def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
-                   tables: Sequence[str] = (), t0_ms: int = 1_700_000_000_000) -> int:
-    """Create the schema with MLflow, then insert ``runs`` (and a parent) with plain SQL.
+                   tables: Sequence[str] = (), t0_ms: int = 1_700_000_000_000, first_id: int = 0) -> int:
+    """Create the schema with MLflow (or the study's experiment in a store that has it), then
+    insert ``runs`` (and a parent) with plain SQL.
 
     Fills ``runs``, ``tags``, ``params``, ``latest_metrics`` and ``metrics`` as MLflow does.
-    Returns the number of runs written (trials + parent).
+    Run ids are the UUIDs of the integers from ``first_id + 1`` (the parent) on, so that several
+    studies written into one store each get their own (start the next at ``first_id`` plus the
+    count returned). Returns the number of runs written (trials + parent).
     """
     eid = create_empty_store(db_path, study)
     run_rows, tag_rows, param_rows, lm_rows, m_rows = [], [], [], [], []
@@ -133,14 +146,14 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
         run_rows.append((rid, rid[:8], "LOCAL", "synth", "", "synth", status, start, end, "",
                          "active", f"mlflow-artifacts:/{eid}/{rid}/artifacts", eid))
 
-    parent = uuid.UUID(int=1).hex
+    parent = uuid.UUID(int=first_id + 1).hex
     add_run(parent, "FINISHED", t0_ms, None)
     tag_rows += [(schema.ROLE, schema.ROLE_STUDY, parent), (schema.STUDY, study, parent),
                  (schema.TABLES, ",".join(tables), parent)]
     n = 1
     last_end = t0_ms
     for i, r in enumerate(runs):
-        rid = uuid.UUID(int=i + 2).hex
+        rid = uuid.UUID(int=first_id + i + 2).hex
         start = t0_ms + 1000 * (i + 1)
         end = None if r.status == schema.STATUS_RUNNING else (r.end_time_ms or start + 1000)
         add_run(rid, _MLFLOW_STATUS[r.status], start, end)
@@ -189,3 +202,100 @@ def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[
         param_rows += [(rid, k, v) for k, v in _params(r).items() if k in param_keys]
         metric_rows += [(rid, k, float(v)) for k, v in r.metrics.items()]
     return runs_from_rows(study, "memory", run_rows, tag_rows, param_rows, metric_rows, param_keys)
+
+
+# ---------------------------------------------------------------------------- runs of planned cells
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthCell:
+    """One cell of a study as its spec plans it."""
+
+    cell: str
+    """Cell id (``task=copy,variant=onestep[,axis=value]``), as the study tags its runs."""
+    task: str
+    """Task key."""
+    variant: str
+    """Variant key."""
+    params: Mapping[str, str] = field(default_factory=dict)
+    """What each run of the cell logs as params: its flattened config as the study's writer
+    logs it (``record.writer.param_items``), without ``seed``, which each run adds."""
+    points: tuple[Mapping[str, object], ...] = ({},)
+    """The hparams points the cell trains, each logged as params too."""
+    seeds: tuple[int, ...] = (0,)
+    """The seeds the spec plans per point."""
+
+
+#: Metrics a run logs per epoch (the study's epoch metrics a report reads: the learning curve).
+HISTORY_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds")
+
+
+def table_metrics(tables: Iterable[object]) -> dict[str, tuple[str, ...]]:
+    """Task -> the final metric keys a run of it logs that the given report tables read:
+    ``test.<split>.<metric>`` for every split any of them reads of the task and every metric
+    any of them reads of it, and ``epochs_to_100`` where a table reads it (Raffel & Ellis).
+    ``tables``: :class:`reports.tables.TableDef` objects."""
+    splits: dict[str, dict[str, None]] = {}
+    metrics: dict[str, dict[str, None]] = {}
+    for t in tables:
+        for c in t.columns:
+            for task in c.tasks:
+                splits.setdefault(task, {}).update(dict.fromkeys(c.splits))
+                metrics.setdefault(task, {})[t.metric if t.kind == "split" else "accuracy"] = None
+                if t.kind == "epochs_or_accuracy":
+                    metrics[task]["epochs_to_100"] = None
+    out = {}
+    for task, names in metrics.items():
+        keys = [f"test.{s}.{m}" for s in splits[task] for m in names if m != "epochs_to_100"]
+        out[task] = tuple(keys + (["epochs_to_100"] if "epochs_to_100" in names else []))
+    return out
+
+
+def _value(key: str, rng: np.random.Generator) -> float:
+    """A plausible value of a metric: a fraction for accuracies, a count or distance otherwise."""
+    name = key.rsplit(".", 1)[-1]
+    if name == "epochs_to_100":
+        return float(rng.integers(1, 30))
+    if "acc" in name:
+        return float(rng.uniform())
+    return float(rng.uniform(0, 50))
+
+
+def synth_study(cells: Sequence[SynthCell], metrics: Mapping[str, Sequence[str]], n_runs: int, *,
+                epochs: int = 0, seed: int = 0, unfinished: float = 0.02) -> list[SynthRun]:
+    """``n_runs`` runs of ``cells``: first one run of every cell (its first point, first seed),
+    then the rest of every cell's points and seeds, then further seeds beyond the spec's, round
+    by round, so that any ``n_runs`` of at least ``len(cells)`` holds every cell and every
+    table, and a larger one the planned study and then more seeds of it. Each run logs its
+    cell's params and point, the final metrics its task's ``metrics`` names (``epochs_to_100``
+    for 70 % of the runs), ``best_selection_score`` and, with ``epochs``, a history of
+    :data:`HISTORY_METRICS`; ``unfinished`` of them are running or failed. The ``n_seeds`` tag
+    of a run is the number of seeds its cell and point get in the store."""
+    rng = np.random.default_rng(seed)
+    plan: list[tuple[SynthCell, int, int]] = []  # (cell, point index, seed)
+    first = {(id(c), 0, c.seeds[0]) for c in cells}
+    plan += [(c, 0, c.seeds[0]) for c in cells]
+    plan += [(c, p, s) for c in cells for p in range(len(c.points)) for s in c.seeds if (id(c), p, s) not in first]
+    extra = 0
+    while len(plan) < n_runs and cells:
+        extra += 1
+        plan += [(c, p, s + extra * (max(c.seeds) + 1)) for c in cells for p in range(len(c.points)) for s in c.seeds]
+    plan = plan[:n_runs]
+    count: dict[tuple[int, int], int] = {}
+    for c, p, _ in plan:
+        count[(id(c), p)] = count.get((id(c), p), 0) + 1
+    runs = []
+    for c, p, s in plan:
+        m = {"best_selection_score": float(rng.uniform()), "best_epoch": float(rng.integers(1, 100)),
+             "epochs_run": 100.0}
+        for key in metrics.get(c.task, ()):
+            if key != "epochs_to_100" or rng.uniform() < 0.7:
+                m[key] = _value(key, rng)
+        hist = {k: tuple(float(x) for x in rng.uniform(size=epochs)) for k in HISTORY_METRICS} if epochs else {}
+        status = schema.STATUS_FINISHED if rng.uniform() >= unfinished else str(
+            rng.choice([schema.STATUS_RUNNING, schema.STATUS_FAILED]))
+        point = dict(c.points[p])
+        runs.append(SynthRun(task=c.task, variant=c.variant, seed=s, hparams=point, cell=c.cell,
+                             params={**c.params, **{k: str(v) for k, v in point.items()}}, metrics=m,
+                             n_seeds=count[(id(c), p)], status=status, history=hist))
+    return runs

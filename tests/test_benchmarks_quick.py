@@ -89,16 +89,20 @@ CASES = [
         rf"cpu {F} s \(wall {F}\) -> {F} seed-epochs/core-s \| speed-up x{F} \| "
         r"max \|loss solo - packed\| [0-9.e+-]+ \|",
     ]),
+    # every table of every spec: a size (400 runs) at which each cell of each table has a run
     ("bench_reports.py", "--dir", ("mlflow", "polars"), [
-        r"^store: 301 runs \(incl\. parent\)",
-        rf"^reports build \(CLI, fresh process, (\d+) tables x 3 formats = \d+ files\): best {F} s",
-        rf"^in-process: read\+aggregate \(first call, imports included\) {F} s; full build_reports {F} s",
-        rf"^MLflow MlflowClient\.search_runs, all 301 runs in pages of 1000: {F} s",
+        r"^store: 412 runs \(incl\. 12 parents\) in 12 studies, one per spec",
+        r"^tables: 11 of 11 \(dubois_interp, .*, rc_table9\); largest study rc_table7-paper: \d+ runs$",
+        rf"^reports build \(CLI, a fresh process per study, 12 studies, 42 files\): best {F} s",
+        rf"^in-process: read\+aggregate of \S+ \(first call, imports included\) {F} s; full build_reports "
+        rf"of every study {F} s",
+        rf"^MLflow MlflowClient\.search_runs, all 412 runs in pages of 1000: {F} s",
     ]),
     ("bench_reports_postgres.py", "--dir", ("mlflow", "polars", "psycopg"), [
-        rf"^PostgreSQL store: 301 runs copied in {F} s \(127\.0\.0\.1:\d+/mlflow\)",
-        rf"^reports build --tracking-uri postgresql://\.\.\. \(CLI, fresh process, .*\): best {F} s",
-        rf"^reports build <study dir> \(SQLite twin, same runs\) \(CLI, .*\): best {F} s",
+        rf"^PostgreSQL store: 412 runs copied in {F} s \(127\.0\.0\.1:\d+/mlflow\)",
+        rf"^reports build --tracking-uri postgresql://\.\.\. \(CLI, a fresh process per study, 12 studies, "
+        rf"42 files\): best {F} s",
+        rf"^reports build --tracking-uri sqlite:///\.\.\. \(SQLite twin, same runs\) \(CLI, .*\): best {F} s",
         r"^tables from Postgres == tables from the SQLite twin \(provenance source aside\): True$",
     ]),
     ("bench_study_overhead.py", "--root", ("mlflow", "ray"), [
@@ -165,6 +169,24 @@ def test_benchmark_runs_quick(tmp_path: Path, script: str, dir_flag: str | None,
     assert rc == 0, f"{script} --quick exited {rc}\n{out[-4000:]}\n{err[-4000:]}"
     missing = [p for p in expected if not re.search(p, out, re.MULTILINE)]
     assert not missing, f"{script} --quick printed no line matching {missing}:\n{out[-4000:]}"
+
+
+def test_the_quick_report_studies_hold_every_cell_of_every_table() -> None:
+    """In the default suite: ``bench_reports.py --quick`` writes the studies the committed specs
+    make, and at its size every table has a study and every cell of it a run (the 10,000-run
+    store once failed on a table that the quick size never reached)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_reports import QUICK, synth_studies
+
+    from reports.tables import TABLES
+
+    studies = synth_studies(QUICK["runs"], 0)
+    assert sorted({t for s, _ in studies for t in s.tables}) == sorted(TABLES)
+    assert sum(len(runs) for _, runs in studies) == QUICK["runs"]
+    for study, runs in studies:
+        assert {r.cell for r in runs} == {c.cell for c in study.cells}, study.name
+    variable = next(s for s, _ in studies if s.name == "raffel_variable-paper")
+    assert all(c.params["task.variable_length"] == "True" and "task.t0" not in c.cell for c in variable.cells)
 
 
 def test_every_benchmark_has_a_quick_case() -> None:
