@@ -137,3 +137,59 @@ def test_the_graphed_step_trains_an_ordinary_module_packed_equal_to_solo(tmp_pat
         assert_close_runs(s, p)
     for seed in (0, 1):
         assert_close_models(tmp_path / f"solo{seed}", tmp_path / f"pack{seed}")
+
+
+
+class Carry:
+    """A state class of a plugin's own (not a dataclass): its tensors cross a replicated call."""
+
+    def __init__(self, previous, count):
+        self.previous, self.count = previous, count
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def initial_state(self, memory):
+        return Carry(torch.zeros_like(memory.lengths), 0)
+
+    def forward(self, query, memory, cache, state, t):
+        self.calls += 1
+        scores = torch.einsum("bld,bd->bl", memory.keys, self.query(query)) + state.previous[:, None]
+        weights = torch.softmax(scores + memory.score_bias, dim=-1)
+        return AttnStep(weights=weights, mu=weights.max(-1).values), Carry(weights[:, 0], state.count + 1)
+
+
+def test_a_replicated_call_runs_each_replica_on_its_own_rows_weights_and_state():
+    """call_replicas: replica k of a (K, ...) stack, on rows k*B .. k*B + B - 1, computes what
+    the module alone computes on those rows, its own state object and buffer included."""
+    from locattn.models.attention.check import dry_memory
+    from locattn.models.attention.replicas import call_replicas, join_rows
+
+    torch.manual_seed(0)
+    solo = [Recurrent() for _ in range(3)]
+    mems = [dry_memory(4, seed=k) for k in range(3)]
+    queries = [torch.randn(2, 4) for _ in range(3)]
+    pack = Recurrent()
+    params, buffers = torch.func.stack_module_state(solo)
+    for name, value in {**params, **buffers}.items():
+        *path, leaf = name.split(".")
+        owner = pack.get_submodule(".".join(path))
+        setattr(owner, leaf, nn.Parameter(value) if name in params else value.clone())
+    rows = type(mems[0])(**{f: torch.cat([getattr(m, f) for m in mems]) for f in mems[0].__dataclass_fields__})
+    q = torch.cat(queries)
+    state = call_replicas(pack, "initial_state", (rows,))
+    states = [m.initial_state(mem) for m, mem in zip(solo, mems)]
+    for t in range(3):
+        attn, state = call_replicas(pack, "forward", (q, rows), (None, state), (t,))
+        outs = [m(qk, mem, None, st, t) for m, qk, mem, st in zip(solo, queries, mems, states)]
+        states = [o[1] for o in outs]
+        joined = join_rows(attn)
+        torch.testing.assert_close(joined.weights, torch.cat([o[0].weights for o in outs]))
+        torch.testing.assert_close(joined.mu, torch.cat([o[0].mu for o in outs]))
+        assert isinstance(state, Carry) and state.count == t + 1 and state.previous.shape == (3, 2)
+    assert pack.calls.tolist() == [3, 3, 3] and all(int(m.calls) == 3 for m in solo)
+
