@@ -113,10 +113,11 @@ def in_clause(name: str, values: Sequence[str]) -> tuple[str, dict[str, object]]
 
 def study_rows(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
-    param_keys: Sequence[str], metric_prefixes: Sequence[str],
+    param_keys: Sequence[str] | None, metric_prefixes: Sequence[str],
 ) -> tuple[list[tuple], list[tuple], list[tuple], list[tuple]]:
     """``(runs, tags, params, metrics)`` of the active runs of ``study`` (the fields of
-    :class:`record.store.RunRows`): the tags ``tag_keys``, the params ``param_keys``, the latest
+    :class:`record.store.RunRows`): the tags ``tag_keys``, the params ``param_keys`` (``None``:
+    every param), the latest
     value of ``metric_keys`` and of keys starting with ``metric_prefixes`` (``None``: every
     metric). Raises :class:`StudyNotFound` naming the studies there, or :class:`StoreError`."""
     with SQLReader(uri) as db:
@@ -145,12 +146,13 @@ def study_rows(
             f"WHERE {run_filter} AND t.key IN ({tag_in})", {**exp, **tag_params},
         )
         params: list[tuple] = []
-        if param_keys:
-            p_in, p_params = in_clause("p", param_keys)
+        if param_keys is None or param_keys:
+            p_in, p_params = in_clause("p", param_keys or ())
+            p_where = "" if param_keys is None else f" AND p.key IN ({p_in})"
             params = db.query(
                 "SELECT p.run_uuid, p.key, p.value FROM params p "
                 "JOIN runs r ON r.run_uuid = p.run_uuid "
-                f"WHERE {run_filter} AND p.key IN ({p_in})", {**exp, **p_params},
+                f"WHERE {run_filter}{p_where}", {**exp, **p_params},
             )
         conds: list[str] = []
         m_params: dict[str, object] = {}

@@ -94,7 +94,7 @@ class Store(Protocol):
     """The store's tracking URI (it may hold a password: show it through :func:`redact`)."""
 
     def read_rows(self, study: str, *, tag_keys: Sequence[str], metric_keys: Sequence[str] | None = None,
-                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] = (),
+                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] | None = (),
                   as_stored: bool = False) -> "RunRows":
         """The active runs of ``study``: :func:`read_rows`."""
 
@@ -118,7 +118,7 @@ class MlflowStore:
     tracking_uri: str
 
     def read_rows(self, study: str, *, tag_keys: Sequence[str], metric_keys: Sequence[str] | None = None,
-                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] = (),
+                  metric_prefixes: Sequence[str] = (), param_keys: Sequence[str] | None = (),
                   as_stored: bool = False) -> "RunRows":
         """:func:`read_rows` of this store."""
         return read_rows(self.tracking_uri, study, tag_keys=tag_keys, metric_keys=metric_keys,
@@ -201,12 +201,13 @@ def read_rows(
     tag_keys: Sequence[str],
     metric_keys: Sequence[str] | None = None,
     metric_prefixes: Sequence[str] = (),
-    param_keys: Sequence[str] = (),
+    param_keys: Sequence[str] | None = (),
     as_stored: bool = False,
 ) -> RunRows:
     """The runs of ``study`` (an MLflow experiment name) in ``tracking_uri``: the tags
-    ``tag_keys``, the params ``param_keys``, and the latest values of ``metric_keys`` and of the
-    keys starting with one of ``metric_prefixes`` (``metric_keys=None``: every metric).
+    ``tag_keys``, the params ``param_keys`` (``None``: every param), and the latest values of
+    ``metric_keys`` and of the keys starting with one of ``metric_prefixes`` (``metric_keys=None``:
+    every metric).
 
     Metric and param keys are the current names (:data:`record.schema.RENAMED_METRICS`,
     :data:`record.schema.RENAMED_PARAMS`): a key asked for by a former name is asked for by its
@@ -223,7 +224,8 @@ def read_rows(
     if not as_stored:
         if metric_keys is not None:
             metric_keys = _with_former(metric_keys, schema.RENAMED_METRICS, metric_prefixes)
-        param_keys = _with_former(param_keys, schema.RENAMED_PARAMS, ())
+        if param_keys is not None:
+            param_keys = _with_former(param_keys, schema.RENAMED_PARAMS, ())
     read = _read_rest if scheme in ("http", "https") else _read_sql
     asked = list(tag_keys)
     tag_keys = list(dict.fromkeys([*asked, schema.RUN_KEY, schema.STATUS]))
@@ -286,7 +288,7 @@ def _current_names(rows: list[tuple], renamed: Mapping[str, str]) -> list[tuple]
 
 def _read_sql(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
-    param_keys: Sequence[str], metric_prefixes: Sequence[str],
+    param_keys: Sequence[str] | None, metric_prefixes: Sequence[str],
 ) -> RunRows:
     runs, tags, params, metrics = mlflow_sql.study_rows(uri, study, tag_keys, metric_keys, param_keys,
                                                         metric_prefixes)
@@ -319,7 +321,7 @@ def reach_server(uri: str, seconds: float = 10.0) -> None:
 
 def _read_rest(
     uri: str, study: str, tag_keys: Sequence[str], metric_keys: Sequence[str] | None,
-    param_keys: Sequence[str], metric_prefixes: Sequence[str],
+    param_keys: Sequence[str] | None, metric_prefixes: Sequence[str],
 ) -> RunRows:
     from mlflow.entities import ViewType  # a server only: `study status` on SQLite stays light
     from mlflow.tracking import MlflowClient
@@ -337,7 +339,7 @@ def _read_rest(
             + (", ".join(names) if names else "(none)")
         )
     wanted_tags = set(tag_keys)
-    wanted_params = set(param_keys)
+    wanted_params = None if param_keys is None else set(param_keys)
     keyset = set(metric_keys) if metric_keys is not None else None
     out = RunRows(runs=[], tags=[], params=[], metrics=[])
     token = None
@@ -350,7 +352,8 @@ def _read_rest(
             rid = r.info.run_id
             out.runs.append((rid, r.info.status, r.info.start_time, r.info.end_time))
             out.tags.extend((rid, k, v) for k, v in r.data.tags.items() if k in wanted_tags)
-            out.params.extend((rid, k, v) for k, v in r.data.params.items() if k in wanted_params)
+            out.params.extend((rid, k, v) for k, v in r.data.params.items()
+                              if wanted_params is None or k in wanted_params)
             for k, v in r.data.metrics.items():
                 if keyset is None or k in keyset or any(k.startswith(p) for p in metric_prefixes):
                     out.metrics.append((rid, k, float(v)))

@@ -22,8 +22,10 @@ from reports.figures import study_figures
 from reports.grid import GRID_ID, render_grid
 from reports.labels import StudyLabels, paper_label
 from reports.paper import load_paper_numbers
-from reports.render import LAYOUTS, RENDERERS, Provenance, render_summary, standalone_latex
-from reports.store import ReportsError, RunSet, read_runs, resolve_source
+from reports.render import LAYOUTS, RENDERERS, Provenance, RecordProvenance, render_summary, standalone_latex
+# RecordConflict and RecordSource: collect's API, importable from here beside it
+from reports.store import (RecordConflict, RecordSource, ReportsError, RunSet, Source, expand_sources,
+                           read_records, resolve_record)
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table, study_tables
 from record import schema
 
@@ -31,6 +33,8 @@ FORMATS = tuple(RENDERERS)
 
 
 def provenance(runset: RunSet) -> Provenance:
+    """Where ``runset``'s numbers came from: its runs' hash, code versions, newest end time and
+    runs of uncommitted code, over every record it was read from (and, with several, per record)."""
     runs = runset.runs.sort("run_id")
     h = hashlib.sha256()
     for rid, ms, st, end in runs.select("run_id", "mlflow_status", "status", "end_time").iter_rows():
@@ -42,14 +46,22 @@ def provenance(runset: RunSet) -> Provenance:
         data_time = _dt.datetime.fromtimestamp(newest / 1000, tz=_dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
     versions = tuple(sorted(set(runs["code_version"].drop_nulls().to_list())))
-    trials = runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+    trial = pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY
+    trials = runs.filter(trial)
     dirty = pl.col("code_version").fill_null("").str.ends_with("+dirty")
     if "dirty" in runs.columns:
         dirty = dirty | (pl.col("dirty").fill_null("") == "true")
+    records: tuple[RecordProvenance, ...] = ()
+    if len(runset.records) > 1:
+        counts = {rec: (n, t, d) for rec, n, t, d in runs.group_by("record").agg(
+            pl.len(), trial.sum().alias("trials"), (trial & dirty).sum().alias("dirty_trials")).iter_rows()}
+        records = tuple(RecordProvenance(name=r.name, source=r.source, **dict(zip(
+            ("n_runs", "n_trials", "n_dirty"), counts.get(r.name, (0, 0, 0))))) for r in runset.records)
     return Provenance(
         study=runset.study, source=runset.source, n_runs=runs.height,
         runs_hash=h.hexdigest(), run_code_versions=versions,
         data_time=data_time, n_dirty=trials.filter(dirty).height, n_trials=trials.height,
+        records=records, n_shared=runset.n_shared,
     )
 
 
@@ -92,6 +104,11 @@ class Built:
     unplaced: tuple[str, ...] = ()
     """Cells (``task=...,variant=...``) with trial runs that no built table has a row and a
     column for: their runs appear in no file unless the summary is asked for."""
+    table_ids: tuple[str, ...] = ()
+    """The ids built: those asked for (or a campaign file's), else those the parent runs declare;
+    exhibits included."""
+    asked: bool = False
+    """Whether ``table_ids`` were asked for (an argument or a campaign file's ``tables``)."""
 
 
 class IncompleteError(ReportsError):
@@ -99,21 +116,32 @@ class IncompleteError(ReportsError):
 
 
 def collect(
-    source: str | Path,
+    source: Source | Sequence[Source],
     study: str | None = None,
     tables: Sequence[str] | None = None,
     *,
     stat: str | None = None,
     solved_at: float | None = None,
 ) -> Built:
-    """Read the study once and aggregate every requested table."""
+    """Read the runs once and aggregate every requested table.
+
+    ``source``: one record or several, merged by run identity (:func:`reports.store.read_records`):
+    a study directory (``results/record/<name>/``), a store file, a tracking URI (with
+    ``study``), a :class:`~reports.store.RecordSource`, a campaign file (``.yaml``: its
+    ``records:``), or a sequence of these. ``study``: the experiment of a single source.
+    ``tables``: table ids; None: a campaign file's ``tables``, else those the records' parent
+    runs declare (``locattn.tables``). A table named here is built from every run that fits its
+    rows and columns, whatever the records declare. Each cell's ``seed_records`` says which
+    record each seed came from.
+    Raises :class:`~reports.store.ReportsError` (one line: a missing record, a bad campaign file,
+    an unknown table) and its :class:`~reports.store.RecordConflict` (two records hold one run
+    identity unequal)."""
     if stat is not None and stat not in STATS:
         raise ReportsError(f"unknown --stat {stat!r}; valid: {', '.join(STATS)}")
-    src = str(source)
-    if "://" in src:
-        uri, name = resolve_source(tracking_uri=src, study=study)
-    else:
-        uri, name = resolve_source(src, study=study)
+    records, campaigns = expand_sources(source, study)
+    name = campaigns[0].name if len(campaigns) == 1 and len(records) == len(campaigns[0].records) else None
+    if tables is None:
+        tables = [t for c in campaigns for t in (c.tables or ())] or None
     want_summary = bool(tables) and SUMMARY_ID in tables
     named = [t for t in tables if t != SUMMARY_ID] if tables else None
     # exhibits (reports/exhibits.py) are written by build_reports, not aggregated here
@@ -123,40 +151,91 @@ def collect(
     for t in defs:
         for k in t.metric_keys():
             keys[k] = None
-    runset = read_runs(uri, name, metric_keys=list(keys), param_keys=_params_needed(defs))
+    runset = read_records(records, name=name, metric_keys=list(keys), param_keys=_params_needed(defs))
     if runset.runs.height == 0:
-        raise ReportsError(f"study {name!r} in {runset.source} has no runs yet")
+        raise ReportsError(f"study {runset.study!r} in {runset.source} has no runs yet")
     recorded = recorded_tables(runset)
     if recorded:  # read again with the metric keys and params its own tables need
         more = [k for t in recorded.values() for k in t.metric_keys() if k not in keys]
         params = _params_needed([*defs, *recorded.values()])
         if more or set(params) - set(_params_needed(defs)):
             keys.update(dict.fromkeys(more))
-            runset = read_runs(uri, name, metric_keys=list(keys), param_keys=params)
+            runset = read_records(records, name=name, metric_keys=list(keys), param_keys=params)
     ids = named if named is not None else tables_of_study(runset)
     where = "" if named is not None else f"the parent run's {schema.TABLES} tag"
     defs = [_table(t, where, recorded) for t in ids if t not in EXHIBITS]
     trials = runset.runs.filter(pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
     if trials.height == 0:
-        raise ReportsError(f"study {name!r} has a parent run but no trial runs yet")
+        raise ReportsError(f"study {runset.study!r} has a parent run but no trial runs yet")
     if named is not None:
-        refuse_tables_without_cells(trials, defs, name, runset)
+        refuse_tables_without_cells(trials, defs, runset.study, runset)
     summary, summary_keys = None, ()
     # A study that names no paper table (a search, a one-off ablation) gets its per-cell summary.
     if want_summary or not ids:
-        srs = read_runs(uri, name, metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY], metric_prefixes=("test.",))
+        srs = read_records(records, name=name, metric_keys=[SELECTION_KEY, BEST_EPOCH_KEY],
+                           metric_prefixes=("test.",))
         summary = cell_summaries(srs, solved_at=DEFAULT_SOLVED if solved_at is None else solved_at)
         summary_keys = tuple(headline_keys(srs))
         if not ids:
             return Built(runset=srs, results=[], provenance=provenance(srs), summary=summary,
-                         summary_keys=summary_keys)
-    results = [aggregate(runset, t, stat=stat if t.kind == "split" else None) for t in defs]
+                         summary_keys=summary_keys, table_ids=tuple(tables or ()), asked=bool(tables))
+    results = [with_seed_records(aggregate(runset, t, stat=stat if t.kind == "split" else None), runset)
+               for t in defs]
     if solved_at is not None:
         results = [dataclasses.replace(r, solved_at=solved_at) for r in results]
     # Exhibits read runs of their own, so only a tables-only build can say what it left out.
     unplaced = () if any(t in EXHIBITS for t in ids) else unplaced_cells(trials, defs)
     return Built(runset=runset, results=results, provenance=provenance(runset), summary=summary,
-                 summary_keys=summary_keys, unplaced=unplaced)
+                 summary_keys=summary_keys, unplaced=unplaced, table_ids=tuple(tables or ids),
+                 asked=bool(tables))
+
+
+def used_runs(result: TableResult, runset: RunSet) -> pl.DataFrame:
+    """The runs behind the cells of ``result`` (aggregated from ``runset``): one row per cell,
+    task of its column and seed used, with columns ``row, column, task, seed, record, run_id,
+    code_version, dirty`` (bool: trained from uncommitted code, a ``+dirty`` code version or a
+    ``locattn.dirty`` tag). A run is found by task, row, the column's params, the cell's chosen
+    hparams for that task, and seed: one run, since ``runset`` holds one run per identity."""
+    t = result.table
+    pcols = list(dict.fromkeys(k for c in t.columns for k, _ in c.params))
+    runs = runset.runs_with_record().filter(
+        (pl.col("role").fill_null(schema.ROLE_TRIAL) != schema.ROLE_STUDY)
+        & pl.col("task").is_in(list(t.tasks)) & pl.col("variant").is_in(list(t.rows)))
+    cols = ["task", "variant", *pcols]
+    present = set(runs.select(cols).unique().rows())
+    dirty = pl.col("code_version").fill_null("").str.ends_with("+dirty")
+    if "dirty" in runs.columns:
+        dirty = dirty | (pl.col("dirty").fill_null("") == "true")
+    finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
+    where: dict[tuple, tuple] = {}
+    for row in finished.select(*cols, pl.col("hparams").fill_null("{}"), pl.col("seed").fill_null(-1),
+                               "record", "run_id", "code_version", dirty.alias("_dirty")).rows():
+        where[row[:-4]] = row[-4:]
+    out = []
+    for col in t.columns:
+        wanted = dict(col.params)
+        pkey = tuple(wanted.get(p) for p in pcols)
+        for variant in t.rows:
+            cell = result.cell(variant, col.key)
+            tasks = [task for task in col.tasks if (task, variant, *pkey) in present]
+            for task, hp in zip(tasks, cell.hparams):
+                for seed, _ in cell.seeds:
+                    if (task, variant, *pkey, hp, seed) in where:
+                        out.append((variant, col.key, task, seed, *where[(task, variant, *pkey, hp, seed)]))
+    return pl.DataFrame(out, orient="row", schema={
+        "row": pl.String, "column": pl.String, "task": pl.String, "seed": pl.Int64, "record": pl.String,
+        "run_id": pl.String, "code_version": pl.String, "dirty": pl.Boolean})
+
+
+def with_seed_records(result: TableResult, runset: RunSet) -> TableResult:
+    """``result`` with each cell's ``seed_records``: for each seed it used, the record its run
+    was read from (:func:`used_runs`)."""
+    pairs: dict[tuple[str, str], set[tuple[int, str]]] = {}
+    for row, column, seed, record in used_runs(result, runset).select("row", "column", "seed", "record").rows():
+        pairs.setdefault((row, column), set()).add((seed, record))
+    cells = {k: dataclasses.replace(c, seed_records=tuple(sorted(pairs.get(k, ()))))
+             for k, c in result.cells.items()}
+    return dataclasses.replace(result, cells=cells)
 
 
 def refuse_tables_without_cells(trials: pl.DataFrame, defs: Sequence[TableDef], name: str,
@@ -271,7 +350,7 @@ def write_summary(built: Built, out: Path, formats: Sequence[str], labels: Study
 
 
 def build_reports(
-    source: str | Path,
+    source: Source | Sequence[Source],
     study: str | None = None,
     tables: Sequence[str] | None = None,
     formats: Sequence[str] = ("md", "latex", "csv"),
@@ -291,7 +370,9 @@ def build_reports(
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
     ``source``: a study directory (``studies/<name>/`` with ``mlflow.db``) or a tracking URI
-    (``sqlite:///...``, ``postgresql://...``, ``http://host:port``; then ``study`` is required).
+    (``sqlite:///...``, ``postgresql://...``, ``http://host:port``; then ``study`` is required);
+    or several records, a campaign file, as :func:`collect` takes them (exhibits and ``figures``
+    read one record: :class:`ReportsError` when asked for with several).
     ``tables``: table ids; None reads them from the parent run's ``locattn.tables`` tag, and a
     study that names none (a search study) gets ``summary.<ext>``: per cell the chosen
     hyperparameters, their median dev score and the medians of the headline metric; when its
@@ -318,6 +399,10 @@ def build_reports(
     built = collect(source, study, tables, stat=stat, solved_at=solved_at)
     if ci:
         built = dataclasses.replace(built, results=[dataclasses.replace(r, ci=True) for r in built.results])
+    exhibit_ids = [t for t in built.table_ids if t in EXHIBITS]
+    several = len(built.runset.records) > 1
+    if several:
+        refuse_one_record_files(built, exhibit_ids, figures)
     if strict:
         gaps = [g for r in built.results for g in describe_gaps(r)]
         if gaps:
@@ -337,13 +422,33 @@ def build_reports(
     if built.summary is not None:
         written += write_summary(built, out, formats, labels,
                                  DEFAULT_SOLVED if solved_at is None else solved_at, standalone=standalone)
-    exhibit_ids = [t for t in (tables or tables_of_study(built.runset)) if t in EXHIBITS]
+    if exhibit_ids and several and warnings is not None:
+        warnings.append(f"exhibit(s) {', '.join(exhibit_ids)} that the records declare read one record "
+                        f"each: not written; build them from one source")
+    if not several:
+        written += write_one_record_files(built, expand_sources(source, study)[0][0], exhibit_ids, out,
+                                          formats, figures)
+    return written
+
+
+def refuse_one_record_files(built: Built, exhibit_ids: Sequence[str], figures: bool) -> None:
+    """:class:`ReportsError` (one line) for ``--figures`` or an exhibit asked for by name in a
+    build of several records: they read their runs from one record."""
+    if figures or (exhibit_ids and built.asked):
+        what = "--figures" if figures else f"exhibit {exhibit_ids[0]}"
+        raise ReportsError(f"{what} reads one record; build it from one source (this build has "
+                           f"{len(built.runset.records)}: {', '.join(r.name for r in built.runset.records)})")
+
+
+def write_one_record_files(built: Built, record: RecordSource, exhibit_ids: Sequence[str], out: Path,
+                           formats: Sequence[str], figures: bool) -> list[Path]:
+    """The files that read runs of their own from ``built``'s one record: its exhibits
+    (:mod:`reports.exhibits`) and, with ``figures``, its figures. Returns the written paths."""
+    written: list[Path] = []
     if exhibit_ids:
-        src = str(source)
-        uri, _ = (resolve_source(tracking_uri=src, study=study) if "://" in src
-                  else resolve_source(src, study=study))
+        uri, _ = resolve_record(record)
         written += build_exhibits(built.runset, uri, exhibit_ids, out, formats,
                                   built.provenance, paper_label)
     if figures:
-        written += study_figures(source, study, out)
+        written += study_figures(record.location, record.study, out)
     return written

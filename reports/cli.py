@@ -1,6 +1,8 @@
 """``reports`` command line.
 
     reports build <study_dir> [--format md,latex,csv] [--out DIR] [--table ID] [--compare] ...
+    reports build <study_dir> <study_dir> ... --out DIR [...]   (one table from several records)
+    reports build <campaign.yaml> [...]                         (the records a campaign file lists)
     reports build --tracking-uri URI --study NAME [--out DIR] [...]
     reports list [<study_dir>]
 
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 from locattn.cliparse import Parser, closest_path, parse
 from record.store import ARCHIVE_SUFFIX
-from reports.store import STORE_FILE, ReportsError, read_runs, resolve_source
+from reports.store import CAMPAIGN_KEYS, STORE_FILE, ReportsError, is_campaign, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES
 
 
@@ -57,7 +59,9 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
     b.add_argument("--format", default="md,latex,csv",
                    help="comma-separated output formats: md, latex, csv (default: all three)")
     b.add_argument("--out", default=None, help="output directory (default: <study_dir>/reports; "
-                                               "with --tracking-uri: ./<study>-reports)")
+                                               "with --tracking-uri: ./<study>-reports; a campaign "
+                                               "file: <campaign>-reports beside it; required with "
+                                               "several sources)")
     b.add_argument("--table", action="append", default=None,
                    help=f"table id (repeatable or comma-separated; default: the study's "
                         f"locattn.tables tag). Valid: {', '.join(sorted(TABLES))}; exhibits: "
@@ -90,17 +94,29 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                         f"serves it)")
 
 
+#: How several records make one table (``reports build A B``, ``study report A B``).
+MERGE_HELP = ("runs are merged by identity (cell, hparams, seed); a run two records hold is taken "
+              "once when equal and refused (exit 2, nothing written) when they differ; each CSV cell "
+              "says which records and seeds it used (column 'records').")
+SOURCE_HELP = ("a study directory (studies/<name>/ or results/record/<name>/, holding mlflow.db or "
+               "mlflow.db.xz), its store file, or a campaign file (.yaml, keys: "
+               + ", ".join(CAMPAIGN_KEYS) + "; paths relative to it); repeatable")
+
+
 def parser() -> Parser:
     p = Parser(prog="reports", description="Paper tables and figures from a study's MLflow runs.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    b = sub.add_parser("build", help="write the study's tables (and optionally figures)")
-    b.add_argument("study_dir", nargs="?", help="studies/<name>/ (holds mlflow.db)")
+    b = sub.add_parser("build", help="write the study's tables (and optionally figures)",
+                       description="Write a study's tables. Several sources (or a campaign file) "
+                                   "make one table from their runs: " + MERGE_HELP)
+    b.add_argument("study_dir", nargs="*", metavar="SOURCE", help=SOURCE_HELP)
     b.add_argument("--tracking-uri", help="sqlite:///..., postgresql://..., or http://host:port")
-    b.add_argument("--study", help="study (MLflow experiment) name; default: the directory name")
+    b.add_argument("--study", help="study (MLflow experiment) name; default: the directory name "
+                                   "(one source only)")
     add_build_options(b)
     ef = sub.add_parser("effects", help="ablation effects against a base variant, with intervals and tests",
                         description="Per column, the paired differences (ablation - base) over shared "
-                                    "seeds: mean with a 95 % bootstrap interval, P(better), Holm-corrected "
+                                    "seeds: mean with a 95 %% bootstrap interval, P(better), Holm-corrected "
                                     "Wilcoxon tests; Markdown, LaTeX, CSV and a forest plot.")
     ef.add_argument("sources", nargs="+", help="study directories (studies/<name>/, results/record/<name>/)")
     ef.add_argument("--base", required=True, help="the base variant, e.g. onestep or mix_onestep")
@@ -117,39 +133,35 @@ def parser() -> Parser:
 
 
 def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
-    """Run a parsed ``build``: ``args`` has ``study_dir``, ``tracking_uri``, ``study`` and the
-    options of :func:`add_build_options`. Prints the written paths; returns the exit status."""
+    """Run a parsed ``build``: ``args`` has ``study_dir`` (one path or a list), ``tracking_uri``,
+    ``study`` and the options of :func:`add_build_options`; or ``sources``, a list of
+    ``(location, study)`` (``study report``). Prints the written paths; returns the exit status."""
     from reports.build import IncompleteError, build_reports  # numpy, renderers: off --help
     from reports.html import write_html  # as build_reports
 
-    if (args.study_dir is None) == (args.tracking_uri is None):
-        print(f"{prog}: give a study directory or --tracking-uri URI --study NAME", file=sys.stderr)
+    sources, out, problem = build_sources(args)
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
         return 2
-    source = args.study_dir if args.study_dir is not None else args.tracking_uri
     tables = [t for arg in args.table for t in _split(arg)] if args.table else None
-    if args.study_dir is not None and not Path(args.study_dir).exists():
-        print(f"{prog}: {missing_study_dir(args.study_dir)}", file=sys.stderr)
-        return 2
-    if args.study_dir is None and not args.study:
-        print(f"{prog}: --tracking-uri needs --study NAME (the study's MLflow experiment)",
-              file=sys.stderr)
-        return 2
-    out = args.out
-    if out is None:
-        out = (f"{str(args.study_dir).rstrip('/')}/reports" if args.study_dir is not None
-               else f"{args.study}-reports")
+    one, study = sources[0]
+    from reports.store import RecordSource, expand_sources  # polars: off --help, as build_reports
+
+    given = [s if is_campaign(s) else RecordSource(s, name) for s, name in sources]
     summary: list[str] = []
     warnings: list[str] = []
     try:
+        if args.html is not None and len(expand_sources(given)[0]) > 1:
+            raise ReportsError("--html links one record's runs in its MLflow UI; give one source")
         paths = build_reports(
-            source, args.study, tables, _split(args.format), out, stat=args.stat,
+            given, None, tables, _split(args.format), out, stat=args.stat,
             compare=args.compare or args.side_by_side,
             layout="cells" if args.side_by_side else "tables", strict=args.strict,
             figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
             standalone=args.standalone, ci=args.ci,
         )
         if args.html is not None:
-            paths.append(write_html(source, args.study, out, ui=args.html, solved_at=args.solved))
+            paths.append(write_html(one, study, out, ui=args.html, solved_at=args.solved))
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 3
@@ -163,6 +175,40 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
     for line in summary:  # --compare: agreement with the paper, non-trivial cells first
         print(line)
     return 0
+
+
+def build_sources(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], str, str]:
+    """The ``(location, study)`` of each source ``args`` names, the output directory, and a
+    problem (one line; empty when none): no source, a missing directory, --study or a missing
+    --out with several sources."""
+    sources = getattr(args, "sources", None)
+    if sources is None:
+        dirs = [args.study_dir] if isinstance(args.study_dir, (str, Path)) else list(args.study_dir or ())
+        if bool(dirs) == (args.tracking_uri is not None):
+            return [], "", ("give a study directory (or several, or a campaign file) or --tracking-uri "
+                            "URI --study NAME")
+        for d in dirs:
+            if not Path(d).exists():
+                return [], "", (f"campaign file {d!r} does not exist" if is_campaign(d)
+                                else missing_study_dir(str(d)))
+        if args.tracking_uri is not None and not args.study:
+            return [], "", "--tracking-uri needs --study NAME (the study's MLflow experiment)"
+        if len(dirs) > 1 and args.study:
+            return [], "", ("--study names one source's experiment; with several, write a campaign file "
+                            "whose records say {path: DIR, study: NAME}")
+        sources = [(str(d), args.study) for d in dirs] or [(args.tracking_uri, args.study)]
+    out = args.out
+    if out is None and len(sources) > 1:
+        return [], "", f"{len(sources)} sources: give --out DIR for the tables built from them"
+    if out is None:
+        loc, study = sources[0]
+        if is_campaign(loc):
+            out = str(Path(loc).with_name(f"{Path(loc).stem}-reports"))
+        elif "://" in loc:
+            out = f"{study}-reports"
+        else:
+            out = f"{str(loc).rstrip('/')}/reports"
+    return sources, out, ""
 
 
 def missing_study_dir(study_dir: str) -> str:

@@ -39,6 +39,22 @@ STAT_TEXT = {
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecordProvenance:
+    """One record of a table built from several (``reports build A B``, a campaign file)."""
+
+    name: str
+    """The record's name in cells (its study, unless two records share one)."""
+    source: str
+    """Its tracking store URI (password redacted)."""
+    n_runs: int
+    """Its runs in the table's run set (an equal copy of another record's run is not counted)."""
+    n_trials: int = 0
+    """Of those, trial runs."""
+    n_dirty: int = 0
+    """Of those, trial runs trained from uncommitted code."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Provenance:
     """Where a table's numbers came from."""
 
@@ -59,19 +75,36 @@ class Provenance:
     tag)."""
     n_trials: int = 0
     """Trial runs (all runs but the study's parent)."""
+    records: tuple[RecordProvenance, ...] = ()
+    """With two or more, the records the runs were read from (the counts above cover them all)."""
+    n_shared: int = 0
+    """Runs held equal by two or more ``records``, each counted once."""
 
     def dirty_text(self) -> str:
         """The mark of a table built from runs of uncommitted code; empty when there is none."""
         if not self.n_dirty:
             return ""
-        return (f"UNCOMMITTED CODE: {self.n_dirty} of {self.n_trials} trial runs were trained from a working "
-                "tree whose code differed from its commit (+dirty): no commit holds the code "
+        where = ""
+        if len(self.records) > 1:
+            where = " (" + ", ".join(f"{r.n_dirty} in {r.name}" for r in self.records if r.n_dirty) + ")"
+        return (f"UNCOMMITTED CODE: {self.n_dirty} of {self.n_trials} trial runs{where} were trained from a "
+                "working tree whose code differed from its commit (+dirty): no commit holds the code "
                 "behind their numbers")
+
+    def record_lines(self) -> list[str]:
+        """Where the runs are: the study and its store; for a run set read from several records,
+        a line saying how they were merged and one line per record."""
+        if len(self.records) < 2:
+            return [f"study: {self.study} ({portable_uri(self.source)})"]
+        return [f"records: {len(self.records)}, runs merged by cell, hparams and seed "
+                f"({self.n_shared} held equal by several records, each taken once)",
+                *(f"record {r.name} ({portable_uri(r.source)}): {r.n_runs} runs, {r.n_trials} trial runs"
+                  + (f", {r.n_dirty} from uncommitted code" if r.n_dirty else "") for r in self.records)]
 
     def lines(self) -> list[str]:
         vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
         return [
-            f"study: {self.study} ({portable_uri(self.source)})",
+            *self.record_lines(),
             f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
             f"runs trained by code version(s) {vers}",
             *([self.dirty_text()] if self.n_dirty else []),
@@ -622,7 +655,7 @@ CSV_FIELDS = (
     "text", "median", "mean", "std", "q25", "q75", "ci_stat", "ci_low", "ci_high", "n", "n_expected",
     "n_running", "n_failed", "n_missing_metric", "complete", "best", "tie", "p_value", "p_holm",
     "n_pairs", "greyed", "accuracy_median", "solved_at", "solved_k", "solved_n", "solved_low",
-    "solved_high", "hparams", "seeds",
+    "solved_high", "hparams", "seeds", "records",
 )
 """The CSV's columns. ``ci_low``, ``ci_high``: the 95 % bootstrap interval of the ``ci_stat``
 (``median``, or ``mean`` for a table of means; :func:`cell_interval`; empty below 2 seeds). ``solved_*``: of ``solved_n`` seeds,
@@ -648,6 +681,15 @@ def _solved_fields(result: TableResult, cell: Cell) -> list:
     """``solved_at``, ``solved_k``, ``solved_n``, ``solved_low``, ``solved_high`` of one cell."""
     s = cell_solved(result, cell)
     return ["", "", "", "", ""] if s is None else [_f(s.threshold), s.k, s.n, _f(s.low), _f(s.high)]
+
+
+def records_json(cell: Cell) -> str:
+    """The CSV's ``records`` of a cell: ``{"<record>": [seeds...]}``, the seeds each record gave
+    it (JSON, records sorted; ``{}`` for a missing cell)."""
+    by: dict[str, list[int]] = {}
+    for seed, record in cell.seed_records:
+        by.setdefault(record, []).append(seed)
+    return json.dumps({r: sorted(set(s)) for r, s in sorted(by.items())})
 
 
 def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
@@ -682,6 +724,7 @@ def render_csv(result: TableResult, provenance: Provenance, label: Labeler,
                         int(cell.greyed), _f(cell.accuracy_median), *_solved_fields(result, cell),
                         json.dumps(list(cell.hparams)),
                         json.dumps([[s, v if not math.isinf(v) else "inf"] for s, v in cell.seeds]),
+                        records_json(cell),
                     ]
                     if paper is not None:
                         pv = paper.get((r, c.key))

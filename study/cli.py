@@ -231,8 +231,12 @@ def add_report(sub: Any) -> None:
     """``study report``: ``reports build`` by study name."""
     ep = sub.add_parser("report", help="the study's tables and figures: 'reports build' by study name",
                         description="Build the study's report: the same options as 'reports build', "
-                                    "with the study found by name under --root.")
-    ep.add_argument("study", help=STUDY_HELP)
+                                    "with the study found by name under --root. Several studies (or "
+                                    "a campaign file) make one table from their runs, merged by run "
+                                    "identity (cell, hparams, seed): a run two of them hold is taken "
+                                    "once when equal and refused when not; give --out.")
+    ep.add_argument("study", nargs="+", help=STUDY_HELP + "; several, or a campaign file (.yaml "
+                                                          "listing records:), for one table from all")
     ep.add_argument("--root", default="studies", help=ROOT_HELP)
     cli = reports_cli()
     if cli is not None:
@@ -533,17 +537,28 @@ def run_report(args: argparse.Namespace) -> int:
     cli = reports_cli()
     if cli is None:
         raise SpecError("the reports command is not installed: pip install -e '.[reports]'")
-    paths = find_study(args.study, args.root)
+    args.sources = [report_source(name, args.root) for name in args.study]
+    if len(args.sources) == 1 and Path(args.study[0]).suffix not in CAMPAIGN_SUFFIXES:
+        args.out = args.out or str(find_study(args.study[0], args.root).dir / "reports")
+    return cli.run_build(args, prog="study report")
+
+
+#: A ``study report`` argument ending so is a campaign file (read by ``reports``), not a study.
+CAMPAIGN_SUFFIXES = (".yaml", ".yml")
+
+
+def report_source(name: str, root: str) -> tuple[str, str | None]:
+    """``(location, study)`` of one ``study report`` argument for ``reports build``: a study found
+    by name (its directory when it holds its store, else its tracking URI) or a campaign file."""
+    if Path(name).suffix in CAMPAIGN_SUFFIXES and Path(name).is_file():
+        return name, None
+    paths = find_study(name, root)
     meta = load_meta(paths)
     # a moved folder (a committed record, a copy): its own store, as status and ui read it
     db = sqlite_path(current_store(meta.tracking_uri, paths.dir))
     if db is not None and db.resolve() == paths.db.resolve():
-        args.study_dir, args.tracking_uri = str(paths.dir), None
-    else:  # a store outside the study directory (an MLflow server, Postgres)
-        args.study_dir, args.tracking_uri = None, meta.tracking_uri
-    args.study = meta.name
-    args.out = args.out or str(paths.dir / "reports")
-    return cli.run_build(args, prog="study report")
+        return str(paths.dir), meta.name
+    return meta.tracking_uri, meta.name  # a store outside the study directory (an MLflow server, Postgres)
 
 
 def program() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from reports.aggregate import holm_adjust, aggregate, wilcoxon_pair
-from reports.build import paper_label, provenance
+from reports.build import paper_label, provenance, with_seed_records
 from reports.paper import load_paper_numbers
 from reports.render import render_csv, render_latex, render_markdown, standalone_latex
 from reports.synth import SynthRun, runset_from_synth
@@ -120,7 +120,7 @@ CASES = {
 def _result(tid: str):
     make, params = CASES[tid]
     rs = runset_from_synth("snap", make(), tables=[tid], param_keys=params)
-    return rs, aggregate(rs, get_table(tid))
+    return rs, with_seed_records(aggregate(rs, get_table(tid)), rs)
 
 
 def _prov(rs):
