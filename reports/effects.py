@@ -107,13 +107,12 @@ class EffectsResult:
         return sum(e.testable for e in self.effects)
 
 
-def pooled_cells(results: Sequence[TableResult], names: Sequence[str] | None = None
-                 ) -> tuple[dict[tuple[str, str], Cell], dict[str, str], list[str]]:
+def pooled_cells(results: Sequence[TableResult]) -> tuple[dict[tuple[str, str], Cell], dict[str, str], list[str]]:
     """(cells by (variant, column key), column label by key, variant order) over ``results``
-    (``names``: the record each came from, for messages), which must share metric, direction
-    and scale. A (variant, column) with seeds in two results is taken once when the seeds are
-    equal; different seeds are refused (:class:`ReportsError`, one line): pool the records first
-    (``reports build`` with several sources)."""
+    (tables of one metric, direction and scale: rc_table7's Mix rows with rc_table4's
+    OneStepAttn). A (variant, column) with seeds in two tables is taken once when the seeds are
+    equal; different seeds are refused (:class:`ReportsError`, one line): build the tables from
+    one merged read of the records (:func:`reports.build.collect` with several sources)."""
     if not results:
         raise ReportsError("no table to take effects from")
     first = results[0].table
@@ -121,9 +120,9 @@ def pooled_cells(results: Sequence[TableResult], names: Sequence[str] | None = N
     where: dict[tuple[str, str], str] = {}
     labels: dict[str, str] = {}
     rows: dict[str, None] = {}
-    for i, res in enumerate(results):
+    for res in results:
         t = res.table
-        name = f"{t.id} of {names[i]}" if names else t.id
+        name = t.id
         if (t.metric, t.direction, t.scale, t.kind) != (first.metric, first.direction, first.scale, first.kind):
             raise ReportsError(f"tables {first.id} and {t.id} measure different things "
                                f"({first.metric} and {t.metric}): effects compare one metric")
@@ -164,13 +163,12 @@ def effect(variant: str, column: str, label: str, base: Cell, other: Cell, direc
                   p_value=float(p), p_holm=float(p), n_nonzero=nz)
 
 
-def effects(results: Sequence[TableResult], base: str, variants: Sequence[str] | None = None,
-            names: Sequence[str] | None = None) -> EffectsResult:
+def effects(results: Sequence[TableResult], base: str, variants: Sequence[str] | None = None) -> EffectsResult:
     """The effects of ``variants`` (default: every other row of ``results``' tables) against
     ``base``, per column where both have shared seeds, with Holm over all of them. Raises
     :class:`ReportsError` (one line) for a base or variant no table has as a row, a table of
     epoch counts, or a base that shares no seed with any variant."""
-    cells, labels, rows = pooled_cells(results, names)
+    cells, labels, rows = pooled_cells(results)
     t = results[0].table
     if t.kind != "split":
         raise ReportsError(f"table {t.id}: effects compare per-split metrics, not epoch counts")
@@ -217,7 +215,7 @@ def caption(res: EffectsResult, label: Labeler) -> str:
     """The effects table's caption: what each number is and how it was made."""
     better = "higher" if res.direction == "max" else "lower"
     return (f"Effects against {label(res.base)} ({res.source}; {', '.join(res.tables)}), per column over "
-            f"the seeds both arms share. Δ: the mean of the paired differences (variant − "
+            f"the seeds both arms share (the medians too). Δ: the mean of the paired differences (variant − "
             f"{label(res.base)}, in the table's units), with its {100 * CONFIDENCE:g} % percentile bootstrap "
             f"interval over the pairs ({RESAMPLES:,} resamples, seed {BOOTSTRAP_SEED}). P(better): the share "
             f"of shared seeds where the variant scored {better}, ties one half. p: two-sided Wilcoxon "
@@ -302,30 +300,24 @@ def build_effects(sources: Sequence[str | Path], base: str, variants: Sequence[s
                   out_dir: str | Path, figure: bool = True) -> list[Path]:
     """Write ``<out_dir>/effects-<base>.<md|tex|csv>`` (and, with ``figure``, the forest plot
     ``<out_dir>/figures/effects-<base>.png|pdf``) for ``base`` against ``variants`` over the
-    tables of ``sources`` (study directories: each one's declared tables, or those of them named
-    in ``tables``); returns the written paths. Raises :class:`ReportsError` (one line, nothing
+    tables of ``sources`` (study directories, merged by run identity by
+    :func:`reports.build.collect`: the tables their parent runs declare, or ``tables``); returns
+    the written paths. Raises :class:`ReportsError` (one line, nothing
     written) for an unknown format, table or variant, or cells that do not pool."""
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
         raise ReportsError(f"unknown format(s) {', '.join(bad)}; valid: {', '.join(RENDERERS)}")
-    results, names, provenance = [], [], []
-    for source in sources:
-        built = collect(source)
-        kept = [r for r in built.results if not tables or r.table.id in tables]
-        results += kept
-        names += [built.runset.study] * len(kept)
-        provenance.append(built.provenance)
-    missing = sorted(set(tables or ()) - {r.table.id for r in results})
-    if missing:
-        raise ReportsError(f"--table {missing[0]}: none of the sources declares it")
-    res = effects(results, base, variants, names)
+    # several records merge by run identity into one table, as in `reports build A B`
+    built = collect(list(sources), tables=list(tables) if tables else None)
+    results = [r for r in built.results if r.table.kind == "split" or tables]
+    res = effects(results, base, variants)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in formats:
         fn, ext = RENDERERS[fmt]
         path = out / f"effects-{base}.{ext}"
-        path.write_text(fn(res, provenance, paper_label), encoding="utf-8")
+        path.write_text(fn(res, [built.provenance], paper_label), encoding="utf-8")
         written.append(path)
     if figure:
         from reports.figures import forest_plot, save_figure  # matplotlib only when a figure is drawn

@@ -22,7 +22,7 @@ RECORDS = RESULTS / "record"
 #: The committed effects: output folder -> (records, base), as docs/howto/reproduce-a-table.md
 #: gives the commands.
 COMMITTED = {
-    "rc_table4-effects": (["rc_table4-paper", "rc_table4-gpu"], "onestep"),
+    "rc_table4-effects": (["rc_table4-paper", "rc_table4-gpu", "rc_table4-gpu_seeds20"], "onestep"),
     "rc_table4-effects-seeds10": ([f"rc_table4-seeds10-{s}" for s in ("copy", "revcopy", "step3", "sigmoid", "invrev")],
                                   "onestep"),
 }
@@ -84,8 +84,7 @@ def test_the_forest_plot_has_a_row_per_effect_and_a_group_per_variant(tmp_path):
     from reports.effects import collect, effects
     from reports.figures import forest_plot
 
-    results = [collect(RECORDS / r).results[0] for r in COMMITTED["rc_table4-effects"][0]]
-    res = effects(results, "onestep")
+    res = effects(collect([RECORDS / r for r in COMMITTED["rc_table4-effects"][0]]).results, "onestep")
     fig = forest_plot(res)
     ax = fig.axes[0]
     assert len(ax.get_yticks()) == len(res.effects) == 18
@@ -96,7 +95,7 @@ def test_the_forest_plot_has_a_row_per_effect_and_a_group_per_variant(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["--base", "onestep_typo"], "variant 'onestep_typo' is no row of rc_table4; valid: onestep, "),
     (["--base", "onestep", "--vs", "content"], "variant 'content' is no row of rc_table4"),
-    (["--base", "onestep", "--table", "rc_table7"], "--table rc_table7: none of the sources declares it"),
+    (["--base", "onestep", "--table", "rc_table7"], "table rc_table7 has no cell of study 'rc_table4-paper'"),
     (["--base", "onestep", "--format", "html"], "unknown format(s) html; valid: md, latex, csv"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(argv, needle, tmp_path, capsys):
@@ -107,14 +106,33 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, needle, tmp_path, capsys
     assert not out.exists()
 
 
-def test_cells_with_other_seeds_in_two_records_are_refused(tmp_path, capsys):
-    # seeds 5-19 of -Step 2 and -Step 3 on Reverse Copy sit in gpu_seeds20, seeds 0-4 in paper
-    args = [str(RECORDS / "rc_table4-paper"), str(RECORDS / "rc_table4-gpu_seeds20")]
-    assert main(["effects", *args, "--base", "onestep", "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "onestep_no_step2 / Reverse Copy 15 has other seeds in rc_table4 of rc_table4-gpu_seeds20" in err
+def test_records_merge_into_one_table_and_pair_only_shared_seeds(tmp_path, capsys):
+    # seeds 5-19 of -Step 2 and -Step 3 on Reverse Copy sit in gpu_seeds20, seeds 0-4 (and
+    # OneStepAttn's) in paper: the merged cells hold 20 seeds, the effects pair 5
+    from reports.effects import collect, effects
+
+    built = collect([RECORDS / "rc_table4-paper", RECORDS / "rc_table4-gpu_seeds20"])
+    cell = built.results[0].cell("onestep_no_step2", "reverse_copy:len15")
+    assert cell.n == 20 and cell.records == ("rc_table4-gpu_seeds20", "rc_table4-paper")
+    merged = effects(built.results, "onestep")
+    alone = effects(collect(RECORDS / "rc_table4-paper").results, "onestep")
+    assert [(e.variant, e.column, e.seeds, e.diffs) for e in merged.effects] == \
+        [(e.variant, e.column, e.seeds, e.diffs) for e in alone.effects]
     assert main(["effects", str(tmp_path / "nope"), "--base", "onestep"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_one_cell_with_other_seeds_in_two_tables_is_refused():
+    from dataclasses import replace
+
+    from reports.effects import collect, effects
+
+    result = collect(RECORDS / "rc_table4-paper").results[0]
+    cell = result.cell("onestep", "copy:len15")
+    other = replace(result, cells={**result.cells, ("onestep", "copy:len15"): replace(cell, seeds=cell.seeds[:3])})
+    with pytest.raises(Exception, match=r"onestep / Copy 15 has other seeds in rc_table4 than in rc_table4: "
+                                        "pool its records into one table first"):
+        effects([result, other], "onestep")
 
 
 def test_arms_with_seeds_but_none_shared_are_named_under_the_table():
