@@ -117,16 +117,25 @@ def test_a_dev_loss_selection_shows_the_loss_not_a_negative_percent() -> None:
     assert "| loss 5.6e-05 |" in summary and "| -0.0 |" not in summary
 
 
-def test_success_rates_pool_only_records_of_other_seeds() -> None:
-    """``success_rates.py --with`` adds another record's seeds to each cell; a seed in both
-    records would count one run twice, and is refused naming the cell and the seeds."""
+def test_success_rates_read_several_records_as_one_and_refuse_one_run_held_unequal() -> None:
+    """``success_rates.py --with`` reads another record with the first as one (reports.build's
+    merge by run identity): a record read with itself is its runs once, the same table; two
+    records holding one run identity (cell, hparams, seed) with different results are refused
+    in one line naming both."""
+    script = str(RESULTS / "analysis" / "success_rates.py")
     record = RESULTS / "record" / "rc_table7-gpu"
-    done = subprocess.run([sys.executable, str(RESULTS / "analysis" / "success_rates.py"), str(record),
-                           "--with", str(record), "--table", "rc_table7", "--budget", "paper"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 1 and not done.stdout
-    assert done.stderr.strip().endswith("seeds [0, 1, 2, 3, 4] of cell ('mix_onestep', 'copy:len15') are in "
-                                        f"{record} too: pool records of other seeds only")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+
+    alone = run(str(record), "--table", "rc_table7", "--budget", "paper")
+    twice = run(str(record), "--with", str(record), "--table", "rc_table7", "--budget", "paper")
+    assert alone.returncode == twice.returncode == 0 and twice.stdout == alone.stdout
+    done = run(str(RESULTS / "record" / "rc_table4-quick-v3"), "--with",
+               str(RESULTS / "record" / "rc_table4-seeds10-step3"), "--table", "rc_table4")
+    assert done.returncode == 1 and not done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.startswith("success_rates.py: records rc_table4-quick-v3 and rc_table4-seeds10-step3 "
+                                  "both hold run task=copy,variant=onestep_no_step3")
 
 
 def test_agreement_summary_counts_800_cells_in_three_columns_and_holm_can_undo_a_verdict(monkeypatch) -> None:

@@ -136,3 +136,17 @@ def test_an_independent_recount_from_the_committed_csvs_gives_the_generators_num
     assert counts == {t: {k: (c.nt_within, c.nt, c.within, c.compared) for k, c in cols.items()}
                       for t, cols in s.counts.items()}
     assert families == {t: len(f) for t, f in s.families.items()}
+
+
+def test_a_campaign_merges_its_records_by_run_identity(analysis) -> None:
+    """A campaign's records are read as one: runs two records hold equal are taken once (a
+    record with itself is itself), and every seed names the record it came from."""
+    agr, _ = analysis
+    alone = agr.merged(agr.Campaign(("rc_table7-gpu",)), "rc_table7")
+    twice = agr.merged(agr.Campaign(("rc_table7-gpu", "rc_table7-gpu")), "rc_table7")
+    assert {k: c.seeds for k, c in twice.result.cells.items()} == {k: c.seeds for k, c in alone.result.cells.items()}
+    pooled = agr.merged(agr.Campaign(("rc_table7-gpu", "rc_table7-gpu_seeds20")), "rc_table7")
+    seen = pooled.origin[("mix_onestep", "copy:len15")]
+    assert sorted(seen) == list(range(10))
+    assert {s for s, r in seen.items() if r == "rc_table7-gpu_seeds20"} == set(range(5, 10))
+    assert pooled.dirty[("mix_onestep", "copy:len15")] == set(range(5))  # seeds 0-4 ran uncommitted code

@@ -11,10 +11,10 @@ Table 2 record is a Table 7 cell. A record that sets a task parameter some table
 defined by (``task.variable_length``) fills only the tables whose columns name it.
 
 **Campaigns.** A campaign is the list of records that stand for one table at one budget
-(:data:`QUICK`, :data:`POOLED`; every other record is a campaign of its own). Its runs are
-merged by run identity (:func:`merged`): a seed found in two records of a campaign is taken once
-when the two values agree and refused when they differ; every cell keeps which record each of
-its seeds came from.
+(:data:`QUICK`, :data:`POOLED`; every other record is a campaign of its own). Its records are
+read as one by ``reports.build.collect`` (:func:`merged`), which merges runs by identity (cell,
+hparams, seed): one held by two records is taken once when equal and refused when not; every
+cell keeps which record each of its seeds came from.
 
 **Columns.** Each cell is judged by its table metric's tolerance
 (reports.agreement.TOLERANCE_RULES: accuracy within 10 points; edit distance within 10 % of the
@@ -56,7 +56,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -67,10 +66,10 @@ from reports.aggregate import Cell, TableResult, holm_adjust
 from reports.agreement import (ALPHA, NONTRIVIAL, PAPER_SEEDS, TOLERANCE,
                                TOLERANCE_RULES, VERDICTS, SuccessTest, best_rows, cell_agreement,
                                success_test, verdict)
-from reports.build import collect
+from reports.build import Built, collect, used_runs
 from reports.paper import PaperValue, load_paper_numbers
 from reports.render import paper_diff
-from reports.store import read_runs, resolve_source
+from reports.store import RecordConflict, read_runs, resolve_source
 from reports.tables import TABLES, TableDef
 
 RECORDS = Path(__file__).resolve().parents[1] / "record"
@@ -204,11 +203,16 @@ def candidate_tables(record: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def record_results(record: str) -> dict[str, TableResult]:
-    """The record's results of every table it fills (:func:`tables_filled`), read once."""
+def record_built(record: str) -> Built | None:
+    """The record read once, with every table it may fill (:func:`candidate_tables`)."""
     tables = candidate_tables(record)
-    built = collect(RECORDS / record, tables=list(tables)).results if tables else []
-    return {r.table.id: r for r in built if any(c.seeds for c in r.cells.values())}
+    return collect(RECORDS / record, tables=list(tables)) if tables else None
+
+
+def record_results(record: str) -> dict[str, TableResult]:
+    """The record's results of every table it fills (:func:`tables_filled`)."""
+    built = record_built(record)
+    return {r.table.id: r for r in (built.results if built else []) if any(c.seeds for c in r.cells.values())}
 
 
 def tables_filled(record: str) -> tuple[str, ...]:
@@ -216,20 +220,6 @@ def tables_filled(record: str) -> tuple[str, ...]:
     :func:`candidate_tables`, those with a cell that has a finished seed with the table's metric
     (Dubois's figure records train Table 3's rows but log no attnLoss)."""
     return tuple(record_results(record))
-
-
-def dirty_seeds(record: str, result: TableResult, key: tuple[str, str]) -> set[int]:
-    """Seeds of cell ``key`` of ``result`` (built from ``record``) whose run, among the runs of
-    the cell's row, tasks, column parameters and chosen hyperparameters, ran uncommitted code."""
-    row, col = key
-    column = next(c for c in result.table.columns if c.key == col)
-    runs = _matches(trial_runs(record).filter(
-        (pl.col("variant") == row) & pl.col("task").is_in(list(column.tasks)) & pl.col("dirty")),
-        column.params)
-    chosen = result.cell(row, col).hparams
-    if chosen:
-        runs = runs.filter(pl.col("hparams").is_in(list(chosen)))
-    return set(runs["seed"].drop_nulls().cast(pl.Int64).to_list())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,47 +260,31 @@ class Merged:
 
 
 def merged(campaign: Campaign, table: str) -> Merged | None:
-    """The campaign's cells of ``table`` (None when no record of it fills the table). A seed of
-    one cell found in two records is taken once when its values agree and refused
-    (SystemExit, naming the cell and the records) when they differ."""
-    parts = [(r, record_results(r)[table]) for r in campaign.records if table in tables_filled(r)]
-    if not parts:
+    """The campaign's cells of ``table`` (None when no record of it fills the table): its records
+    read as one by reports.build.collect, which merges runs by identity (cell, hparams, seed; an
+    identity two records hold is taken once when equal, refused when not). Each cell keeps the
+    record each seed came from (``Cell.seed_records``) and which seeds ran uncommitted code
+    (reports.build.used_runs). A cell whose seeds ran at different budgets is refused
+    (SystemExit)."""
+    names = [r for r in campaign.records if table in tables_filled(r)]
+    if not names:
         return None
-    base = parts[0][1]
-    first: dict[tuple[str, str], Cell] = {}
-    values: dict[tuple[str, str], dict[int, float]] = {}
-    origin: dict[tuple[str, str], dict[int, str]] = {}
+    try:
+        built = record_built(names[0]) if len(names) == 1 else collect([RECORDS / r for r in names], tables=[table])
+    except RecordConflict as e:
+        raise SystemExit(f"campaign {campaign.name}: {e}") from None
+    result = next(r for r in built.results if r.table.id == table)
+    origin = {key: dict(cell.seed_records) for key, cell in result.cells.items() if cell.seeds}
     dirty: dict[tuple[str, str], set[int]] = {}
-    for record, result in parts:
-        for key, cell in result.cells.items():
-            if key not in first or (cell.seeds and not first[key].seeds):
-                first[key] = cell
-            if not cell.seeds:
-                continue
-            have, seen = values.setdefault(key, {}), origin.setdefault(key, {})
-            mine = dirty_seeds(record, result, key)
-            for seed, value in cell.seeds:
-                if seed in have:
-                    if have[seed] != value:
-                        raise SystemExit(f"campaign {campaign.name}: seed {seed} of {table} cell {key} "
-                                         f"is {have[seed]} in {seen[seed]} and {value} in {record}: "
-                                         "one run identity, two results")
-                    continue
-                have[seed], seen[seed] = value, record
-                if seed in mine:
-                    dirty.setdefault(key, set()).add(seed)
-    cells = dict(first)
-    for key, have in values.items():
-        if len(set(origin[key].values())) > 1:  # seeds of several records: the statistics anew
-            vs = [have[s] for s in sorted(have)]
-            cells[key] = replace(first[key], seeds=tuple(sorted(have.items())),
-                                 median=statistics.median(vs), mean=statistics.fmean(vs))
+    for row, column, seed in used_runs(result, built.runset).filter(pl.col("dirty")).select(
+            "row", "column", "seed").iter_rows():
+        dirty.setdefault((row, column), set()).add(int(seed))
     for key, seen in origin.items():
         budgets = {(budget(r).train_size, budget(r).epochs, budget(r).paper) for r in set(seen.values())}
         if len(budgets) > 1:
             raise SystemExit(f"campaign {campaign.name}: the seeds of {table} cell {key} ran at "
                              f"different budgets {sorted(budgets)}")
-    return Merged(campaign, replace(base, cells=cells), origin, dirty)
+    return Merged(campaign, result, origin, dirty)
 
 
 def campaigns() -> list[Campaign]:

@@ -16,57 +16,37 @@ the paper's budget, at least 5 seeds and p < 0.05 after Holm over the table's fa
 results/analysis/agreement_summary.py judges; every other disagreement is "not reproduced at
 this budget".
 
-``--with`` (repeatable) pools the seeds of another record's same cells into each cell: for a
-record of more seeds of the same runs (the ``gpu_seeds20`` profiles: the ``gpu`` runs with
-seeds 5-19, tests/test_fidelity.py). A seed found in two records is refused; a cell is shown
-with the seeds it has in any of them.
+``--with`` (repeatable) reads another record with it as one (reports.build.collect over
+several records): for a record of more seeds of the same runs (the ``gpu_seeds20`` profiles:
+the ``gpu`` runs with seeds 5-19, tests/test_fidelity.py). Runs merge by identity (cell,
+hparams, seed): one that two records hold equal is taken once, one they hold unequal is refused
+in one line; a cell is shown with the seeds it has in any of them.
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside this script
-from reports.aggregate import TableResult
 from agreement_summary import is_accuracy_metric, verdict_word  # beside this script
 from reports.agreement import VERDICTS, success_test
 from reports.build import collect
 from reports.labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
-
-
-def pool_seeds(result: TableResult, record: Path, pooled: tuple[Path, ...]) -> None:
-    """Add, in place, the seeds of each record in ``pooled`` (more seeds of the same runs) to
-    the same cells of ``result`` (built from ``record``), the median recomputed. A seed found in
-    two records is refused (SystemExit naming the cell and the seeds)."""
-    for other in pooled:
-        more = collect(other, tables=[result.table.id]).results[0]
-        for key, extra in more.cells.items():
-            if not extra.seeds:
-                continue
-            cell = result.cells.get(key)
-            seeds = dict(cell.seeds) if cell is not None else {}
-            twice = sorted(set(seeds) & {s for s, _ in extra.seeds})
-            if twice:
-                raise SystemExit(f"{other}: seeds {twice} of cell {key} are in {record} too: pool "
-                                 "records of other seeds only")
-            seeds.update(extra.seeds)
-            merged = tuple(sorted(seeds.items()))
-            base = cell if cell is not None else extra
-            result.cells[key] = replace(base, seeds=merged, median=statistics.median(v for _, v in merged))
+from reports.store import RecordConflict
 
 
 def rows(record: Path, table: str, *, budget: str, threshold: float,
          only_disagreeing: bool, pooled: tuple[Path, ...] = ()) -> list[str]:
     """Markdown table rows (header first) for one table of one study record (and the records
     ``pooled`` with it, seeds added per cell)."""
-    result = collect(record, tables=[table]).results[0]
+    try:  # several records are read as one, their runs merged by identity
+        result = collect([record, *pooled] if pooled else record, tables=[table]).results[0]
+    except RecordConflict as e:
+        raise SystemExit(f"success_rates.py: {e}") from None
     if not is_accuracy_metric(result.table):
         raise SystemExit(f"{table}: success rates apply to accuracy tables only")
-    pool_seeds(result, record, pooled)
     paper = load_paper_numbers(result.table)
     col_label = {c.key: f"{g.label} {c.label}".strip() for p in result.table.panels
                  for g in p.groups for c in g.columns}
