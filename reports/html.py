@@ -15,19 +15,25 @@ static, self-contained HTML page, ``<out>/report.html``.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import socket
 from html import escape
 from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Mapping
 from urllib.parse import quote
 
 from record import schema
+from record.layout import UI_FILE
 from record.store import experiment_id
 from reports.aggregate import DEFAULT_SOLVED, CellSummary
 from reports.build import collect
 from reports.grid import Grid, grid_layout
 from reports.labels import StudyLabels
 from reports.render import MISSING, Provenance, seeds_text
+from reports.store import ReportsError
 from reports.tables import SUMMARY_ID
 
 HTML_FILE = "report.html"
@@ -43,6 +49,10 @@ table.grid tbody th { text-align: left; font-weight: 600; }
 table.grid td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 div.scroll { overflow-x: auto; }
 td.missing { color: #999; }
+td.running { background: #fff4cc; }
+td.stale { background: #fde0dc; }
+span.mark { font-size: 12px; color: #7a5b00; margin-left: .4em; }
+td.stale span.mark { color: #a02a1a; }
 .dirty { color: #b00; font-weight: 600; }
 .provenance { font-size: 13px; color: #555; }
 """
@@ -68,6 +78,22 @@ def cell_url(ui: str, experiment: str, cell: str) -> str | None:
     query = (f"searchFilter={quote(search, safe='')}"
              f"&orderByKey={quote('attributes.run_name')}&orderByAsc=true")
     return f"{ui.rstrip('/')}/#/experiments/{quote(experiment)}/runs?{query}"
+
+
+@dataclass(frozen=True)
+class CellMark:
+    """What a live page says of a cell beside its number: its seeds running now and its stale
+    seeds (recorded running or interrupted, with no driver: resumable)."""
+
+    running: int = 0
+    stale: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.running or self.stale)
+
+    def text(self) -> str:
+        """``2 running``, ``1 stale``, ``1 running, 1 stale``."""
+        return ", ".join(f"{n} {what}" for n, what in ((self.running, "running"), (self.stale, "stale")) if n)
 
 
 def summary_grid(summaries: list[CellSummary], keys: list[str]) -> Grid:
@@ -96,16 +122,24 @@ def head_rows(grid: Grid) -> list[str]:
 
 
 def render_html(grid: Grid, provenance: Provenance, solved_at: float,
-                link: Callable[[CellSummary], str | None], where: str) -> str:
+                link: Callable[[CellSummary], str | None], where: str, *,
+                marks: Mapping[str, CellMark] | None = None, refresh: int | None = None,
+                status: str | None = None) -> str:
     """The page as text. ``link`` gives a cell's URL (None: no link); ``where`` is a sentence
-    saying where the links lead."""
+    saying where the links lead. A live page (:func:`live_html`) adds ``marks`` (cell id -> its
+    running and stale seeds, shown in the cell), ``refresh`` (seconds between reloads) and a
+    ``status`` line."""
     e = escape
+    marks = marks or {}
     title = f"Study {provenance.study}: variant × task grid"
     caption = (f"Per row and test split: the median over seeds (%) at the hyperparameters chosen "
                f"on dev, with (k/n): k of n seeds reached {solved_at:g} % or more.")
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           *([f'<meta http-equiv="refresh" content="{int(refresh)}">'] if refresh else []),
            f"<title>{e(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
            f"<h1>{e(title)}</h1>"]
+    if status:
+        out.append(f'<p class="status">{e(status)}</p>')
     if provenance.n_dirty:
         out.append(f'<p class="dirty">{e(provenance.dirty_text())}</p>')
     out += [f"<p>{e(caption)} {e(where)}</p>", '<div class="scroll">', '<table class="grid">',
@@ -114,16 +148,41 @@ def render_html(grid: Grid, provenance: Provenance, solved_at: float,
         out.append(f'<tr><th scope="row">{e(label)}</th>')
         for s, key in zip(cells, grid.keys):
             text = MISSING if s is None else seeds_text(s, key, unit=" %")
-            url = None if s is None or text == MISSING else link(s)
+            mark = marks.get(s.cell) if s is not None else None
+            # a cell with a running or stale seed links to its runs even before one finished
+            url = None if s is None or (text == MISSING and not mark) else link(s)
+            classes = [c for c, on in (("missing", text == MISSING), ("running", bool(mark and mark.running)),
+                                       ("stale", bool(mark and mark.stale and not mark.running))) if on]
+            cls = f' class="{" ".join(classes)}"' if classes else ""
+            note = f'<span class="mark">{e(mark.text())}</span>' if mark else ""
             if url is None:
-                cls = ' class="missing"' if text == MISSING else ""
-                out.append(f"<td{cls}>{e(text)}</td>")
+                out.append(f"<td{cls}>{e(text)}{note}</td>")
             else:
-                out.append(f'<td><a href="{e(url)}" title="{e(s.cell)}">{e(text)}</a></td>')
+                out.append(f'<td{cls}><a href="{e(url)}" title="{e(s.cell)}">{e(text)}</a>{note}</td>')
         out.append("</tr>")
     out += ["</tbody>", "</table>", "</div>", '<h2>Provenance</h2>', '<ul class="provenance">',
             *(f"<li>{e(line)}</li>" for line in provenance.lines()), "</ul>", "</body>", "</html>"]
     return "\n".join(out) + "\n"
+
+
+def served_ui(source: str | Path) -> str | None:
+    """The address of the MLflow UI that ``study ui`` serves a study folder's store on now (its
+    ``ui.json``, :data:`record.layout.UI_FILE`, naming a live process of this host); None
+    when none serves it, or ``source`` is not a study folder."""
+    try:
+        record = json.loads((Path(source) / UI_FILE).read_text())
+        pid, host, url = int(record["pid"]), str(record["host"]), str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if host != socket.gethostname() or not url.startswith("http://"):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return url
 
 
 def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui: str,
@@ -131,8 +190,14 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     """Write ``<out_dir>/report.html`` for a study (``source`` as
     :func:`reports.build.build_reports` takes it) and return its path. The cells link into the
     MLflow UI at ``ui`` when the store is SQLite (its experiment id is read here); otherwise the
-    page says how to find a cell's runs. Raises :class:`reports.store.ReportsError` as
+    page says how to find a cell's runs. ``ui`` the default address (``--html`` without one,
+    :data:`reports.cli.DEFAULT_UI`) while ``study ui`` serves the study folder elsewhere: the
+    address it serves (:func:`served_ui`). Raises :class:`reports.store.ReportsError` as
     ``build_reports`` does."""
+    from reports.cli import DEFAULT_UI  # (reports.cli imports this module)
+
+    served = served_ui(source) if ui == DEFAULT_UI else None
+    ui = served or ui
     solved = DEFAULT_SOLVED if solved_at is None else solved_at
     built = collect(source, study, [SUMMARY_ID], solved_at=solved)
     keys = list(built.summary_keys)
@@ -141,7 +206,8 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     grid = grid_layout(summaries, keys, labels) or summary_grid(summaries, keys)
     exp = experiment_id(built.runset.source, built.runset.study)
     if exp is not None:
-        serve = (f"'study ui {shlex.quote(str(source))}' serves it there by default" if Path(source).is_dir()
+        serve = (f"'study ui {shlex.quote(str(source))}' serves it there now" if served else
+                 f"'study ui {shlex.quote(str(source))}' serves it there by default" if Path(source).is_dir()
                  else "an 'mlflow server' on the store serves it")
         where = f"Each cell links to its runs in the MLflow UI at {ui} ({serve})."
         page = render_html(grid, built.provenance, solved, lambda s: cell_url(ui, exp, s.cell), where)
@@ -156,5 +222,43 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     return path
 
 
-__all__ = ["HTML_FILE", "cell_url", "head_rows", "render_html", "runs_filter", "summary_grid",
+LIVE_REFRESH = 5
+"""Seconds between reloads of the live grid page."""
+
+
+def live_html(source: str | Path, study: str | None, *, ui: str, marks: Mapping[str, CellMark],
+              status: str, refresh: int = LIVE_REFRESH, solved_at: float | None = None) -> str:
+    """The live grid page of ``study ui``: :func:`write_html`'s page of the record as it is
+    now, regenerated on each request, with each cell's running and stale seeds marked
+    (``marks``), a ``status`` line (the study's counts, the time it was read) and a reload
+    every ``refresh`` seconds; the cells link into the MLflow UI at ``ui``, the address
+    ``study ui`` serves. A study with no run recorded yet is a page that says so and reloads.
+    Raises :class:`reports.store.ReportsError` for a source that cannot be read."""
+    solved = DEFAULT_SOLVED if solved_at is None else solved_at
+    try:
+        built = collect(source, study, [SUMMARY_ID], solved_at=solved)
+    except ReportsError as exc:
+        if "has no runs yet" not in str(exc):
+            raise
+        e = escape
+        return "\n".join(["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+                          f'<meta http-equiv="refresh" content="{int(refresh)}">',
+                          f"<title>Study {e(str(study))}: variant × task grid</title>",
+                          f"<style>{STYLE}</style>", "</head>", "<body>",
+                          f"<h1>Study {e(str(study))}: variant × task grid</h1>",
+                          f'<p class="status">{e(status)}</p>', "<p>No run recorded yet.</p>",
+                          "</body>", "</html>"]) + "\n"
+    keys = list(built.summary_keys)
+    summaries = built.summary or []
+    labels = StudyLabels.from_tags(built.runset.recorded_labels())
+    grid = grid_layout(summaries, keys, labels) or summary_grid(summaries, keys)
+    exp = experiment_id(built.runset.source, built.runset.study)
+    where = (f"Each cell links to its runs in the MLflow UI at {ui}; the page reloads every "
+             f"{refresh} s.")
+    link = (lambda s: cell_url(ui, exp, s.cell)) if exp is not None else (lambda s: None)
+    return render_html(grid, built.provenance, solved, link, where, marks=marks, refresh=refresh,
+                       status=status)
+
+
+__all__ = ["CellMark", "LIVE_REFRESH", "live_html", "HTML_FILE", "cell_url", "head_rows", "render_html", "runs_filter", "summary_grid",
            "write_html"]

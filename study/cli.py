@@ -66,8 +66,9 @@ from study.spec import SpecError, parse_only, parse_seeds, parse_sets
 from study.spec.checks import did_you_mean
 from study.spec.schema import schema_text
 from study.status import format_status, study_status
-from study.ui import (UI_FILTER, VIEW_NAME, browse_host, check_port, current_store, experiment_url,
-                      health_url, save_view, serve, server_url, store_uri, ui_command)
+from study.ui import (UI_FILTER, VIEW_NAME, GridServer, browse_host, check_port, current_store,
+                      experiment_url, grid_page, health_url, save_view, serve, server_url, store_uri,
+                      ui_command, write_served)
 
 
 def parser() -> Parser:
@@ -180,6 +181,8 @@ def add_ui(sub: Any) -> None:
     up.add_argument("--port", type=int, default=5000, help="TCP port, 1-65535 (default 5000)")
     up.add_argument("--host", default="127.0.0.1",
                     help="bind address (default 127.0.0.1; use an SSH tunnel rather than 0.0.0.0)")
+    up.add_argument("--grid-port", type=int, default=None,
+                    help="TCP port of the live grid page (default: --port + 1; 0: no grid page)")
     up.set_defaults(func=run_ui)
 
 
@@ -471,21 +474,43 @@ def run_ui(args: argparse.Namespace) -> int:
     # credentials (an older study.json's) go to the server by environment, not its command line
     store = take_credentials(store_uri(meta.tracking_uri, paths.dir, meta.name), sys.stderr)
     check_port(args.host, args.port)
+    grid_port = args.port + 1 if args.grid_port is None else args.grid_port
+    if grid_port == args.port:
+        raise SpecError(f"--grid-port {grid_port}: the MLflow UI serves on that port")
+    if grid_port:
+        check_port(args.host, grid_port)
     base = f"http://{browse_host(args.host)}:{args.port}"
     view = save_view(store, meta.name)
     url = base + view if view else experiment_url(base, store, meta.name)
     print(f"study ui: starting mlflow server on {args.host}:{args.port} (15 s or more)",
           file=sys.stderr, flush=True)
 
+    grid = None
+    if grid_port:
+        grid = GridServer(args.host, grid_port, grid_page(paths.dir, meta.replace(tracking_uri=store), base))
+    served = None
+
     def ready() -> None:
+        nonlocal served
         print(f"MLflow UI for study {meta.name!r}: {url}", flush=True)
-        print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds, "
-              "its seeds' runs inside; the headline metric columns)" if view else
+        print(f"  (saved view '{VIEW_NAME}': a row per cell with its medians over seeds in %, "
+              "seeds solved and finished, its seeds' runs inside)" if view else
               f"  (trial runs only, filter: {UI_FILTER}; add the columns you compare with "
               "'Columns', e.g. metrics test.len100.seq_acc and best_selection_score)", flush=True)
+        if grid is not None:
+            grid.start()
+            print(f"Live grid of study {meta.name!r}: http://{browse_host(args.host)}:{grid_port}/ "
+                  "(reloads every few seconds)", flush=True)
+        served = write_served(paths.dir, base)
 
-    return serve(ui_command(store, args.host, args.port),
-                 probe=health_url(args.host, args.port), ready=ready)
+    try:
+        return serve(ui_command(store, args.host, args.port),
+                     probe=health_url(args.host, args.port), ready=ready)
+    finally:
+        if grid is not None and grid.thread.is_alive():
+            grid.stop()
+        if served is not None:
+            served.unlink(missing_ok=True)
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -12,7 +12,15 @@
 - The URL opens a saved view (:func:`save_view`): the cells' runs with their seeds' runs inside,
   and the headline metric columns shown.
 
-Standard library only, but for :func:`save_view`; the server is ``python -m mlflow server``.
+- Beside it, on the next port (``--grid-port``), the study's live grid (:class:`GridServer`):
+  the variant x task grid in percent with (k/n) seeds solved, each cell marked with its running
+  and stale seeds and linked to its runs in the MLflow UI at the address served, regenerated
+  from the store on each request and reloading itself every few seconds.
+- While it serves, ``<study>/ui.json`` says where (:func:`write_served`): ``study report
+  --html`` links its cells there rather than to port 5000.
+
+Standard library only, but for :func:`save_view` and the grid page (``reports``); the server is
+``python -m mlflow server``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import json
 import urllib.request
@@ -32,7 +41,7 @@ from typing import Callable, TextIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from record import schema
-from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE
+from record.layout import ARTIFACTS_DIR, META_FILE, STORE_FILE, UI_FILE
 from record.store import (StoreError, StudyNotFound, adopt_artifact_root, check_schema, experiment_id,
                           hidden_secrets, read_rows, redact, split_credentials, sqlite_path, sqlite_uri,
                           superseded_runs, unpack)
@@ -360,3 +369,88 @@ def serve(cmd: list[str], *, probe: str, ready: Callable[[], None], err: TextIO 
             signal.signal(signum, handler)
         if proc is not None and proc.poll() is None:
             stop_server(proc)
+
+
+# --------------------------------------------------------------------------- the live grid page
+
+class GridServer:
+    """The live grid page beside the MLflow UI: a standard-library HTTP server on its own
+    thread that answers ``GET /`` with ``page()``, the page regenerated from the store on each
+    request (it reloads itself every few seconds, :data:`reports.html.LIVE_REFRESH`). A
+    failing ``page()`` answers 500 with one line and the server keeps serving."""
+
+    def __init__(self, host: str, port: int, page: Callable[[], str]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                if self.path.split("?", 1)[0] not in ("/", "/index.html"):
+                    self._send(404, "text/plain", "not found: the grid is at /\n")
+                    return
+                try:
+                    body, status, kind = page(), 200, "text/html"
+                except Exception as exc:  # noqa: BLE001 - one line, and the next reload tries again
+                    body, status, kind = f"the grid could not be read: {type(exc).__name__}: {exc}\n", 500, "text/plain"
+                self._send(status, kind, body)
+
+            def _send(self, status: int, kind: str, body: str) -> None:
+                data = body.encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", f"{kind}; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+                pass
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+
+        self.server = Server((host, port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="study-ui-grid", daemon=True)
+
+    def start(self) -> "GridServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def grid_page(study_dir: Path, meta: object, ui: str) -> Callable[[], str]:
+    """``GridServer``'s page for a study: its grid now (:func:`reports.html.live_html`), each
+    cell marked with its running and stale seeds as ``study status`` counts them, and a line
+    of the study's counts and the time it was read."""
+    def page() -> str:
+        from reports.html import CellMark, live_html
+        from study.status import STALE, study_status
+
+        rows, driver = study_status(meta, study_dir)
+        marks = {r.cell: CellMark(running=r.count(schema.STATUS_RUNNING), stale=r.count(STALE)) for r in rows}
+        total = sum(r.expected for r in rows)
+        done = sum(r.count(schema.STATUS_FINISHED) for r in rows)
+        running = sum(m.running for m in marks.values())
+        stale = sum(m.stale for m in marks.values())
+        status = (f"{done} of {total} runs finished, {running} running, {stale} stale; "
+                  f"{driver.describe()}; read at {time.strftime('%H:%M:%S')}")
+        return live_html(study_dir, meta.name, ui=ui, marks=marks, status=status)
+
+    return page
+
+
+def write_served(study_dir: Path, url: str) -> Path | None:
+    """Record where ``study ui`` serves the study (:data:`record.layout.UI_FILE`), so that
+    ``study report --html`` links there; None when the folder is not writable (a committed
+    record served read-only: the report then links to the address it is given)."""
+    path = Path(study_dir) / UI_FILE
+    try:
+        path.write_text(json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname()}))
+    except OSError:
+        return None
+    return path

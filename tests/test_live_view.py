@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from record.summary import cell_medians, cell_percents, seed_percents
@@ -62,3 +63,114 @@ def test_the_saved_view_puts_the_percent_solved_and_seeds_columns_first(tmp_path
     assert state["searchFilter"] == "tags.locattn.role != 'study'"
     assert all(70 <= w <= 200 for w in state["columnWidths"].values())
     assert json.dumps(state)  # the saved view is JSON
+
+
+def _study(root: Path, statuses: dict[tuple[str, int], str]) -> Path:
+    """A study folder (study.json, a real MLflow SQLite store) of 2 variants x 2 seeds on Copy,
+    each run in the status ``statuses`` gives it (finished by default)."""
+    from reports.synth import SynthRun, write_bulk_sql
+
+    d = root / "live-demo"
+    d.mkdir(parents=True, exist_ok=True)
+    acc = {("onestep", 0): 0.95, ("onestep", 1): 0.5, ("content", 0): 0.25, ("content", 1): 0.125}
+    runs = []
+    for (v, s), a in acc.items():
+        status = statuses.get((v, s), "finished")
+        runs.append(SynthRun(task="copy", variant=v, seed=s, n_seeds=2, status=status,
+                             metrics={"best_selection_score": 0.9, "test.len100.seq_acc": a}
+                             if status == "finished" else {}))
+    db = d / "mlflow.db"
+    fresh = root / f"next-{len(list(root.glob('next-*')))}" / "mlflow.db"  # a new store, swapped in whole
+    fresh.parent.mkdir()
+    write_bulk_sql(fresh, "live-demo", runs, tables=["rc_table2"])
+    os.replace(fresh, db)
+    meta = {"name": "live-demo", "spec_path": "", "profile": "smoke", "only": {}, "raw": {},
+            "resolved": {"grid": {"task": ["copy"], "variant": ["onestep", "content"]},
+                         "hparams": {}, "search": None, "seeds": [0, 1]},
+            "tracking_uri": f"sqlite:///{db}"}
+    (d / "study.json").write_text(json.dumps(meta))
+    return d
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_live_grid_is_read_from_the_store_on_each_request_with_running_cells_marked(tmp_path: Path) -> None:
+    import os
+    import re
+    import socket
+
+    from study.cli import find_study
+    from study.folder import load_meta
+    from study.ui import GridServer, grid_page
+
+    d = _study(tmp_path, {("content", 1): "running"})
+    # a driver runs the study (this process, by its lock's record): its running run is running
+    (d / "study.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    meta = load_meta(find_study(str(d), str(tmp_path)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = "http://127.0.0.1:5123"  # the MLflow UI's address as served: the links lead there
+    grid = GridServer("127.0.0.1", port, grid_page(d, meta, ui)).start()
+    try:
+        status, first = _get(f"http://127.0.0.1:{port}/")
+        assert status == 200
+        assert '<meta http-equiv="refresh" content="5">' in first
+        assert "3 of 4 runs finished, 1 running, 0 stale" in first
+        # onestep: median of 95 and 50 %, 1 of 2 solved; content: one seed finished, one running
+        assert re.search(r">72\.5 % \(1/2\)</a></td>", first), first
+        running = re.search(r'<td class="running"><a href="([^"]+)"[^>]*>25\.0 % \(0/1\)</a>'
+                            r'<span class="mark">1 running</span></td>', first)
+        assert running, first
+        assert running.group(1).startswith(f"{ui}/#/experiments/")
+        assert "5000" not in first
+        # the run finishes: the next request reads the store again
+        _study(tmp_path, {})
+        status, second = _get(f"http://127.0.0.1:{port}/")
+        assert status == 200 and "4 of 4 runs finished, 0 running" in second
+        assert re.search(r">18\.8 % \(0/2\)</a></td>", second) and 'class="running"' not in second
+        # the driver is gone: a run the record says is running is stale (resumable)
+        _study(tmp_path, {("onestep", 0): "running"})
+        (d / "study.lock").write_text("")
+        status, third = _get(f"http://127.0.0.1:{port}/")
+        assert "3 of 4 runs finished, 0 running, 1 stale" in third
+        assert re.search(r'<td class="stale"><a [^>]*>50\.0 % \(0/1\)</a><span class="mark">1 stale</span>', third)
+        assert _get(f"http://127.0.0.1:{port}/other")[0] == 404
+    finally:
+        grid.stop()
+
+
+def test_report_html_links_where_study_ui_serves_the_study(tmp_path: Path) -> None:
+    """The static page's default address is port 5000; while `study ui` serves the folder on
+    another port (its ui.json), the links lead there."""
+    import os
+    import re
+
+    from reports.cli import DEFAULT_UI
+    from reports.html import write_html
+    from study.ui import write_served
+
+    d = _study(tmp_path, {})
+    page = write_html(d, None, tmp_path / "a", ui=DEFAULT_UI).read_text()
+    assert re.search(r'href="http://127\.0\.0\.1:5000/#/experiments/', page)
+    served = write_served(d, "http://127.0.0.1:5123")
+    assert json.loads(served.read_text())["pid"] == os.getpid()
+    page = write_html(d, None, tmp_path / "b", ui=DEFAULT_UI).read_text()
+    assert re.search(r'href="http://127\.0\.0\.1:5123/#/experiments/', page) and ":5000" not in page
+    assert "serves it there now" in page
+    # an address given explicitly wins; a ui.json of a process that is gone is ignored
+    page = write_html(d, None, tmp_path / "c", ui="http://127.0.0.1:7000").read_text()
+    assert "127.0.0.1:7000/#/" in page and ":5123" not in page
+    served.write_text(json.dumps({"url": "http://127.0.0.1:5123", "pid": 2 ** 22 + 12345,
+                                  "host": __import__("socket").gethostname()}))
+    page = write_html(d, None, tmp_path / "d", ui=DEFAULT_UI).read_text()
+    assert "127.0.0.1:5000/#/" in page
