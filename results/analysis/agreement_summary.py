@@ -11,7 +11,8 @@ Table 2 record is a Table 7 cell. A record that sets a task parameter some table
 defined by (``task.variable_length``) fills only the tables whose columns name it.
 
 **Campaigns.** A campaign is the list of records that stand for one table at one budget
-(:data:`QUICK`, :data:`POOLED`; every other record is a campaign of its own). Its records are
+(:data:`QUICK`; :data:`POOLED`, from the campaign files under results/campaigns/; every other
+record is a campaign of its own). Its records are
 read as one by ``reports.build.collect`` (:func:`merged`), which merges runs by identity (cell,
 hparams, seed): one held by two records is taken once when equal and refused when not; every
 cell keeps which record each of its seeds came from.
@@ -88,13 +89,34 @@ QUICK: dict[str, tuple[str, ...]] = {
     "raffel_table1": ("raffel_table1-quick",),
     "raffel_variable": ("raffel_variable-quick",),  # Raffel & Ellis §2.3: 4 cells
 }
-#: Records that stand together for their tables at one budget: seeds of the same runs split
-#: over records (the ``gpu_seeds20`` profiles: seeds 5-19 of the ``paper``/``gpu`` runs), and
-#: records of disjoint cells at that budget.
-POOLED: tuple[tuple[str, ...], ...] = (
-    ("rc_table4-paper", "rc_table4-gpu", "rc_table4-gpu_seeds20"),
-    ("rc_table7-gpu", "rc_table7-gpu_seeds20"),
-)
+CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
+
+
+def campaign_files() -> list[Path]:
+    """results/campaigns/*.yaml: the campaign files of the committed results."""
+    return sorted(CAMPAIGNS.glob("*.yaml"))
+
+
+def campaign_records(path: Path) -> tuple[str, ...]:
+    """The record names a campaign file lists (each a folder under results/record/; SystemExit
+    naming the file and entry otherwise)."""
+    import yaml  # the spec parser's dependency already
+
+    entries = (yaml.safe_load(path.read_text()) or {}).get("records") or []
+    out = []
+    for e in entries:
+        where = (path.parent / (e if isinstance(e, str) else e.get("path", ""))).resolve()
+        if where.parent != RECORDS.resolve() or not (where / "study.json").is_file():
+            raise SystemExit(f"{path}: records: {e!r} is not a committed record under {RECORDS}")
+        out.append(where.name)
+    return tuple(out)
+
+
+#: Records that stand together for their tables at one budget, one campaign file each
+#: (results/campaigns/): seeds of the same runs split over records (the ``gpu_seeds20``
+#: profiles: seeds 5-19 of the ``paper``/``gpu`` runs), and records of disjoint cells at that
+#: budget.
+POOLED: tuple[tuple[str, ...], ...] = tuple(campaign_records(p) for p in campaign_files())
 #: Records of protocols fixed since (results/README.md): never a table's cell.
 SUPERSEDED = ("rc_table2-quick", "rc_table4-quick", "rc_table4-quick-v2", "dubois_table3-quick")
 #: Tables whose claim is an ordering: judged on the best row of each column as well.

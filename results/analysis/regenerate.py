@@ -1,7 +1,9 @@
 """Regenerate every committed result file from the committed records, in the order that makes
 them consistent: each record's tables (results/manifest.json names them and the options:
-``--table``, ``--compare``, ``--solved``), then every results/analysis/*.md from the command on
-its first line, then the write-up's generated blocks (results/analysis/writeup.py).
+``--table``, ``--compare``, ``--solved``), each campaign's tables (results/campaigns/<name>.yaml:
+its records read as one, into results/campaigns/<name>/, with ``--compare --solved 90``), then
+every results/analysis/*.md from the command on its first line, then the write-up's generated
+blocks (results/analysis/writeup.py).
 
     python results/analysis/regenerate.py            # rewrite what differs, name each file
     python results/analysis/regenerate.py --check    # exit 1 naming each file that differs
@@ -71,6 +73,25 @@ def tables(manifest: dict, check: bool) -> list[Path]:
     return differ
 
 
+def campaign_tables(check: bool) -> list[Path]:
+    """Rebuild each campaign file's tables (results/campaigns/<name>.yaml, its records read as
+    one) into results/campaigns/<name>/; the files that differ."""
+    from reports.build import build_reports
+
+    differ = []
+    for path in sorted((RESULTS / "campaigns").glob("*.yaml")):
+        with tempfile.TemporaryDirectory() as tmp:
+            for out in build_reports(path, formats=("md", "latex", "csv"), out_dir=Path(tmp),
+                                     compare=True, solved_at=90):
+                committed = path.with_suffix("") / out.name
+                if not committed.exists() or committed.read_bytes() != out.read_bytes():
+                    differ.append(committed)
+                    if not check:
+                        committed.parent.mkdir(parents=True, exist_ok=True)
+                        committed.write_bytes(out.read_bytes())
+    return differ
+
+
 def analyses(check: bool) -> list[Path]:
     """Rerun every results/analysis/*.md from its made-by line; the files that differ."""
     differ = []
@@ -108,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             MANIFEST.write_text(json.dumps(new, indent=1) + "\n")
             manifest = new
-    differ = tables(manifest, args.check) + analyses(args.check)
+    differ = tables(manifest, args.check) + campaign_tables(args.check) + analyses(args.check)
     import writeup
 
     if args.check:
