@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from locattn import registry
 from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from record import schema
@@ -359,7 +360,7 @@ def forest_plot(res, *, label=lambda k: k):
         y += len(group) + 1
     ax.axvline(0.0, color="grey", linewidth=0.8, zorder=0)
     ax.set_yticks(ticks, names, fontsize=7)
-    accuracy = res.metric in ("seq_acc", "seq_acc_be", "accuracy")
+    accuracy = registry.is_accuracy(res.metric)
     if accuracy:  # differences of percentages: the whole scale, so that rows compare at a glance
         ax.set_xlim(-105, 105)
     ax.set_xlabel(f"ablation − {label(res.base)}: mean over paired seeds{' (points)' if accuracy else ''}\n"

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from locattn import registry
 from record.store import portable_uri
 from reports.aggregate import (ALPHA, DEFAULT_SOLVED, MIN_TESTABLE_PAIRS, Cell, CellSummary,
                                TableResult, hparam_summary)
@@ -171,8 +172,9 @@ def solved_text(result: TableResult, cell: Cell) -> str:
 
 
 def solved_applies(table: TableDef) -> bool:
-    """Whether a table's cells have a solved rate: an accuracy where higher is better."""
-    return table.direction == "max" and table.kind != "epochs_or_accuracy"
+    """Whether a table's cells have a solved rate: a per-split accuracy in percent, higher is
+    better (:func:`locattn.registry.is_accuracy`)."""
+    return table.direction == "max" and table.kind == "split" and registry.is_accuracy(table.metric)
 
 
 def cell_solved(result: TableResult, cell: Cell) -> Solved | None:
