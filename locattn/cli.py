@@ -101,7 +101,7 @@ def build_parser() -> Parser:
     a.add_argument("--out", type=Path, default=None,
                    help="PNG path (default <run>/attention-<split>-<index>.png)")
 
-    li = sub.add_parser("list", help="list registered attenders, tasks, variants or metrics",
+    li = sub.add_parser("list", help="list registered attenders, tasks, variants, metrics or tables",
                         description="List what is registered: the built-ins and every plugin "
                                     "(installed ones, and those --plugin names).")
     li.add_argument("kind", choices=[k + "s" for k in registry.KINDS],

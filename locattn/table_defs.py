@@ -133,6 +133,12 @@ class TableDef:
     """Published numbers kept with the table, (row, column key, value as printed, std or None,
     greyed): a spec's table reads them from a CSV beside the spec (:func:`table_from_spec`).
     Empty for the built-ins, whose numbers live in ``reports/paper_numbers/<id>.csv``."""
+    tolerance: tuple[str, float, str, float | None] | None = None
+    """The metric's agreement tolerance (kind, amount, rule, fallback:
+    :class:`locattn.registry.Tolerance`) kept with the table, so that a report compares a plugin
+    metric's cells without the plugin; None: the registry's (:func:`with_metric_info`)."""
+    accuracy: bool | None = None
+    """Whether the metric is an accuracy in percent, kept likewise; None: the registry says."""
 
     def __post_init__(self) -> None:
         if self.direction not in ("max", "min"):
@@ -488,6 +494,19 @@ class TableView(Mapping[str, Any]):
         return entry is not None and bool(entry.meta["exhibit"]) == self._exhibit
 
 
+def with_metric_info(t: TableDef) -> TableDef:
+    """``t`` with its metric's tolerance and accuracy flag from the registry written into it
+    (what a study records for a table that is not a built-in); ``t`` when the metric is not
+    registered."""
+    try:
+        m = registry.metric(t.metric)
+    except registry.UnknownNameError:
+        return t
+    tol = m.meta["tolerance"]
+    return dataclasses.replace(t, tolerance=(tol.kind, float(tol.amount), tol.rule, tol.fallback),
+                               accuracy=bool(m.meta["accuracy"]))
+
+
 def table_to_dict(t: TableDef) -> dict[str, Any]:
     """The JSON form of a table (what a study records for a table that is not a built-in):
     plain dicts, lists and numbers, as it reads back from JSON."""
@@ -515,6 +534,10 @@ def table_from_dict(d: Mapping[str, Any]) -> TableDef:
             protocol_titles=tuple((str(a), str(b)) for a, b in d.get("protocol_titles", ())),
             published=tuple((str(r), str(c), float(v), None if s is None else float(s), bool(g))
                              for r, c, v, s, g in d.get("published", ())),
+            tolerance=None if d.get("tolerance") is None else (
+                str(d["tolerance"][0]), float(d["tolerance"][1]), str(d["tolerance"][2]),
+                None if d["tolerance"][3] is None else float(d["tolerance"][3])),
+            accuracy=d.get("accuracy"),
             **scalars)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"table {d.get('id', '?') if isinstance(d, Mapping) else '?'}: bad "
@@ -618,7 +641,7 @@ def table_from_spec(raw: Mapping[str, Any], *, spec_dir: Path, variants: list[st
         decimals=decimals, note=raw.get("note", ""))
     if "published" in raw:
         table = _with_published(table, raw["published"], spec_dir)
-    return table
+    return with_metric_info(table)
 
 
 def _with_published(table: TableDef, name: Any, spec_dir: Path) -> TableDef:
@@ -677,4 +700,5 @@ __all__ = [
     "table_from_spec",
     "table_to_dict",
     "tables",
+    "with_metric_info",
 ]

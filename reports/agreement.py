@@ -57,9 +57,13 @@ class _Rules(Mapping[str, str]):
 TOLERANCE_RULES: Mapping[str, str] = _Rules()
 
 
-def metric_tolerance(metric: str) -> registry.Tolerance:
-    """The registered tolerance of ``metric`` (a name or record key); the default one
-    (:data:`locattn.registry.DEFAULT_TOLERANCE`) for a metric not registered."""
+def metric_tolerance(metric: str, table: TableDef | None = None) -> registry.Tolerance:
+    """The tolerance of ``metric`` (a name or record key): the one ``table`` keeps for its own
+    metric (a study's own or a plugin's table, recorded with the study), else the registered
+    one, else the default (:data:`locattn.registry.DEFAULT_TOLERANCE`)."""
+    if table is not None and table.tolerance is not None and metric == table.metric:
+        kind, amount, rule, fallback = table.tolerance
+        return registry.Tolerance(kind, amount, rule, fallback)
     try:
         return registry.metric(metric).meta["tolerance"]
     except registry.UnknownNameError:
@@ -102,7 +106,8 @@ def is_accuracy(result: TableResult) -> bool:
     table, higher is better, whose metric the registry marks an accuracy
     (:func:`locattn.registry.is_accuracy`)."""
     t = result.table
-    return t.kind == "split" and registry.is_accuracy(t.metric) and t.direction == "max"
+    accuracy = registry.is_accuracy(t.metric) if t.accuracy is None else t.accuracy
+    return t.kind == "split" and accuracy and t.direction == "max"
 
 
 #: The record key of the accuracy an ``epochs_or_accuracy`` table shows where the epoch count
@@ -117,7 +122,7 @@ def tolerance(table: TableDef, column: str, paper_value: float, diff: float, *, 
     number gives the target length a ``per_token`` tolerance scales with."""
     metric = GREYED_METRIC if table.kind == "epochs_or_accuracy" and greyed else table.metric
     label = next(c.label for c in table.columns if c.key == column)
-    return metric_tolerance(metric).agrees(paper_value, diff,
+    return metric_tolerance(metric, table).agrees(paper_value, diff,
                                            length=float(label) if label.isdigit() else None)
 
 
@@ -152,7 +157,7 @@ def agreement(result: TableResult, paper: Mapping[tuple[str, str], PaperValue]) 
         table=result.table.id, compared=len(cells), within=sum(ok for ok, _ in cells),
         nontrivial=sum(nt for _, nt in cells) if accuracy else None,
         nontrivial_within=sum(ok and nt for ok, nt in cells) if accuracy else None,
-        published=len(paper), rule=metric_tolerance(result.table.metric).rule,
+        published=len(paper), rule=metric_tolerance(result.table.metric, result.table).rule,
     )
 
 

@@ -1,6 +1,5 @@
 """Metrics register once and record: the trainer computes every registered metric that applies,
-``study status`` shows a plugin's, and the reports' tolerances and accuracy counts read the
-registry."""
+and the reports' tolerances and accuracy counts read the registry."""
 
 from __future__ import annotations
 
@@ -10,11 +9,8 @@ import pytest
 from locattn import registry
 from locattn.config import make_run_config
 from locattn.train import train
-from record.store import sqlite_uri
 from reports import agreement as A
-from reports.synth import SynthRun, write_with_client
 from reports.tables import get_table
-from study.results import cell_results, format_results
 
 TINY = {"task.train_size": 48, "task.dev_size": 8, "task.test_size": 12, "task.test_lengths": (15,),
         "optim.epochs": 1, "num_threads": 1}
@@ -73,6 +69,21 @@ def test_a_registered_tolerance_and_accuracy_flag_reach_the_reports(plugin_metri
     assert not registry.is_accuracy("seq_err") and registry.is_accuracy("seq_acc")
 
 
+def test_a_table_recorded_with_its_metric_tolerance_needs_no_plugin():
+    """A study's own table keeps its metric's tolerance and accuracy flag (recorded with the
+    study), so a report compares its cells by them with the metric's plugin not imported."""
+    import dataclasses
+
+    table = dataclasses.replace(get_table("rc_table2"), metric="gone_metric", direction="max",
+                                tolerance=("relative", 0.5, "within half", None), accuracy=True)
+    col = table.columns[0].key
+    assert not registry.has("metric", "gone_metric")
+    assert A.tolerance(table, col, 20.0, 9.9) and not A.tolerance(table, col, 20.0, 10.1)
+    assert A.metric_tolerance("gone_metric", table).rule == "within half"
+    plain = dataclasses.replace(table, tolerance=None, accuracy=None)  # the registry's default
+    assert A.tolerance(plain, col, 20.0, 10.0) and not A.tolerance(plain, col, 20.0, 10.1)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"direction": "up"}, "direction='up'; valid: ['max', 'min']"),
     ({"scale": "percentage"}, "scale='percentage'; valid: ['percent', 'raw']"),
@@ -88,23 +99,19 @@ def test_a_bad_metric_registration_is_one_line(kwargs, message):
     assert not registry.has("metric", "bad_metric")
 
 
-def test_a_plugin_metric_is_computed_recorded_and_shown_by_study_status(tmp_path, plugin_metric):
+def test_a_plugin_metric_is_computed_and_recorded_by_a_training_run(tmp_path, plugin_metric):
     """A tiny in-process training run computes the plugin metric on every test split (the
-    trainer passes pred and gold as documented: it equals 1 - seq_acc), its final metrics carry
-    it as ``test.<split>.seq_err``, and ``study status``'s results table shows its median."""
+    trainer passes pred and gold as documented: it equals 1 - seq_acc) and its final metrics,
+    what the record writer logs to MLflow, carry it as ``test.<split>.seq_err``. (Its place in
+    ``study status`` and in a table: tests/test_spec_tables.py.)"""
     cfg = make_run_config(task="copy", variant="content", seed=0,
                           overrides={**TINY, "cache_dir": str(tmp_path / "cache")})
     result = train(cfg, tmp_path / "run")
     finals = result.final_metrics()
     for split in ("iid", "len15"):
         assert finals[f"test.{split}.seq_err"] == pytest.approx(1 - finals[f"test.{split}.seq_acc"])
-    uri = sqlite_uri(tmp_path / "mlflow.db")
-    write_with_client(uri, "plug", [SynthRun(task="copy", variant="content", seed=0, metrics=finals)])
-    (row,) = cell_results(uri, "plug")
-    assert row.split == "len15" and row.extra == (("seq_err", pytest.approx(100 * finals["test.len15.seq_err"])),)
-    text = format_results([row], "plug")
-    assert text.splitlines()[0].split()[-1] == "seq_err"
-    assert f"{100 * finals['test.len15.seq_err']:.3g}" in text.splitlines()[1]
+        keys = list(result.test[split])  # the built-ins first, in their order; n last
+        assert keys[:4] == ["seq_acc", "seq_acc_be", "edit_distance", "seq_err"] and keys[-1] == "n"
 
 
 def test_a_plugin_metric_that_fails_is_one_line_naming_it(tmp_path):

@@ -1,7 +1,8 @@
 """A study spec declares a table of its own (rows = variants, columns = tasks x splits, a
 registered metric, published numbers from a CSV beside the spec): the spec checks it, the study
 records it, and ``reports build`` writes it in Markdown, LaTeX and CSV like a paper table, with
-significance marks, (k/n) and the comparison with the published numbers."""
+significance marks, (k/n) and the comparison with the published numbers. A plugin metric a real
+training run recorded shows in that table and in ``study status``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from record import schema
 from record.store import sqlite_uri
 from reports.cli import main as reports_main
 from reports.synth import SynthRun, write_with_client
+from study.results import cell_results, format_results
 from study.spec import SpecError, load_spec
 
 TINY = {"task.train_size": 48, "task.dev_size": 8, "task.test_size": 12, "task.test_lengths": (15,),
@@ -73,6 +75,8 @@ def test_a_spec_declared_table_builds_from_a_real_store(tmp_path, plugin_metric)
     assert table.rows == ("content", "onestep") and [c.key for c in table.columns] == ["copy:iid", "copy:len15"]
     assert (table.metric, table.direction, table.scale) == ("first_token_acc", "max", 100.0)
     assert table.published == (("content", "copy:len15", 90.0, None, False),)
+    assert table.tolerance == ("points", 10.0, "within 10 points (accuracy in %)", None)
+    assert table.accuracy is False  # first_token_acc registers no accuracy flag
     assert spec.resolved["table_defs"] == [recorded]
 
     # one real run computes and records the plugin metric; the other seeds are written with
@@ -99,11 +103,17 @@ def test_a_spec_declared_table_builds_from_a_real_store(tmp_path, plugin_metric)
     MlflowClient(tracking_uri=uri).set_tag(parent_id(uri, "mine"), schema.TABLE_DEFS,
                                            json.dumps(list(spec.table_defs), sort_keys=True))
 
+    # study status's results table: the plugin metric's median beside the headline
+    results = {r.cell: r for r in cell_results(uri, "mine")}
+    content = [finals["test.len15.first_token_acc"], *good]
+    median = 100 * (sorted(content)[2] + sorted(content)[3]) / 2
+    assert results["task=copy,variant=content"].extra == (("first_token_acc", pytest.approx(median)),)
+    status = format_results(list(results.values()), "mine").splitlines()
+    assert status[0].split()[-1] == "first_token_acc" and f"{median:.3g}" in status[1] + status[2]
+
     out = tmp_path / "reports"
     assert reports_main(["build", str(study), "--out", str(out), "--solved", "--compare"]) == 0
     md = (out / "first_token.md").read_text()
-    content = [finals["test.len15.first_token_acc"], *good]
-    median = 100 * (sorted(content)[2] + sorted(content)[3]) / 2
     k = sum(v >= 0.9 for v in content)
     assert "First-token accuracy (%) on the study's test splits, as in the study spec mine.yaml." in md
     row: dict[str, str] = {}
@@ -171,3 +181,48 @@ def test_the_localm_example_registers_its_metric_and_table_and_a_spec_records_th
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got[:3] == ["locattn_localm", "locattn_localm", True]
     assert got[3] == 0.5 and got[4:] == [["localm_token_acc"], "token_acc"]
+
+
+@pytest.mark.slow
+def test_study_launch_records_a_plugin_metric_and_both_tables_and_study_report_builds_them(tmp_path):
+    """The whole route through a real local Ray study: the localm example's metric is recorded
+    by every run and shown by ``study status``; its registered table and a table the spec
+    declares are recorded with the study, and ``study report`` builds both without the plugin."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = write_spec(tmp_path / "spec", (
+        "name: mine\nplugins: [locattn_localm]\n"
+        "grid: {task: [copy], variant: [localm, onestep]}\nseeds: 1\n"
+        "tables:\n  - localm_token_acc\n"
+        "  - {id: own_token, metric: token_acc, splits: {len15: '15'}, published: first_token_published.csv}\n"
+        "overrides: {task.train_size: 32, task.dev_size: 8, task.test_size: 8, task.test_lengths: [15], "
+        "optim.epochs: 1}\nresources: {cpus: 1}\nmax_failures: 0\n"),
+        published="row,column,value\nonestep,copy:len15,50\n")
+
+    def study(args: list[str], plugin: bool) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+        path = [str(root), *([str(root / "examples" / "locattn-localm")] if plugin else [])]
+        env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0",
+                   PYTHONPATH=os.pathsep.join(path))
+        return subprocess.run([sys.executable, "-m", "study.cli", *args], capture_output=True,
+                              text=True, env=env, cwd=root, timeout=900)
+
+    studies = tmp_path / "studies"
+    proc = study(["launch", str(spec), "--root", str(studies)], plugin=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    head = next(line for line in proc.stdout.splitlines() if line.startswith("cell "))
+    assert head.split()[-1] == "token_acc"  # the results table after the launch: the plugin metric
+    proc = study(["report", str(studies / "mine"), "--compare", "--solved"], plugin=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reports = studies / "mine" / "reports"
+    for stem in ("localm_token_acc", "own_token"):
+        for ext in ("md", "tex", "csv"):
+            assert (reports / f"{stem}.{ext}").is_file(), f"{stem}.{ext}"
+    md = (reports / "localm_token_acc.md").read_text()
+    assert "| Local-m |" in md and "| OneStepAttn |" in md
+    own = (reports / "own_token.md").read_text()
+    assert "**Published numbers** (the study spec mine.yaml;" in own and "| OneStepAttn | 50 |" in own
+    assert "own_token: " in proc.stdout and "within 5 points (token accuracy in %)" in proc.stdout

@@ -401,7 +401,7 @@ def declared_tables(path: str, tables: Any, grid: Mapping[str, Any]) -> list[dic
         if isinstance(item, str):
             entry = registry.get("table", item)
             if not entry.builtin and not entry.meta["exhibit"]:
-                out.append(table_defs.table_to_dict(entry.load()))
+                out.append(table_defs.table_to_dict(table_defs.with_metric_info(entry.load())))
             continue
         try:
             table = table_defs.table_from_spec(item, spec_dir=Path(path).parent, variants=variants,
