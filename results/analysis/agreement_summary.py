@@ -61,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from locattn import registry
 from reports.aggregate import Cell, TableResult, holm_adjust
@@ -100,8 +101,6 @@ def campaign_files() -> list[Path]:
 def campaign_records(path: Path) -> tuple[str, ...]:
     """The record names a campaign file lists (each a folder under results/record/; SystemExit
     naming the file and entry otherwise)."""
-    import yaml  # the spec parser's dependency already
-
     entries = (yaml.safe_load(path.read_text()) or {}).get("records") or []
     out = []
     for e in entries:

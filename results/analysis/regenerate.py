@@ -23,7 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from made_by import MADE_BY  # results/analysis/made_by.py, beside this script
+import agreement_summary as agr  # results/analysis/, beside this script
+import writeup
+from made_by import MADE_BY
+from reports.build import build_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
@@ -33,8 +36,6 @@ MANIFEST = RESULTS / "manifest.json"
 def manifest_with_filled_tables(manifest: dict) -> dict:
     """``manifest`` with each record's ``tables`` holding every judged table its runs fill
     (agreement_summary.tables_filled) after the ones it names, and ``files`` to match."""
-    import agreement_summary as agr
-
     out = {}
     for record, entry in manifest.items():
         study = agr.study_json(record)["resolved"].get("tables", [])
@@ -52,8 +53,6 @@ def manifest_with_filled_tables(manifest: dict) -> dict:
 
 def tables(manifest: dict, check: bool) -> list[Path]:
     """Rebuild every record's tables into results/<record>/; the files that differ."""
-    from reports.build import build_reports
-
     differ = []
     for record, entry in manifest.items():
         with tempfile.TemporaryDirectory() as tmp:
@@ -76,8 +75,6 @@ def tables(manifest: dict, check: bool) -> list[Path]:
 def campaign_tables(check: bool) -> list[Path]:
     """Rebuild each campaign file's tables (results/campaigns/<name>.yaml, its records read as
     one) into results/campaigns/<name>/; the files that differ."""
-    from reports.build import build_reports
-
     differ = []
     for path in sorted((RESULTS / "campaigns").glob("*.yaml")):
         with tempfile.TemporaryDirectory() as tmp:
@@ -130,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
             MANIFEST.write_text(json.dumps(new, indent=1) + "\n")
             manifest = new
     differ = tables(manifest, args.check) + campaign_tables(args.check) + analyses(args.check)
-    import writeup
 
     if args.check:
         problems = [f"{p.relative_to(ROOT)} differs from a rebuild" for p in differ] + writeup.check()

@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 import agreement_summary as agr  # results/analysis/agreement_summary.py, beside this script
-from reports.agreement import ALPHA, VERDICTS
+from reports.agreement import ALPHA, VERDICTS, best_rows
 from reports.labels import paper_label
 from reports.tables import TABLES
 
@@ -183,8 +184,6 @@ def verdict_counts(s: agr.Summary, column: str) -> dict[str, int]:
 
 def paper_orderings(s: agr.Summary) -> list[tuple[str, agr.Campaign, list]]:
     """The ordering of each ORDERING table at its paper-budget campaigns."""
-    from reports.agreement import best_rows
-
     out = []
     for table in agr.ORDERING:
         for c in s.campaigns:
@@ -425,8 +424,6 @@ def findings_cells(s: agr.Summary) -> str:
 
 def wrap(text: str, width: int = 100) -> str:
     """Paragraphs and list items of ``text`` wrapped at ``width`` (tables and headings kept)."""
-    import textwrap
-
     out = []
     for line in text.split("\n"):
         if not line.strip() or line.lstrip().startswith(("|", "#")):
