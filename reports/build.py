@@ -22,7 +22,8 @@ from reports.figures import study_figures
 from reports.grid import GRID_ID, render_grid
 from reports.labels import StudyLabels, paper_label
 from reports.paper import load_paper_numbers
-from reports.render import LAYOUTS, RENDERERS, Provenance, RecordProvenance, render_summary, standalone_latex
+from reports.render import (LAYOUTS, RENDERERS, Provenance, RecordProvenance, render_summary, shown_frame,
+                            standalone_latex)
 # RecordConflict and RecordSource: collect's API, importable from here beside it
 from reports.store import (RecordConflict, RecordSource, ReportsError, RunSet, Source, expand_sources,
                            read_records, resolve_record)
@@ -303,15 +304,20 @@ def describe_gaps(result: TableResult) -> list[str]:
 
 
 def write_tables(built: Built, out: Path, formats: Sequence[str], labels: StudyLabels, *, compare: bool,
-                 layout: str, summary: list[str] | None, standalone: bool) -> list[Path]:
+                 layout: str, summary: list[str] | None, standalone: bool,
+                 full_frame: bool = False) -> list[Path]:
     """Write ``<out>/<table id>.<ext>`` for each of ``built``'s tables (a :func:`collect`
-    result) in each format; with ``compare``, the paper's numbers beside them and one agreement
-    line per table appended to ``summary``. Returns the written paths."""
+    result) in each format, cut to the rows and columns that hold a result of the study
+    (:func:`reports.render.shown_frame`) unless ``full_frame``; with ``compare``, the paper's
+    numbers beside them and one agreement line per table appended to ``summary``. Returns the
+    written paths."""
     written: list[Path] = []
     for result in built.results:
         paper = load_paper_numbers(result.table) if compare else None
         if paper and summary is not None:
             summary.append(agreement(result, paper).sentence())
+        if not full_frame:
+            result = shown_frame(result)
         for fmt in formats:
             fn, ext = RENDERERS[fmt]
             text = fn(result, built.provenance, labels.variant, paper, layout)
@@ -366,6 +372,7 @@ def build_reports(
     warnings: list[str] | None = None,
     standalone: bool = False,
     ci: bool = False,
+    full_frame: bool = False,
 ) -> list[Path]:
     """Write ``<out_dir>/<table id>.<md|tex|csv>`` for a study; return the written paths.
 
@@ -390,6 +397,8 @@ def build_reports(
     (:func:`reports.render.standalone_latex`) instead of a fragment to ``\\input``.
     ``ci``: Markdown and LaTeX cells show their intervals (:mod:`reports.intervals`), as the CSV
     always does.
+    ``full_frame``: each table in the paper's whole frame; by default only the rows and columns
+    that hold a result of the study (:func:`reports.render.shown_frame`).
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -412,7 +421,7 @@ def build_reports(
     out.mkdir(parents=True, exist_ok=True)
     labels = StudyLabels.from_tags(built.runset.recorded_labels())  # else the registry's
     written = write_tables(built, out, formats, labels, compare=compare, layout=layout, summary=summary,
-                           standalone=standalone)
+                           standalone=standalone, full_frame=full_frame)
     if built.unplaced and built.summary is None and warnings is not None:
         shown = ", ".join(built.unplaced[:6]) + (", ..." if len(built.unplaced) > 6 else "")
         ids = ", ".join(r.table.id for r in built.results)

@@ -86,8 +86,11 @@ def add_build_options(b: argparse.ArgumentParser) -> None:
                    help="also draw the study's figures (PNG + PDF, under <out>/figures)")
     b.add_argument("--standalone", action="store_true",
                    help="write each LaTeX table as a document that compiles alone (pdflatex "
-                        "<table>.tex), on a landscape A3 page where a wide table keeps its size "
-                        "unless it is wider than the page (default: a fragment to \\input)")
+                        "<table>.tex), on the narrowest page that holds it at its natural size: "
+                        "portrait A4, else landscape A4 or A3 (default: a fragment to \\input)")
+    b.add_argument("--full-frame", action="store_true",
+                   help="each table in the paper's whole frame: every row and column, '–' where "
+                        "the study ran nothing (default: the rows and columns that hold a result)")
     b.add_argument("--html", nargs="?", const=DEFAULT_UI, default=None, metavar="UI_URL", type=ui_url,
                    help=f"also write report.html: the variant x task grid, each cell linking to its "
                         f"runs in the MLflow UI at UI_URL (default {DEFAULT_UI}, where 'study ui' "
@@ -158,7 +161,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             compare=args.compare or args.side_by_side,
             layout="cells" if args.side_by_side else "tables", strict=args.strict,
             figures=args.figures, solved_at=args.solved, summary=summary, warnings=warnings,
-            standalone=args.standalone, ci=args.ci,
+            standalone=args.standalone, ci=args.ci, full_frame=args.full_frame,
         )
         if args.html is not None:
             paths.append(write_html(one, study, out, ui=args.html, solved_at=args.solved))

@@ -7,9 +7,11 @@ bytes. Provenance is passed in.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -74,12 +76,17 @@ class Provenance:
     n_dirty: int = 0
     """Trial runs trained from uncommitted code (a ``+dirty`` code version or a ``locattn.dirty``
     tag)."""
-    n_trials: int = 0
-    """Trial runs (all runs but the study's parent)."""
+    n_trials: int | None = None
+    """Trial runs (all runs but the study's parent); None: every run is one."""
     records: tuple[RecordProvenance, ...] = ()
     """With two or more, the records the runs were read from (the counts above cover them all)."""
     n_shared: int = 0
     """Runs held equal by two or more ``records``, each counted once."""
+
+    @property
+    def trials(self) -> int:
+        """Trial runs: :attr:`n_trials`, or every run when it is None."""
+        return self.n_runs if self.n_trials is None else self.n_trials
 
     def dirty_text(self) -> str:
         """The mark of a table built from runs of uncommitted code; empty when there is none."""
@@ -88,7 +95,7 @@ class Provenance:
         where = ""
         if len(self.records) > 1:
             where = " (" + ", ".join(f"{r.n_dirty} in {r.name}" for r in self.records if r.n_dirty) + ")"
-        return (f"UNCOMMITTED CODE: {self.n_dirty} of {self.n_trials} trial runs{where} were trained from a "
+        return (f"UNCOMMITTED CODE: {self.n_dirty} of {self.trials} trial runs{where} were trained from a "
                 "working tree whose code differed from its commit (+dirty): no commit holds the code "
                 "behind their numbers")
 
@@ -102,11 +109,20 @@ class Provenance:
                 *(f"record {r.name} ({portable_uri(r.source)}): {r.n_runs} runs, {r.n_trials} trial runs"
                   + (f", {r.n_dirty} from uncommitted code" if r.n_dirty else "") for r in self.records)]
 
+    def runs_text(self) -> str:
+        """What the header counts: ``4 trial runs and 1 study parent run`` (the trial runs are
+        those ``study runs``, ``study status`` and ``study resume`` count; the parent run
+        summarises the study and trains nothing)."""
+        parents = self.n_runs - self.trials
+        text = f"{self.trials} trial run{'s' if self.trials != 1 else ''}"
+        return text + (f" and {parents} study parent run{'s' if parents != 1 else ''}" if parents else "")
+
     def lines(self) -> list[str]:
         vers = ", ".join(self.run_code_versions) if self.run_code_versions else "unknown"
         return [
             *self.record_lines(),
-            f"runs: {self.n_runs}, sha256 of (run id, status, end time): {self.runs_hash}",
+            f"runs: {self.runs_text()}; sha256 of (run id, status, end time) of these {self.n_runs}: "
+            f"{self.runs_hash}",
             f"runs trained by code version(s) {vers}",
             *([self.dirty_text()] if self.n_dirty else []),
             f"data time: {self.data_time} (end time of the newest run in the store, "
@@ -231,6 +247,58 @@ def cell_marks(cell: Cell) -> str:
     if cell.tie:
         marks += TIE
     return marks
+
+
+# ---------------------------------------------------------------------------------------------
+# The frame shown: the rows and columns of the paper's table that the study ran
+
+
+def holds_result(cell: Cell) -> bool:
+    """Whether a cell has a run of the study to show: a finished seed with its metric, or runs
+    still running, failed or diverged (a cell whose finished runs lack its split, e.g. a smoke
+    profile tested on ``len15`` only, has none)."""
+    return not cell.missing or bool(cell.n_running or cell.n_failed or cell.n_diverged)
+
+
+def frame_sentence(shown: tuple[int, int], full: tuple[int, int]) -> str:
+    """The caption's sentence of a cut frame: ``shown`` and ``full`` as (rows, columns)."""
+    return (f"Shown: the {shown[0]} of {full[0]} rows and {shown[1]} of {full[1]} columns of the "
+            "paper's table that hold a run of this study (--full-frame: all of them).")
+
+
+def shown_frame(result: TableResult) -> TableResult:
+    """``result`` cut to the rows and the columns that hold a result (:func:`holds_result`), and
+    to the columns of a task none of whose columns holds one but whose finished runs lack the
+    metric (a data problem its note names; a task tested on some of its splits only shows
+    those): row sections, panels and column groups left empty go, the cells, their data
+    warnings and the caption (a :func:`frame_sentence` added to the table's note) follow.
+    Unchanged when every row and column is kept, or none would be. The statistics are those of
+    the whole table (a cut row or column had nothing to rank or test)."""
+    t = result.table
+    cells = result.cells
+    cols = {c for (_, c), cell in cells.items() if holds_result(cell)}
+    for g in (g for p in t.panels for g in p.groups):
+        if not any(c.key in cols for c in g.columns):
+            cols |= {c.key for c in g.columns if any(cells[(r, c.key)].n_missing_metric for r in t.rows)}
+    rows = {r for (r, c), cell in cells.items()
+            if c in cols and (holds_result(cell) or cell.n_missing_metric)}
+    if not rows or (len(rows) == len(t.rows) and len(cols) == len(t.columns)):
+        return result
+    sections = tuple((label, kept) for label, vs in t.sections
+                     if (kept := tuple(v for v in vs if v in rows)))
+    panels = []
+    for panel in t.panels:
+        groups = tuple(dataclasses.replace(g, columns=kept) for g in panel.groups
+                       if (kept := tuple(c for c in g.columns if c.key in cols)))
+        if groups:
+            panels.append(dataclasses.replace(panel, groups=groups))
+    sentence = frame_sentence((len(rows), len(cols)), (len(t.rows), len(t.columns)))
+    table = dataclasses.replace(t, sections=sections, panels=tuple(panels),
+                                note=f"{t.note} {sentence}".strip())
+    return dataclasses.replace(
+        result, table=table,
+        cells={k: c for k, c in result.cells.items() if k[0] in rows and k[1] in cols},
+        warnings=tuple(w for w in result.warnings if w[0] in rows and w[1] in cols))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,13 +640,22 @@ def _latex_table(result: TableResult, label: Labeler, caption: str, tag: str,
     return out
 
 
-#: What :func:`standalone_latex` wraps a table in: a landscape A3 page (40 cm of line) and a
-#: ``\fitwidth`` that shrinks a table only when it is wider than the line, where the fragment's
-#: ``\resizebox`` always scales wide tables to a portrait line (a ``--solved`` table's numbers
-#: came out near 4 pt).
+#: The pages a standalone table may take, narrowest first: (``geometry`` options, line width in
+#: pt). :func:`standalone_latex` takes the first whose line holds its widest tabular
+#: (:func:`tabular_width`): a portrait A4 page unless the table needs more.
+STANDALONE_PAGES = (
+    ("a4paper,margin=2cm", 483.7),             # 170 mm of line
+    ("a4paper,landscape,margin=2cm", 731.3),   # 257 mm
+    ("a3paper,landscape,margin=1.5cm", 1109.6),  # 390 mm: Table 2's 24 columns side by side
+)
+
+#: What :func:`standalone_latex` wraps a table in (``<page>``: the options of one of
+#: :data:`STANDALONE_PAGES`): a ``\fitwidth`` that shrinks a table only when it is wider than
+#: the line, where the fragment's ``\resizebox`` always scales wide tables to a portrait line
+#: (a ``--solved`` table's numbers came out near 4 pt).
 STANDALONE_PREAMBLE = (
     r"\documentclass{article}",
-    r"\usepackage[a3paper,landscape,margin=1.5cm]{geometry}",
+    r"\usepackage[<page>]{geometry}",
     r"\usepackage[T1]{fontenc}",
     r"\usepackage{booktabs,graphicx,xcolor}",
     r"\newsavebox{\fitbox}",
@@ -588,18 +665,64 @@ STANDALONE_PREAMBLE = (
     r"\begin{document}",
 )
 
+#: Width estimate of typeset text in a ``\small`` tabular (pt): a character (Computer Modern at
+#: 9 pt: digits 4.5 pt, bold ones 5.2 pt; an upper bound for the numbers and labels of a table)
+#: and the space between two columns (``2\tabcolsep``).
+CHAR_PT = 5.2
+COLSEP_PT = 12.0
+
+
+def _visible(cell: str) -> str:
+    """The characters a LaTeX table cell prints, about: markup dropped, a math sign one."""
+    text = re.sub(r"\\(?:textcolor|multicolumn\{\d+\}|cmidrule)\{[^}]*\}", "", cell)
+    text = re.sub(r"\$[^$]*\$", "x", text)
+    text = re.sub(r"\\[a-zA-Z]+", "", text).replace("--", "-")
+    return re.sub(r"[\\{}%]", "", text).strip()
+
+
+def tabular_width(fragment: str) -> float:
+    r"""An upper estimate, in pt, of the widest ``tabular`` of a LaTeX fragment at its natural
+    size: per column the longest cell (:data:`CHAR_PT` a character) plus :data:`COLSEP_PT`.
+    Cells spanning columns (``\multicolumn``) are left out: their headers are narrower than the
+    columns under them."""
+    widest = 0.0
+    for body in re.findall(r"\\begin\{tabular\}\{[^}]*\}(.*?)\\end\{tabular\}", fragment, re.S):
+        cols: list[int] = []
+        for line in body.splitlines():
+            if not line.endswith(r"\\") or r"\multicolumn" in line:
+                continue
+            for i, cell in enumerate(line[:-2].split(" & ")):
+                n = len(_visible(cell))
+                if i < len(cols):
+                    cols[i] = max(cols[i], n)
+                else:
+                    cols.append(n)
+        widest = max(widest, sum(cols) * CHAR_PT + len(cols) * COLSEP_PT)
+    return widest
+
+
+def standalone_page(fragment: str) -> str:
+    r"""The ``geometry`` options of the narrowest page of :data:`STANDALONE_PAGES` whose line
+    holds the fragment's widest tabular (:func:`tabular_width`); the widest page when none
+    does (``\fitwidth`` then shrinks it to the line)."""
+    need = tabular_width(fragment)
+    return next((page for page, line in STANDALONE_PAGES if need <= line), STANDALONE_PAGES[-1][0])
+
 
 def standalone_latex(fragment: str) -> str:
     r"""A LaTeX table fragment (:func:`render_latex`, :func:`render_summary`) as a document that
     ``pdflatex`` compiles alone: its provenance comments first, then
-    :data:`STANDALONE_PREAMBLE`, the tables (each ``\resizebox{\linewidth}`` made a
+    :data:`STANDALONE_PREAMBLE` on the page it needs (:func:`standalone_page`: portrait A4
+    unless the table is wider), the tables (each ``\resizebox{\linewidth}`` made a
     ``\fitwidth``) and ``\end{document}``."""
     lines = fragment.rstrip("\n").split("\n")
     head = 0
     while head < len(lines) and lines[head].startswith("%"):
         head += 1
     body = [ln.replace(r"\resizebox{\linewidth}{!}{%", r"\fitwidth{%") for ln in lines[head:]]
-    return "\n".join([*lines[:head], *STANDALONE_PREAMBLE, *body, r"\end{document}"]) + "\n"
+    page = standalone_page(fragment)
+    preamble = [ln.replace("<page>", page) for ln in STANDALONE_PREAMBLE]
+    return "\n".join([*lines[:head], *preamble, *body, r"\end{document}"]) + "\n"
 
 
 def lead_sentence(t: TableDef) -> str:

@@ -72,7 +72,7 @@ def test_build_writes_tables_from_real_store(study_dir: Path, tmp_path: Path) ->
     assert (inc["n"][0], inc["n_expected"][0], inc["n_running"][0], inc["n_failed"][0]) == (1, 3, 1, 1)
     assert inc["text"][0] == "25.0†"
     md = (out / "rc_table4.md").read_text()
-    assert "study: e2e" in md and "runs: 23," in md  # 22 trials + parent
+    assert "study: e2e" in md and "runs: 22 trial runs and 1 study parent run; sha256 of (run id, status, end time) of these 23: " in md
     assert "-Step 3 / Copy 15: 1 of 3 (1 running, 1 failed)" in md
     # recopy/onestep finished without test metrics -> the gap is reported, the cell is missing.
     assert "Data: OneStepAttn / ReCopy 15, ReCopy 30, ReCopy 100: 1 finished run(s) lack the metric" in md

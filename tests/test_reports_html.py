@@ -82,7 +82,7 @@ def test_the_page_is_the_variant_by_task_grid_in_percent_with_each_cell_linked_t
         "tags.locattn.cell = 'task=copy,variant=onestep' and tags.locattn.role = 'trial'"
     # provenance, with the store as the tables name it; self-contained: no script, no fetch
     assert "study: html-demo (sqlite: html-demo/mlflow.db)" in page
-    assert re.search(r"runs: 17, sha256 of \(run id, status, end time\): [0-9a-f]{64}", page)
+    assert re.search(r"runs: 16 trial runs and 1 study parent run; sha256 of \(run id, status, end time\) of these 17: [0-9a-f]{64}", page)
     assert "runs trained by code version(s)" in page
     for fetch in ("<script", "src=", "<link", "@import", "url("):
         assert fetch not in page, fetch
