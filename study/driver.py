@@ -229,12 +229,13 @@ def init_ray(address: str | None = None, resume: str = "",
                 return RayStart(started=True)
             for attempt in range(1, GCS_START_ATTEMPTS + 1):
                 try:
-                    context = ray.init(
-                        address="local",
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        configure_logging=False,
-                    )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
+                    with ray_compat.own_process_group():  # a signal to our group is the driver's alone
+                        context = ray.init(
+                            address="local",
+                            include_dashboard=False,
+                            log_to_driver=False,
+                            configure_logging=False,
+                        )  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every Ray address on 127.0.0.1
                     break
                 except Exception as exc:  # Ray raises bare Exception (start-up timeout), OSError, ...
                     if ray.is_initialized():
@@ -340,8 +341,10 @@ def _trial_failure_filter(record: Any) -> bool:
 
 
 def _tune_log_filter(record: Any) -> bool:
-    """Drop Tune's advice to call ``Tuner.restore``: ``study resume`` is the way back."""
-    return "Tuner.restore" not in str(record.msg)
+    """Drop Tune's advice to call ``Tuner.restore`` (``study resume`` is the way back) and its
+    "Stop signal received" (the driver's :class:`Interrupt` says it in one line)."""
+    text = str(record.msg)
+    return "Tuner.restore" not in text and "Stop signal received" not in text
 
 
 def deadline(time_limit: float | None) -> tuple[float, float] | None:

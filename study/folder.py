@@ -36,7 +36,33 @@ def new_study_paths(root: str | Path, name: Any, where: str = "--name") -> Study
     :func:`study.spec.check_study_name` (one directory under ``root``: no ``/``, ``..``,
     absolute path, newline or escape); ``where`` names the name's source for the error."""
     check_study_name(name, where)
-    return study_paths(Path(root).resolve() / name)
+    folder = Path(root).resolve() / name
+    check_study_folder(folder, root, where)
+    return study_paths(folder)
+
+
+def check_study_folder(folder: Path, root: str | Path, where: str = "--name") -> None:
+    """Refuse, in one line (:class:`StudyError`), a study folder that cannot be made: a name
+    longer than the file system takes for one directory (``NAME_MAX``, 255 bytes on most), or a
+    ``--root`` that is, or lies under, a regular file, or where nothing can be written. Every
+    command that makes a study folder checks it before anything else, the dry run as the
+    launch, so a dry run refuses what the launch would."""
+    name = folder.name
+    base = folder.parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    try:
+        limit = os.pathconf(base if base.is_dir() else base.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(name)) > limit:
+        raise StudyError(f"{where} {name[:24]!r}... is {len(os.fsencode(name))} bytes long: a study name "
+                         f"is one directory name, at most {limit} bytes on {base}")
+    if not base.is_dir():
+        raise StudyError(f"--root {root}: {base} is a file, not a directory: the study folder "
+                         f"{folder} cannot be made")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise StudyError(f"--root {root}: cannot write in {base} (permission denied)")
 
 
 def load_meta(paths: StudyPaths) -> StudyMeta:

@@ -143,6 +143,8 @@ def launch(
     check_train_path_fits(spec, train_path)  # a dry run too: before anything is created
     train_path, chosen = _new_study_train_path(spec, paths, name, train_path, dry_run, out)
     if dry_run:
+        if paths.meta.is_file():  # the launch's refusal of another spec, before it plans anything
+            refuse_other_spec(spec, spec_path, paths, name, load_meta(paths), profile, only, seeds, sets)
         return dry_run_plan(spec, name, paths, max_concurrent, train_path, out, chosen, power_target)
     prepare_launch(spec, spec_path, name, paths, max_concurrent=max_concurrent, yes=yes,
                    allow_dirty=allow_dirty, out=out)
@@ -150,7 +152,8 @@ def launch(
     try:
         if paths.meta.is_file():
             meta = _relaunch(spec, spec_path, raw, paths, name, only=only, seeds=seeds, train_path=train_path,
-                             tracking_uri=tracking_uri, allow_dirty=allow_dirty, out=out)
+                             tracking_uri=tracking_uri, allow_dirty=allow_dirty, out=out,
+                             relaunch=(profile, sets))
         else:
             meta = new_meta(spec, spec_path, raw, paths, name, only=only, seeds=seeds, sets=sets,
                             train_path=train_path, tracking_uri=tracking_uri)
@@ -234,27 +237,56 @@ def new_meta(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: Study
                      plugin_sources=spec_plugin_sources(spec.cells), created=time.time())
 
 
+def refuse_other_spec(spec: StudySpec, spec_path: Path, paths: StudyPaths, name: str, meta: StudyMeta,
+                      profile: str | None, only: dict[str, list] | None, seeds: int | list[int] | None,
+                      sets: dict[str, Any] | None) -> None:
+    """A launch (or its dry run) of an existing study under a spec that neither is its own nor
+    widens it: :class:`SpecError` in one line. When runs of the study finished, it names them
+    and their values beside the launch's (another budget, ``--set optim.epochs=4``: the tables
+    would pool the two) and the launch that puts the new spec beside them under another
+    ``--name``. No ``--yes`` overrides it: a study is one spec, so that each of its cells is
+    one number."""
+    if widens(meta.resolved, spec.resolved) or same_spec(meta.resolved, spec.resolved):
+        return
+    changed = spec_changes(meta.resolved, spec.resolved)
+    shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+    done = sum(1 for *_, status in trial_runs(meta.tracking_uri, name) if status == schema.STATUS_FINISHED)
+    if done:
+        old = "; ".join(c.split(" -> ")[0] for c in changed[:4])
+        new = "; ".join(f"{c.split(': ')[0]}: {c.split(' -> ')[-1]}" for c in changed[:4])
+        again = " ".join([f"study launch {spec_path}"] + ([f"--profile {profile}"] if profile else [])
+                         + [f"--name {name}-2"] + [f"--only {k}={','.join(map(str, v))}" for k, v in (only or {}).items()]
+                         + ([f"--seeds {_seeds_arg(seeds)}"] if seeds is not None else [])
+                         + ["--set " + shlex.quote(f"{k}={json.dumps(v, separators=(',', ':'))}")
+                            for k, v in (sets or {}).items()])
+        raise SpecError(
+            f"{spec_path}: study {name!r} at {paths.dir} has {done} finished run(s) under {old}, and this "
+            f"launch asks for {new}: its {spec.n_runs()} runs would be planned beside them and the tables "
+            f"would pool the two; launch it as another study, `{again}`, or resume this one as it was "
+            f"with `study resume {paths.dir}`")
+    raise SpecError(
+        f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
+        f"profile (changed: {shown}) ({meta.spec_path}, profile {meta.profile}, --only "
+        f"{_only_text(meta.only)}{_seeds_text(meta)}); resume it with `study "
+        f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
+        "or more --seeds, or launch under another --name"
+    )
+
+
 def _relaunch(spec: StudySpec, spec_path: Path, raw: dict[str, Any], paths: StudyPaths, name: str, *,
               only: dict[str, list] | None, seeds: int | list[int] | None, train_path: str | None,
-              tracking_uri: str | None, allow_dirty: bool, out: TextIO) -> StudyMeta:
+              tracking_uri: str | None, allow_dirty: bool, out: TextIO,
+              relaunch: tuple[str | None, dict[str, Any] | None] = (None, None)) -> StudyMeta:
     """A launch of a study that exists: the same spec resumes it, a wider ``only`` or more
-    ``seeds`` widens it, another spec is refused (:class:`SpecError`); returns its saved meta,
+    ``seeds`` widens it, another spec is refused (:func:`refuse_other_spec`; ``relaunch``: the
+    launch's ``--profile`` and ``--set``, for the command it suggests); returns its saved meta,
     updated (YAML, train path, tracking URI)."""
     meta = load_meta(paths)
+    refuse_other_spec(spec, spec_path, paths, name, meta, relaunch[0], only, seeds, relaunch[1])
     check_sources(meta.plugin_sources, spec_plugin_sources(spec.cells), paths.meta, allow_dirty)
     meta = relocate(paths, meta, out)
     if widens(meta.resolved, spec.resolved):
         meta = _widen(paths, meta, spec, raw, only or {}, seeds, out)
-    elif not same_spec(meta.resolved, spec.resolved):
-        changed = spec_changes(meta.resolved, spec.resolved)
-        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-        raise SpecError(
-            f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
-            f"profile (changed: {shown}) ({meta.spec_path}, profile {meta.profile}, --only "
-            f"{_only_text(meta.only)}{_seeds_text(meta)}); resume it with `study "
-            f"resume {paths.dir}`, widen it with the same spec and profile and a wider --only "
-            "or more --seeds, or launch under another --name"
-        )
     elif meta.raw != raw or meta.resolved != spec.resolved:
         # the YAML changed elsewhere (a description, a former key's new name): saved, so
         # that a resume rebuilds this spec
@@ -527,6 +559,11 @@ def _run_locked(
         search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
             return all_finished(recorder, spec, paths, meta, skipped, t_start, out)
+        if skipped:  # in runs, as `study status` and the summary line count them
+            done = recorder.writer.run_counts(spec.n_runs())["runs_finished"]
+            print(f"[study {name}] {done} of {spec.n_runs()} runs already finished in the record "
+                  f"({skipped} of {skipped + len(trials)} trials); running the other {len(trials)} "
+                  "trial(s)", file=out)
         check_gpus(spec.gpus, address, f"{meta.spec_path} (profile {spec.profile})", out)
         note = solo_note(spec)
         if note:

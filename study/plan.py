@@ -74,9 +74,6 @@ def searcher(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, trials: list[T
         return search, spec.n_trials(), 0
     if not trials:
         return None, 0, skipped
-    if skipped:
-        print(f"[study {name}] {skipped} of {skipped + len(trials)} trials already "
-              f"finished in the record; running the other {len(trials)}", file=out)
     return TrialQueue([t.to_dict() for t in trials]), len(trials), skipped
 
 

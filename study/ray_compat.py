@@ -39,6 +39,33 @@ def sigterm_handler_kept() -> Iterator[None]:
         ray_utils.set_sigterm_handler = setter
 
 
+@contextmanager
+def own_process_group() -> Iterator[None]:
+    """While the block runs (``ray.init`` starting a private local Ray), every process Ray starts
+    (GCS, raylet, and through the raylet its workers and agents) leads a session of its own, so
+    a signal to the driver's process group (``timeout``, ``kill -TERM -- -PGID``) reaches the
+    driver alone: it stops the study and then shuts Ray down itself. Ray's own fate sharing
+    (``PR_SET_PDEATHSIG``) still ends them with the driver."""
+    # Private: ``ray._private.services.ConsolePopen``, the Popen every Ray process is started
+    # with. ray.init has no option for the children's process group, and a SIGTERM to the group
+    # killed the GCS under the driver: Ray's core then waited 60 s ("Failed to connect to GCS
+    # within 60 seconds") and ended the driver with exit 1.
+    from ray._private import services  # the driver's heavy import (Ray)
+
+    popen = services.ConsolePopen
+
+    class SessionPopen(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = SessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
 #: Ray's C++ core, as a module name: ``import ray`` loads it.
 RAY_CORE_MODULE = "ray._raylet"
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from record import schema
-from record.layout import LOCK_FILE
+from locattn.folders import RUN_KEY as RUN_KEY_PATTERN
+from record.layout import LOCK_FILE, RESULT_FILE, RUNS_DIR
 from record.store import StoreError, StudyNotFound, read_rows
 from study.meta import StudyMeta
 from study.spec import SpecError, cell_id
@@ -116,9 +117,15 @@ def expected_cells(resolved: Mapping[str, Any]) -> tuple[list[str], int]:
 
 def trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str]]:
     """(cell, seed, status) of the study's trial runs, read from its store."""
+    return [(cell, seed, status) for cell, seed, status, _ in keyed_trial_runs(tracking_uri, name)]
+
+
+def keyed_trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str, str]]:
+    """(cell, seed, status, run key) of the study's trial runs, read from its store (the key
+    ``""`` for a run without a ``locattn.run_key`` tag)."""
     try:
         rows = read_rows(tracking_uri, name, tag_keys=(schema.ROLE, schema.CELL, schema.SEED,
-                                                       schema.STATUS), metric_keys=[])
+                                                       schema.STATUS, schema.RUN_KEY), metric_keys=[])
     except StudyNotFound:
         return []  # launched, but no run recorded yet
     except StoreError as exc:
@@ -134,7 +141,7 @@ def trial_runs(tracking_uri: str, name: str) -> list[tuple[str, int, str]]:
         if t.get(schema.ROLE) == schema.ROLE_TRIAL and schema.CELL in t:
             seed = t.get(schema.SEED)
             out.append((t[schema.CELL], -1 if seed is None else int(seed),
-                        t.get(schema.STATUS) or _status_of(mlflow_status)))
+                        t.get(schema.STATUS) or _status_of(mlflow_status), t.get(schema.RUN_KEY, "")))
     return out
 
 
@@ -150,13 +157,23 @@ def study_status(meta: StudyMeta, study_dir: Path) -> tuple[list[CellStatus], Dr
     cells, expected = expected_cells(meta.resolved or {})
     driver = read_driver(study_dir)
     by_cell: dict[str, dict[str, list[int]]] = {c: {} for c in cells}
-    for cell, seed, status in trial_runs(meta.tracking_uri, meta.name):
-        if status == schema.STATUS_INTERRUPTED or (status == schema.STATUS_RUNNING and driver.alive is False):
+    for cell, seed, status, key in keyed_trial_runs(meta.tracking_uri, meta.name):
+        if status != schema.STATUS_FINISHED and finished_in_folder(study_dir, key):
+            # its result.json is written, the record's finish is not (a driver killed in between):
+            # finished, as the next resume counts it and records it (study.record_callback.reconcile)
+            status = schema.STATUS_FINISHED
+        elif status == schema.STATUS_INTERRUPTED or (status == schema.STATUS_RUNNING and driver.alive is False):
             status = STALE  # stopped with its driver (Ctrl-C, kill): resumable
         by_cell.setdefault(cell, {}).setdefault(status, []).append(seed)
     rows = [CellStatus(cell=c, expected=expected, seeds={k: sorted(v) for k, v in s.items()})
             for c, s in by_cell.items()]
     return rows, driver
+
+
+def finished_in_folder(study_dir: Path, key: str) -> bool:
+    """Whether the run ``key``'s folder holds its ``result.json``, which a run writes last: the
+    run finished, recorded or not (``study runs`` says ``finished`` for it too)."""
+    return bool(RUN_KEY_PATTERN.fullmatch(key)) and (study_dir / RUNS_DIR / key / RESULT_FILE).is_file()
 
 
 COLUMNS = (("done", schema.STATUS_FINISHED), ("running", schema.STATUS_RUNNING), ("stale", STALE),

@@ -611,7 +611,7 @@ def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, t
     summary = launch(spec, root=root, progress_seconds=60)
     out = capsys.readouterr().out
     assert "widening --only variant=content -> (none): 1 -> 2 trials" in out
-    assert "1 of 2 trials already finished in the record; running the other 1" in out
+    assert "1 of 2 runs already finished in the record (1 of 2 trials); running the other 1 trial(s)" in out
     assert summary["errors"] == 0 and summary["trials"] == 1
     runs = trial_runs(study_dir / "mlflow.db")
     assert set(first) < set(runs) and len(runs) == 2  # the first run kept, one new run

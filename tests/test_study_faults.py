@@ -1318,3 +1318,28 @@ def test_signals_in_the_first_seconds_and_a_double_ctrl_c_stop_cleanly(tmp_path:
 
     res = study_cli("resume", str(study), "--progress-seconds", "5", timeout=600)
     assert res.returncode == 0 and "1 of 1 runs finished" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+@pytest.mark.faults  # a real driver and its private Ray
+@pytest.mark.timeout(900)
+def test_a_sigterm_to_the_driver_s_process_group_ends_it_in_seconds(tmp_path: Path) -> None:
+    """`timeout`, `kill -TERM -- -PGID`: the signal reaches the driver's whole process group.
+    Ray's processes lead sessions of their own, so its GCS lives on until the driver stops the
+    trials and shuts it down (it died with the driver's group, and Ray's core waited 60 s,
+    printed "Failed to connect to GCS within 60 seconds" and ended the driver with exit 1)."""
+    spec = write_spec(tmp_path, "grp", grid={"task": ["copy"], "variant": ["onestep", "content"]},
+                      overrides={**TINY, "optim.epochs": 30})
+    root = tmp_path / "s"
+    log = tmp_path / "d.log"
+    d = start_driver("launch", str(spec), "--root", str(root), "--progress-seconds", "1", log=log)
+    wait_for(lambda: any((root / "grp-smoke" / "runs").glob("*/trial.json")), 300, "a started run", d, log)
+    time.sleep(2)
+    t0 = time.monotonic()
+    os.killpg(d.pid, signal.SIGTERM)
+    assert d.wait(timeout=120) == 130, log.read_text()[-3000:]
+    took = time.monotonic() - t0
+    text = log.read_text()
+    assert "Failed to connect to GCS" not in text and "Stop signal received" not in text, text[-3000:]
+    assert "interrupted (SIGTERM): stopping the trials" in text
+    assert took < 45, f"{took:.0f} s to stop"  # (12.7 s on the 2-core machine at load 30)
+    assert f"study resume {root / 'grp-smoke'}" in text
