@@ -37,6 +37,7 @@ SKIP = (
     ("pip install", "installs packages from a registry (.ci/run does the set-up)"),
     ("python -m pytest", "the test suite itself"),
     ("HEAD_IP", "needs a cluster's head node"),
+    ("get-auth-token", "writes ~/.ray/auth_token where none is (conftest writes this machine's)"),
     ("RAY_ADDRESS=", "needs a cluster's head node"),
     ("ray job ", "needs a cluster's job server"),
     ("cluster.yaml", "the cluster launcher (tests/test_ray_up.py runs it on loopback, -m cluster)"),
@@ -72,9 +73,15 @@ def block_commands(block: str) -> list[str]:
     return [line.strip() for line in joined.splitlines() if shlex.split(line, comments=True)]
 
 
+#: A block after this line is a step of docs/howto/cluster.md's one-machine cluster: the steps
+#: run together, in order, in tests/test_cluster_howto.py (``-m cluster``), not one by one here.
+CLUSTER_STEP = "<!-- loopback-cluster -->"
+
+
 def readme_commands(page: str = "README.md") -> list[str]:
-    """The commands of a page's ``bash`` blocks (:func:`block_commands`)."""
-    text = (ROOT / page).read_text()
+    """The commands of a page's ``bash`` blocks (:func:`block_commands`), but the cluster
+    recipe's steps (:data:`CLUSTER_STEP`)."""
+    text = re.sub(re.escape(CLUSTER_STEP) + r"\n```bash\n.*?```", "", (ROOT / page).read_text(), flags=re.S)
     return [cmd for block in re.findall(r"```bash\n(.*?)```", text, re.S) for cmd in block_commands(block)]
 
 
