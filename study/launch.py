@@ -261,9 +261,11 @@ def refuse_other_spec(spec: StudySpec, spec_path: Path, paths: StudyPaths, name:
                             for k, v in (sets or {}).items()])
         raise SpecError(
             f"{spec_path}: study {name!r} at {paths.dir} has {done} finished run(s) under {old}, and this "
-            f"launch asks for {new}: its {spec.n_runs()} runs would be planned beside them and the tables "
-            f"would pool the two; launch it as another study, `{again}`, or resume this one as it was "
-            f"with `study resume {paths.dir}`")
+            f"launch asks for {new} ({meta.spec_path}, profile {meta.profile}, --only {_only_text(meta.only)}"
+            f"{_seeds_text(meta)}): its {spec.n_runs()} runs would be planned beside them and the tables "
+            f"would pool the two; launch it as another study, `{again}`, resume this one as it was "
+            f"with `study resume {paths.dir}`, or widen it with the same spec and profile and a wider "
+            "--only or more --seeds")
     raise SpecError(
         f"{spec_path}: study {name!r} at {paths.dir} was launched with a different spec or "
         f"profile (changed: {shown}) ({meta.spec_path}, profile {meta.profile}, --only "

@@ -64,6 +64,7 @@ def test_a_relaunch_with_another_budget_beside_finished_runs_says_so_and_names_a
     assert study(["launch", str(spec), "--root", str(root), "--set", "optim.epochs=4", *dry]) == 2
     err = _one_line(capsys)
     assert (f"study 'b-smoke' at {root / 'b-smoke'} has 2 finished run(s) under overrides.optim.epochs: 2, "
-            "and this launch asks for overrides.optim.epochs: 4: its 2 runs would be planned beside them") in err, err
+            f"and this launch asks for overrides.optim.epochs: 4 ({spec}, profile smoke, --only (none)): its 2 runs "
+            "would be planned beside them") in err, err
     assert f"`study launch {spec} --name b-smoke-2 --set optim.epochs=4`" in err, err
     assert sorted(p.name for p in (root / "b-smoke").iterdir()) == before
