@@ -193,3 +193,23 @@ def test_a_replicated_call_runs_each_replica_on_its_own_rows_weights_and_state()
         assert isinstance(state, Carry) and state.count == t + 1 and state.previous.shape == (3, 2)
     assert pack.calls.tolist() == [3, 3, 3] and all(int(m.calls) == 3 for m in solo)
 
+
+@pytest.mark.slow
+def test_train_path_compiled_trains_an_ordinary_module_packed_equal_to_solo(tmp_path, localm):
+    """``train_path: compiled``: torch.compile traces the per-replica vmap of local-m inside the
+    step's one graph (fullgraph); a pack of two seeds equals their compiled solo runs. (Slow:
+    inductor compiles the graphs, minutes on a loaded 2-core machine.)"""
+    from locattn.training.epoch import prepare_compile
+
+    try:
+        prepare_compile()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    cfgs = configs(tmp_path, localm, seeds=(0, 1), train_path="compiled")
+    solos = [train(c, tmp_path / f"solo{c.seed}") for c in cfgs]
+    packed = train_packed(cfgs, [tmp_path / f"pack{c.seed}" for c in cfgs])
+    assert solos[0].history[0]["compiles"] >= 1  # it compiled (the second seed reuses the graph)
+    for s, p in zip(solos, packed):
+        assert_close_runs(s, p)
+    for seed in (0, 1):
+        assert_close_models(tmp_path / f"solo{seed}", tmp_path / f"pack{seed}")
