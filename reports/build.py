@@ -355,6 +355,15 @@ def write_summary(built: Built, out: Path, formats: Sequence[str], labels: Study
     return written
 
 
+def unplaced_line(built: Built) -> str:
+    """The warning naming the cells of ``built`` (a :func:`collect` result) that no table written
+    has a row and a column for."""
+    shown = ", ".join(built.unplaced[:6]) + (", ..." if len(built.unplaced) > 6 else "")
+    ids = ", ".join(r.table.id for r in built.results)
+    return (f"{len(built.unplaced)} cell(s) of study {built.runset.study!r} are in no row or column of "
+            f"{ids}: {shown}; add --table {SUMMARY_ID} to list every cell")
+
+
 def build_reports(
     source: Source | Sequence[Source],
     study: str | None = None,
@@ -397,8 +406,7 @@ def build_reports(
     (:func:`reports.render.standalone_latex`) instead of a fragment to ``\\input``.
     ``ci``: Markdown and LaTeX cells show their intervals (:mod:`reports.intervals`), as the CSV
     always does.
-    ``full_frame``: each table in the paper's whole frame; by default only the rows and columns
-    that hold a result of the study (:func:`reports.render.shown_frame`).
+    ``full_frame``: the paper's whole frame (default: :func:`reports.render.shown_frame`'s rows and columns).
     """
     bad = [f for f in formats if f not in RENDERERS]
     if bad:
@@ -423,11 +431,7 @@ def build_reports(
     written = write_tables(built, out, formats, labels, compare=compare, layout=layout, summary=summary,
                            standalone=standalone, full_frame=full_frame)
     if built.unplaced and built.summary is None and warnings is not None:
-        shown = ", ".join(built.unplaced[:6]) + (", ..." if len(built.unplaced) > 6 else "")
-        ids = ", ".join(r.table.id for r in built.results)
-        warnings.append(f"{len(built.unplaced)} cell(s) of study {built.runset.study!r} are in no "
-                        f"row or column of {ids}: {shown}; add --table {SUMMARY_ID} to list "
-                        f"every cell")
+        warnings.append(unplaced_line(built))
     if built.summary is not None:
         written += write_summary(built, out, formats, labels,
                                  DEFAULT_SOLVED if solved_at is None else solved_at, standalone=standalone)

@@ -152,8 +152,7 @@ def launch(
     try:
         if paths.meta.is_file():
             meta = _relaunch(spec, spec_path, raw, paths, name, only=only, seeds=seeds, train_path=train_path,
-                             tracking_uri=tracking_uri, allow_dirty=allow_dirty, out=out,
-                             relaunch=(profile, sets))
+                             tracking_uri=tracking_uri, allow_dirty=allow_dirty, out=out, relaunch=(profile, sets))
         else:
             meta = new_meta(spec, spec_path, raw, paths, name, only=only, seeds=seeds, sets=sets,
                             train_path=train_path, tracking_uri=tracking_uri)

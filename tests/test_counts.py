@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("mlflow")
 
 from record.layout import RESULT_FILE, RUNS_DIR  # noqa: E402
-from reports.synth import SynthRun, _tags, write_bulk_sql  # noqa: E402
+from reports.synth import SynthRun, write_bulk_sql  # noqa: E402
 from study.cli import main as study  # noqa: E402
+from study.status import keyed_trial_runs  # noqa: E402
 from test_study import SMOKE, write_spec  # noqa: E402
 
 
@@ -27,7 +28,7 @@ def _killed_study(tmp_path: Path, capsys) -> Path:
     study_dir = root / "k9-smoke"
     runs = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2, status="running") for s in range(2)]
     write_bulk_sql(study_dir / "mlflow.db", "k9-smoke", runs)
-    key = _tags("k9-smoke", runs[0])["locattn.run_key"]
+    (key,) = [k for _, seed, _, k in keyed_trial_runs(f"sqlite:///{study_dir / 'mlflow.db'}", "k9-smoke") if seed == 0]
     (study_dir / RUNS_DIR / key).mkdir(parents=True)
     (study_dir / RUNS_DIR / key / RESULT_FILE).write_text(json.dumps({"best_epoch": 2}))
     capsys.readouterr()
