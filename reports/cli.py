@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from locattn.cliparse import Parser, closest_path, parse
@@ -164,7 +164,8 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
             standalone=args.standalone, ci=args.ci, full_frame=args.full_frame,
         )
         if args.html is not None:
-            paths.append(write_html(one, study, out, ui=args.html, solved_at=args.solved))
+            paths.append(write_html(one, study, out, ui=args.html, solved_at=args.solved,
+                                    served_first=args.html == DEFAULT_UI))
     except IncompleteError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 3
@@ -222,6 +223,15 @@ def missing_study_dir(study_dir: str) -> str:
         if parent.is_dir() else []
     return (f"study directory {study_dir!r} does not exist{closest_path(study_dir, studies)} "
             f"(expected studies/<name>/ containing {' or '.join(stores)})")
+
+
+def live_grid_page(source: str | Path, study: str, *, ui: str, marks: Mapping[str, tuple[int, int]],
+                   status: str) -> str:
+    """``study ui``'s live grid page, :func:`reports.html.live_html` (study reaches reports by
+    this module, the ``reports`` command's, only)."""
+    from reports.html import live_html  # as build_reports: polars only when a page is asked for
+
+    return live_html(source, study, ui=ui, marks=marks, status=status)
 
 
 def run_list(study_dir: str | None) -> int:

@@ -186,17 +186,14 @@ def served_ui(source: str | Path) -> str | None:
 
 
 def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui: str,
-               solved_at: float | None = None) -> Path:
+               solved_at: float | None = None, served_first: bool = False) -> Path:
     """Write ``<out_dir>/report.html`` for a study (``source`` as
     :func:`reports.build.build_reports` takes it) and return its path. The cells link into the
     MLflow UI at ``ui`` when the store is SQLite (its experiment id is read here); otherwise the
-    page says how to find a cell's runs. ``ui`` the default address (``--html`` without one,
-    :data:`reports.cli.DEFAULT_UI`) while ``study ui`` serves the study folder elsewhere: the
-    address it serves (:func:`served_ui`). Raises :class:`reports.store.ReportsError` as
-    ``build_reports`` does."""
-    from reports.cli import DEFAULT_UI  # (reports.cli imports this module)
-
-    served = served_ui(source) if ui == DEFAULT_UI else None
+    page says how to find a cell's runs. ``served_first`` (``--html`` without an address): the
+    address ``study ui`` serves the study folder on now, when it does (:func:`served_ui`), else
+    ``ui``. Raises :class:`reports.store.ReportsError` as ``build_reports`` does."""
+    served = served_ui(source) if served_first else None
     ui = served or ui
     solved = DEFAULT_SOLVED if solved_at is None else solved_at
     built = collect(source, study, [SUMMARY_ID], solved_at=solved)
@@ -226,11 +223,11 @@ LIVE_REFRESH = 5
 """Seconds between reloads of the live grid page."""
 
 
-def live_html(source: str | Path, study: str | None, *, ui: str, marks: Mapping[str, CellMark],
+def live_html(source: str | Path, study: str | None, *, ui: str, marks: Mapping[str, tuple[int, int]],
               status: str, refresh: int = LIVE_REFRESH, solved_at: float | None = None) -> str:
     """The live grid page of ``study ui``: :func:`write_html`'s page of the record as it is
     now, regenerated on each request, with each cell's running and stale seeds marked
-    (``marks``), a ``status`` line (the study's counts, the time it was read) and a reload
+    (``marks``: cell id -> (running, stale) seeds), a ``status`` line (the study's counts, the time it was read) and a reload
     every ``refresh`` seconds; the cells link into the MLflow UI at ``ui``, the address
     ``study ui`` serves. A study with no run recorded yet is a page that says so and reloads.
     Raises :class:`reports.store.ReportsError` for a source that cannot be read."""
@@ -256,8 +253,8 @@ def live_html(source: str | Path, study: str | None, *, ui: str, marks: Mapping[
     where = (f"Each cell links to its runs in the MLflow UI at {ui}; the page reloads every "
              f"{refresh} s.")
     link = (lambda s: cell_url(ui, exp, s.cell)) if exp is not None else (lambda s: None)
-    return render_html(grid, built.provenance, solved, link, where, marks=marks, refresh=refresh,
-                       status=status)
+    return render_html(grid, built.provenance, solved, link, where,
+                       marks={c: CellMark(*m) for c, m in marks.items()}, refresh=refresh, status=status)
 
 
 __all__ = ["CellMark", "LIVE_REFRESH", "live_html", "HTML_FILE", "cell_url", "head_rows", "render_html", "runs_filter", "summary_grid",

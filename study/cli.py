@@ -486,8 +486,12 @@ def run_ui(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
 
     grid = None
-    if grid_port:
-        grid = GridServer(args.host, grid_port, grid_page(paths.dir, meta.replace(tracking_uri=store), base))
+    reports = reports_cli() if grid_port else None
+    if grid_port and reports is None:
+        print("study ui: no live grid page (the 'reports' extra is not installed)", file=sys.stderr)
+    elif grid_port:
+        grid = GridServer(args.host, grid_port, grid_page(paths.dir, meta.replace(tracking_uri=store), base,
+                                                          reports.live_grid_page))
     served = None
 
     def ready() -> None:

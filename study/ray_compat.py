@@ -76,3 +76,28 @@ def core_loaded() -> bool:
     # Private: the module ``ray._raylet``. Ray has no public "is the core loaded"; its
     # ``ray.is_initialized`` is false again after ``ray.shutdown``, when the core still is.
     return RAY_CORE_MODULE in sys.modules
+
+
+def ray_start_cli_for_loopback_nodes(argv: list[str]) -> int:
+    """Run Ray's ``ray <argv>`` command (``start ...``) with ``ray start``'s refusal of a worker
+    node under ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` lifted (:mod:`study.ray_loopback` says
+    why); returns its exit status."""
+    # Private: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` as the CLI module
+    # ``ray.scripts.scripts`` sees it. ``ray start`` has no option to start a worker node whose
+    # address stays 127.0.0.1; only that module gets a view of the constants in which clusters
+    # are on, while services, the node and every process it starts read the real one (off).
+    import types
+
+    import ray._private.ray_constants as constants  # Ray, only for this command
+    from ray.scripts import scripts  # (the same)
+
+    view = types.ModuleType(constants.__name__)
+    view.__dict__.update(constants.__dict__)
+    view.ENABLE_RAY_CLUSTER = True
+    scripts.ray_constants = view
+    sys.argv = ["ray", *argv]
+    try:
+        scripts.main()
+    except SystemExit as exc:  # click ends with SystemExit
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
-import types
+
+from study.ray_compat import ray_start_cli_for_loopback_nodes
 
 #: Ray's loopback switch, read when Ray is imported.
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -31,21 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study.ray_loopback: {LOOPBACK_ENV}={os.environ[LOOPBACK_ENV]} would put this node's "
               f"ports on the machine's address; unset it or set it to 0", file=sys.stderr)
         return 2
-    import ray._private.ray_constants as constants
-    from ray.scripts import scripts
-
-    # Only the CLI module sees multi-node clusters as enabled; services, the node and every
-    # process it starts read the real constant (and the environment): loopback.
-    view = types.ModuleType(constants.__name__)
-    view.__dict__.update(constants.__dict__)
-    view.ENABLE_RAY_CLUSTER = True
-    scripts.ray_constants = view
-    sys.argv = ["ray", *(sys.argv[1:] if argv is None else argv)]
-    try:
-        scripts.main()
-    except SystemExit as exc:  # click ends with SystemExit
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return 0
+    return ray_start_cli_for_loopback_nodes(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

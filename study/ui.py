@@ -47,7 +47,9 @@ from record.store import (StoreError, StudyNotFound, adopt_artifact_root, check_
                           superseded_runs, unpack)
 from record.summary import (HEADLINE_METRICS, PERCENT_SUFFIX, SEEDS_KEY, SELECTION_KEY, SOLVED_KEY,
                             hardest_split, headline_keys)
+from study.meta import StudyMeta
 from study.results import cell_results
+from study.status import STALE, study_status
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -380,7 +382,7 @@ class GridServer:
     failing ``page()`` answers 500 with one line and the server keeps serving."""
 
     def __init__(self, host: str, port: int, page: Callable[[], str]) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # only `study ui` serves
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the standard library's name
@@ -423,23 +425,21 @@ class GridServer:
         self.server.server_close()
 
 
-def grid_page(study_dir: Path, meta: object, ui: str) -> Callable[[], str]:
-    """``GridServer``'s page for a study: its grid now (:func:`reports.html.live_html`), each
-    cell marked with its running and stale seeds as ``study status`` counts them, and a line
-    of the study's counts and the time it was read."""
+def grid_page(study_dir: Path, meta: StudyMeta, ui: str, render: Callable[..., str]) -> Callable[[], str]:
+    """``GridServer``'s page for a study: its grid now, as ``render`` (the ``reports``
+    command's ``live_grid_page``: study reaches reports by its entry point only) draws it, each
+    cell marked with its (running, stale) seeds as ``study status`` counts them, and a line of
+    the study's counts and the time it was read."""
     def page() -> str:
-        from reports.html import CellMark, live_html
-        from study.status import STALE, study_status
-
         rows, driver = study_status(meta, study_dir)
-        marks = {r.cell: CellMark(running=r.count(schema.STATUS_RUNNING), stale=r.count(STALE)) for r in rows}
+        marks = {r.cell: (r.count(schema.STATUS_RUNNING), r.count(STALE)) for r in rows}
         total = sum(r.expected for r in rows)
         done = sum(r.count(schema.STATUS_FINISHED) for r in rows)
-        running = sum(m.running for m in marks.values())
-        stale = sum(m.stale for m in marks.values())
+        running = sum(m[0] for m in marks.values())
+        stale = sum(m[1] for m in marks.values())
         status = (f"{done} of {total} runs finished, {running} running, {stale} stale; "
                   f"{driver.describe()}; read at {time.strftime('%H:%M:%S')}")
-        return live_html(study_dir, meta.name, ui=ui, marks=marks, status=status)
+        return render(study_dir, meta.name, ui=ui, marks=marks, status=status)
 
     return page
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from test_postgres_store import free_port
 from test_study import SMOKE, write_spec
-from test_ui_screenshot import BROWSER, _free_port
+from test_ui_screenshot import BROWSER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ def test_the_live_grid_changes_in_a_cell_while_the_study_runs(tmp_path: Path) ->
             assert launch.poll() is None, "study launch exited before its store existed"
             assert time.time() < deadline, "no store in 300 s"
             time.sleep(1)
-        port, grid_port = _free_port(), _free_port()
+        port, grid_port = free_port(), free_port()
         ui = subprocess.Popen([sys.executable, "-m", "study.cli", "ui", str(study_dir), "--root", str(root),
                                "--port", str(port), "--grid-port", str(grid_port)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

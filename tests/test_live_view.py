@@ -120,7 +120,9 @@ def test_the_live_grid_is_read_from_the_store_on_each_request_with_running_cells
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ui = "http://127.0.0.1:5123"  # the MLflow UI's address as served: the links lead there
-    grid = GridServer("127.0.0.1", port, grid_page(d, meta, ui)).start()
+    from reports.cli import live_grid_page
+
+    grid = GridServer("127.0.0.1", port, grid_page(d, meta, ui, live_grid_page)).start()
     try:
         status, first = _get(f"http://127.0.0.1:{port}/")
         assert status == 200
@@ -160,11 +162,11 @@ def test_report_html_links_where_study_ui_serves_the_study(tmp_path: Path) -> No
     from study.ui import write_served
 
     d = _study(tmp_path, {})
-    page = write_html(d, None, tmp_path / "a", ui=DEFAULT_UI).read_text()
+    page = write_html(d, None, tmp_path / "a", ui=DEFAULT_UI, served_first=True).read_text()
     assert re.search(r'href="http://127\.0\.0\.1:5000/#/experiments/', page)
     served = write_served(d, "http://127.0.0.1:5123")
     assert json.loads(served.read_text())["pid"] == os.getpid()
-    page = write_html(d, None, tmp_path / "b", ui=DEFAULT_UI).read_text()
+    page = write_html(d, None, tmp_path / "b", ui=DEFAULT_UI, served_first=True).read_text()
     assert re.search(r'href="http://127\.0\.0\.1:5123/#/experiments/', page) and ":5000" not in page
     assert "serves it there now" in page
     # an address given explicitly wins; a ui.json of a process that is gone is ignored
@@ -172,5 +174,5 @@ def test_report_html_links_where_study_ui_serves_the_study(tmp_path: Path) -> No
     assert "127.0.0.1:7000/#/" in page and ":5123" not in page
     served.write_text(json.dumps({"url": "http://127.0.0.1:5123", "pid": 2 ** 22 + 12345,
                                   "host": __import__("socket").gethostname()}))
-    page = write_html(d, None, tmp_path / "d", ui=DEFAULT_UI).read_text()
+    page = write_html(d, None, tmp_path / "d", ui=DEFAULT_UI, served_first=True).read_text()
     assert "127.0.0.1:5000/#/" in page
