@@ -95,8 +95,11 @@ def power_lines(n: int, target: float | None = None) -> list[str]:
     """The dry run's ``power`` lines for ``n`` seeds per cell, and with ``target`` (a difference
     in solved rate) the seeds it needs."""
     how = f"one-sided Fisher exact test, alpha {ALPHA:g}, {100 * POWER:g} % power"
-    d = detectable_difference(n)
-    if d is None:
+    d = detectable_difference(n) if n <= MAX_SEEDS else None
+    if n > MAX_SEEDS:
+        lines = [f"power    {n:,} seeds per cell: not computed above {MAX_SEEDS} seeds per cell "
+                 f"(there, a difference in solved rate of a few points is detected; {how})"]
+    elif d is None:
         lines = [f"power    {n} seed(s) per cell: no difference in solved rate between two cells is "
                  f"detected, not even 0 against 1 ({how})"]
     else:

@@ -135,7 +135,7 @@ def test_gold_length_decode_scores_every_gold_step_of_a_model_that_stops_early()
 
     from locattn.training.scoring import score_test_splits
 
-    data = SimpleNamespace(test_splits=["t"], splits={"t": split.examples}, vocab=vocab,
+    data = SimpleNamespace(name=cfg.task.name, test_splits=["t"], splits={"t": split.examples}, vocab=vocab,
                            decode_cap=lambda n: 6)
     ids = dict(pad_id=vocab.pad_id, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
     test, _ = score_test_splits(model, data, cfg, ids)

@@ -48,15 +48,14 @@ SKIP = (
     ("task.train_size=2000", "up to 100 epochs: tens of minutes on a CPU (its flags: tests/test_ux.py)"),
     ("--profile quick", "hours of training"),
     ("--profile paper", "days of training"),
-    ("locattn-localp", "needs the example plugin pip-installed (tests/test_plugins_study.py installs it "
-                       "in a scratch site and runs these commands)"),
     ("ablations/spec.schema.json", "rewrites a committed file (tests/test_spec_schema.py checks it)"),
 )
 #: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
 #: ``slow``, which keeps them out of the default run).
 SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke", "search_lr-smoke", "smoke-slices",
         "study launch ablations/rc_table2.yaml --profile smoke",
-        "study launch ablations/search_lr.yaml --profile smoke")
+        "study launch ablations/search_lr.yaml --profile smoke",
+        "examples/locattn-localm/spec.yaml", "locattn-localm-smoke")
 #: The MLflow server the README's Clusters section starts; the tests start one on a free port.
 SERVER = "http://127.0.0.1:5000"
 
@@ -108,6 +107,8 @@ def clone(tmp_path_factory) -> Path:
     (d / "ablations").symlink_to(ROOT / "ablations")
     (d / "README.md").symlink_to(ROOT / "README.md")
     (d / "examples").symlink_to(ROOT / "examples")
+    (d / "results").mkdir()  # the committed records, read; what a command writes stays here
+    (d / "results" / "record").symlink_to(ROOT / "results" / "record")
     return d
 
 
