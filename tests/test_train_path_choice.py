@@ -4,7 +4,6 @@ Build item 3): ``study.cost.paths``."""
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -158,9 +157,20 @@ def test_dry_run_prints_the_choice_and_prices_compiled_cheaper(tmp_path):
 
 def test_an_existing_study_keeps_its_saved_path(tmp_path):
     """The choice is made once, for a new study: a relaunch's dry run prints no new choice."""
-    study = tmp_path / "rc_table4-paper"
-    study.mkdir()
-    (study / "study.json").write_text(json.dumps({"name": "rc_table4-paper"}))
+    from record.layout import study_paths
+    from study.folder import load_meta, write_meta
+    from study.launch import new_meta
+    from study.spec import read_yaml, resolve_spec
+
+    # study.json as a launch of this spec writes it (the dry run reads all of it: its refusal of
+    # another spec), saved with the eager path where a new study would take the compiled one
+    raw = read_yaml(TABLE4)
+    paths = study_paths("rc_table4-paper", tmp_path)
+    paths.dir.mkdir()
+    write_meta(paths, new_meta(resolve_spec(raw, path=str(TABLE4), profile="paper"), TABLE4, raw, paths,
+                               "rc_table4-paper", only=None, seeds=None, sets=None, train_path="eager",
+                               tracking_uri=None))
     out = io.StringIO()
     launch(TABLE4, profile="paper", root=tmp_path, dry_run=True, out=out)
     assert not any(ln.startswith("path ") for ln in out.getvalue().splitlines())
+    assert load_meta(paths).train_path == "eager"
