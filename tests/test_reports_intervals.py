@@ -95,9 +95,17 @@ def test_bootstrap_interval_agrees_with_scipys_percentile_bootstrap():
 
 def test_every_cell_of_a_built_table_has_its_interval_and_solved_rate_in_the_csv(tmp_path):
     build_reports(RECORD, tables=["rc_table4"], formats=("csv", "md"), out_dir=tmp_path)
-    rows = _rows(tmp_path / "rc_table4.csv")
-    assert len(rows) == 4 * 24
-    for r in rows:
+    build_reports(RECORD, tables=["rc_table4"], formats=("csv",), out_dir=tmp_path / "full", full_frame=True)
+    rows, full = _rows(tmp_path / "rc_table4.csv"), _rows(tmp_path / "full" / "rc_table4.csv")
+    # --full-frame: every cell of the paper's 4 x 24 frame; by default the CSV holds the cells the
+    # Markdown shows (reports.render.shown_frame): those of the rows and columns holding a result,
+    # so every cell with a result, each as in the full frame
+    assert len(full) == 4 * 24
+    shown = ({r["row"] for r in rows}, {r["column"] for r in rows})
+    assert rows == [r for r in full if r["row"] in shown[0] and r["column"] in shown[1]]
+    assert {(r["row"], r["column"]) for r in full if r["n"] != "0"} <= {(r["row"], r["column"]) for r in rows}
+    assert len(rows) < len(full)
+    for r in full:
         assert r["ci_stat"] == "median"
         if r["n"] == "0":
             assert r["ci_low"] == r["solved_k"] == ""

@@ -186,7 +186,12 @@ def test_reports_build_of_two_sources_writes_the_records_of_each_cell(stores, tm
     row = csv.filter((pl.col("row") == "onestep") & (pl.col("column") == "copy:len30")).row(0, named=True)
     assert json.loads(row["records"]) == {"a": [0, 1, 2], "b": [3, 4]}
     assert [s for s, _ in json.loads(row["seeds"])] == [0, 1, 2, 3, 4] and row["n"] == 5
-    missing = csv.filter((pl.col("row") == "onestep_no_sigmoid") & (pl.col("column") == "copy:len30"))
+    # the CSV holds the cells the Markdown shows (rows a or b ran); an empty cell is in the full frame
+    assert set(csv["row"]) == {"onestep", "onestep_no_step2"}
+    assert run_main(["build", str(stores["a"]), str(stores["b"]), "--out", str(tmp_path / "full"),
+                     "--format", "csv", "--full-frame"], capsys, entry=reports_main)[0] == 0
+    full = pl.read_csv(tmp_path / "full" / "rc_table4.csv", comment_prefix="#")
+    missing = full.filter((pl.col("row") == "onestep_no_sigmoid") & (pl.col("column") == "copy:len30"))
     assert missing["records"].to_list() == ["{}"]
     md = (out / "rc_table4.md").read_text()
     assert "records: 2, runs merged by cell, hparams and seed" in md
