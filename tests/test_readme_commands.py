@@ -49,13 +49,15 @@ SKIP = (
     ("--profile quick", "hours of training"),
     ("--profile paper", "days of training"),
     ("ablations/spec.schema.json", "rewrites a committed file (tests/test_spec_schema.py checks it)"),
+    ("localm", "needs the example plugin pip-installed (tests/test_localm_example.py installs it in a "
+               "scratch site and runs these commands)"),
 )
 #: Commands that train models or read what training wrote: minutes, so ``-m readme`` (and
 #: ``slow``, which keeps them out of the default run).
 SLOW = ("locattn train --task", "locattn attention", "rc_table2-smoke", "search_lr-smoke", "smoke-slices",
         "study launch ablations/rc_table2.yaml --profile smoke",
         "study launch ablations/search_lr.yaml --profile smoke",
-        "examples/locattn-localm/spec.yaml", "locattn-localm-smoke")
+        )
 #: The MLflow server the README's Clusters section starts; the tests start one on a free port.
 SERVER = "http://127.0.0.1:5000"
 
