@@ -189,8 +189,11 @@ def solved_text(result: TableResult, cell: Cell) -> str:
 
 def solved_applies(table: TableDef) -> bool:
     """Whether a table's cells have a solved rate: a per-split accuracy in percent, higher is
-    better (:func:`locattn.registry.is_accuracy`)."""
-    return table.direction == "max" and table.kind == "split" and registry.is_accuracy(table.metric)
+    better: the accuracy flag the table keeps for its metric (a study's own or a plugin's table,
+    recorded with the study: :attr:`locattn.table_defs.TableDef.accuracy`), else the registry's
+    (:func:`locattn.registry.is_accuracy`), as :func:`reports.agreement.is_accuracy` reads it."""
+    accuracy = registry.is_accuracy(table.metric) if table.accuracy is None else table.accuracy
+    return table.direction == "max" and table.kind == "split" and bool(accuracy)
 
 
 def cell_solved(result: TableResult, cell: Cell) -> Solved | None:

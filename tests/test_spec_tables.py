@@ -7,6 +7,7 @@ training run recorded shows in that table and in ``study status``."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from locattn.train import train
 from record import schema
 from record.store import sqlite_uri
 from reports.cli import main as reports_main
+from reports.render import solved_applies
 from reports.synth import SynthRun, write_with_client
 from study.results import cell_results, format_results
 from study.spec import SpecError, load_spec
@@ -33,7 +35,7 @@ def first_token_acc(pred, gold, *, eos_id):
 
 @pytest.fixture
 def plugin_metric():
-    registry.register_metric("first_token_acc", first_token_acc, label="First-token accuracy",
+    registry.register_metric("first_token_acc", first_token_acc, label="First-token accuracy", accuracy=True,
                              doc="A plugin's metric: the first output token is right.")
     yield
     registry.unregister("metric", "first_token_acc")
@@ -76,7 +78,10 @@ def test_a_spec_declared_table_builds_from_a_real_store(tmp_path, plugin_metric)
     assert (table.metric, table.direction, table.scale) == ("first_token_acc", "max", 100.0)
     assert table.published == (("content", "copy:len15", 90.0, None, False),)
     assert table.tolerance == ("points", 10.0, "within 10 points (accuracy in %)", None)
-    assert table.accuracy is False  # first_token_acc registers no accuracy flag
+    assert table.accuracy is True  # first_token_acc registers itself an accuracy: its cells have (k/n)
+    # the table's own flag decides (a report built without the plugin), else the registry's
+    assert solved_applies(table) and solved_applies(dataclasses.replace(table, accuracy=None))
+    assert not solved_applies(dataclasses.replace(table, accuracy=False))
     assert spec.resolved["table_defs"] == [recorded]
 
     # one real run computes and records the plugin metric; the other seeds are written with
