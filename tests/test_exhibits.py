@@ -218,7 +218,12 @@ def test_dubois_interp_from_the_store(studies) -> None:
     from reports.build import build_reports
 
     study = studies["dubois_interp"]
-    paths = build_reports(study, out_dir=study / "reports", formats=("csv", "md"))
+    shown = build_reports(study, out_dir=study / "shown", formats=("csv",))
+    shown_rows = list(csv.DictReader(io.StringIO("".join(
+        ln for ln in shown[0].read_text().splitlines(keepends=True) if not ln.startswith("#")))))
+    assert [(r["row"], r["column"]) for r in shown_rows] == [("dubois_location", "reverse_lookup:interp")]
+    # the paper's whole frame on request: every row and column, the one run in its cell
+    paths = build_reports(study, out_dir=study / "reports", formats=("csv", "md"), full_frame=True)
     assert sorted(p.name for p in paths) == ["dubois_interp.csv", "dubois_interp.md"]
     text = (study / "reports" / "dubois_interp.csv").read_text()
     rows = list(csv.DictReader(io.StringIO("".join(
