@@ -195,6 +195,7 @@ def test_a_replicated_call_runs_each_replica_on_its_own_rows_weights_and_state()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # a cold compile under load, as tests/test_compiled.py's
 def test_train_path_compiled_trains_an_ordinary_module_packed_equal_to_solo(tmp_path, localm):
     """``train_path: compiled``: torch.compile traces the per-replica vmap of local-m inside the
     step's one graph (fullgraph); a pack of two seeds equals their compiled solo runs. (Slow:
