@@ -69,8 +69,10 @@ def test_a_launch_records_its_sets_and_other_sets_are_another_study(tmp_path: Pa
     for cfg in configs:
         assert json.loads(cfg.read_text())["optim"]["epochs"] == 1
     code, _, err = _launch(capsys, "--root", str(tmp_path), "--set", "optim.epochs=2")
-    assert code == 2 and "was launched with a different spec or profile" in err, err
-    assert "changed: overrides.optim.epochs: 1 -> 2" in err, err  # the field, old and new
+    # refused beside the finished runs, naming the field, its old and new value, and another name
+    assert code == 2 and ("has 4 finished run(s) under overrides.optim.epochs: 1, and this launch "
+                          "asks for overrides.optim.epochs: 2") in err, err
+    assert "--name rc_table2-smoke-2 --set optim.epochs=2" in err, err
 
 
 def test_the_printed_resume_command_names_the_cluster_it_joined(tmp_path: Path) -> None:
