@@ -62,7 +62,8 @@ def check_study_folder(folder: Path, root: str | Path, where: str = "--name") ->
         raise StudyError(f"--root {root}: {base} is a file, not a directory: the study folder "
                          f"{folder} cannot be made")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise StudyError(f"--root {root}: cannot write in {base} (permission denied)")
+        why = "Read-only file system" if os.statvfs(base).f_flag & os.ST_RDONLY else "permission denied"
+        raise StudyError(f"--root {root}: cannot write in {base} ({why})")
 
 
 def load_meta(paths: StudyPaths) -> StudyMeta:
