@@ -1,7 +1,7 @@
 """Names of the MLflow run record: tags, statuses and metric keys, written by ``study`` and read
 by ``reports``.
 
-See docs/architecture.md §6. Imports only :mod:`locattn.renamed` (standard library).
+Imports only :mod:`locattn.renamed` (standard library).
 """
 
 from locattn.renamed import RENAMED_FIELDS

@@ -16,7 +16,7 @@ from record import schema
 from record.layout import STORE_FILE
 from record.store import StoreError, read_rows, redact, sqlite_uri, unpack
 
-# Tags read for every run: the run-record schema of docs/architecture.md §6.
+# Tags read for every run: the run-record schema (:mod:`record.schema`).
 RUN_TAGS: tuple[str, ...] = (
     schema.ROLE, schema.HPARAMS, schema.TASK, schema.VARIANT, schema.SEED, schema.N_SEEDS,
     schema.STATUS, schema.CODE_VERSION, schema.TABLES, schema.CELL, schema.DIRTY,

@@ -1,6 +1,6 @@
 """Synthetic study stores for tests and benchmarks.
 
-Two writers of the same run records (docs/architecture.md §6):
+Two writers of the same run records (the schema of :mod:`record.schema`):
 
 - :func:`write_with_client`: through ``MlflowClient`` (slow, exactly what the study writes);
 - :func:`write_bulk_sql`: MLflow creates the SQLite schema, then rows are bulk-inserted with SQL
