@@ -1,7 +1,7 @@
 """locattn: location-based attention for length generalisation (torch only).
 
 ``register_attender``, ``register_task``, ``register_variant``, ``register_metric`` and ``register_table`` are the
-plugin API (:mod:`locattn.registry`, standard library only; docs/howto/own-attender.md).
+plugin API (:mod:`locattn.registry`, standard library only).
 """
 
 from typing import Any

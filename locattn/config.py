@@ -52,7 +52,8 @@ OPERATIONAL_FIELDS = frozenset({
 
 @dataclass(frozen=True, kw_only=True)
 class OptimConfig:
-    """Optimisation protocol. Defaults are the reference protocol (REFERENCE §3)."""
+    """Optimisation protocol. Defaults are the protocol of Ray Chowdhury & Caragea's reference
+    code."""
 
     lr: float = 1e-3
     """AdamW learning rate (no weight decay)."""
@@ -150,12 +151,12 @@ class EvalConfig:
     specs set it). A model that stops early scores far lower under ``emitted``."""
     regression_protocol: RegressionProtocol = "paper"
     """Regression tasks (Raffel & Ellis) only: which held-out split drives the run. ``paper`` (their
-    §2.1): the 1,000-sequence test set is scored after every epoch, the run stops at 100 % test
-    accuracy (``epochs_to_100`` counts test epochs) or at the epoch budget, and the last epoch's
-    test accuracy is reported; there is no dev set, and a table picks the best learning rate by
-    that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and the
-    checkpoint (best dev), the test set is scored once at the end, and tables pick the learning
-    rate by dev. More honest, but its numbers answer another question than the paper's."""
+    sec. 2.1): the 1,000-sequence test set is scored after every epoch, the run stops at 100 %
+    test accuracy (``epochs_to_100`` counts test epochs) or at the epoch budget, and the last
+    epoch's test accuracy is reported; there is no dev set, and a table picks the best learning
+    rate by that test result. ``dev``: a separate dev set drives stopping, ``epochs_to_100`` and
+    the checkpoint (best dev), the test set is scored once at the end, and tables pick the
+    learning rate by dev. More honest, but its numbers answer another question than the paper's."""
 
     def __post_init__(self) -> None:
         for name, choices in (("attn_loss_steps", AttnLossSteps), ("attn_loss_decode", AttnLossDecode),
@@ -214,7 +215,7 @@ class RunConfig:
     stacked AdamW update, all inside the captured CUDA graph on a GPU
     (:mod:`locattn.training.graphed`). The same function: logits and one step's
     losses agree with eager within 1e-5; over epochs the rounding differences grow as they do
-    between devices. Recorded in config.json (docs/performance.md).
+    between devices. Recorded in config.json.
     Regressors (Raffel & Ellis) take ``eager`` or ``fused``: :class:`locattn.models.regressor.PoolKernel`,
     the attention pooling in cache-sized chunks, one pass each way (2-3x faster on a CPU; gradients
     within 1e-6 of float64 where eager's are within 3e-4)."""

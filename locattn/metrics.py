@@ -1,4 +1,6 @@
-"""Evaluation metrics (REFERENCE §5). Pure functions on tensors, arrays or lists.
+"""Evaluation metrics: seqAcc, seqAccBE and attnLoss (Dubois et al. 2020, sec. 6.2), edit
+distance (Ray Chowdhury & Caragea 2023, Table 9) and Raffel & Ellis's accuracy. Pure functions on
+tensors, arrays or lists.
 
 Token sequences are (B, T) integer tensors/arrays (or lists of lists) that may hold padding:
 a sequence ends at its first ``eos_id`` (and, if ``pad_id`` is given, at its first pad).
@@ -97,7 +99,7 @@ def seq_correct(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) ->
 
 
 def seq_correct_be(pred: Any, gold: Any, eos_id: int, pad_id: int | None = None) -> np.ndarray:
-    """Per-example seqAccBE (Dubois et al. §6.2): pred (B,T1), gold (B,T2) -> (B,) bool.
+    """Per-example seqAccBE (Dubois et al. 2020, sec. 6.2): pred (B,T1), gold (B,T2) -> (B,) bool.
 
     With k the length of the prediction before its first <eos> (its full length if it has
     none), correct when k <= gold length and pred[:k] == gold[:k]: the output is right up to
@@ -154,8 +156,8 @@ def attn_loss_terms(weights: Any, gold: Any, *, source_offset: int = 0,
 
 def attn_loss(weights: Any, gold: Any, *, source_offset: int = 0,
               lengths: Any | None = None, steps: AttnLossSteps = "with_eos") -> float:
-    """Attention loss (Dubois et al. §6.2): MSE between the expected attended source index and
-    the gold index, pooled over all scored steps.
+    """Attention loss (Dubois et al. 2020, sec. 6.2): MSE between the expected attended source
+    index and the gold index, pooled over all scored steps.
 
     weights (B,T,L): attention over the model's attention axis, where axis position l holds
         source token l - source_offset (source_offset = 1 when a START vector precedes the

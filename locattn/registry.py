@@ -13,7 +13,7 @@ A registration is plain data: a name, a paper-style label, a docstring and, for 
 and metrics, a *target*, the object itself or a lazy ``"module:attr"`` path imported on first
 use. So the registry, and every config check that reads it, needs no torch.
 
-Plugins are found two ways (docs/howto/own-attender.md): installed distributions that declare an
+Plugins are found two ways: installed distributions that declare an
 entry point in the group ``locattn.plugins`` (loaded on the first lookup that misses, and by every
 listing), and module names that a study spec's ``plugins:`` key or ``--plugin`` names
 (:func:`import_plugins`). A plugin that fails to import raises :class:`PluginError`, one line
@@ -178,8 +178,8 @@ def register_attender(name: str, target: Any, *, label: str, doc: str = "",
     pack (``pack_seeds``, ``pack``, a GPU spec); False trains every run solo. ``stacked``: the
     modules are written for stacked (K, ...) parameters, every weight applied through
     :mod:`locattn.models.functional` (the built-ins' fast path); by default the attender is an
-    ordinary module and a pack runs it per replica through ``torch.func``
-    (docs/howto/own-attender.md). ``model_kind``: ``seq2seq`` or ``regressor``.
+    ordinary module and a pack runs it per replica through ``torch.func``.
+    ``model_kind``: ``seq2seq`` or ``regressor``.
     """
     if model_kind not in ("seq2seq", "regressor"):
         raise PluginError(f"register_attender({name!r}): model_kind={model_kind!r}; valid: "
@@ -425,8 +425,8 @@ def register_table(table_id: str, target: Any, *, label: str, doc: str = "",
     """Register a report table ``table_id`` (what a study spec's ``tables:`` names).
 
     ``target``: a :class:`locattn.table_defs.TableDef` whose ``id`` is ``table_id`` (rows =
-    variants, columns = tasks x test splits, the metric a registered one; see
-    docs/howto/own-attender.md), or a lazy ``"module:attr"`` path to one. ``exhibit``: a
+    variants, columns = tasks x test splits, the metric a registered one), or a lazy
+    ``"module:attr"`` path to one. ``exhibit``: a
     qualitative exhibit the reports write from the runs' artifacts (target None). ``label``:
     its source (``Ray Chowdhury & Caragea (2023), Table 2``); ``doc``: its title. A study that
     names a plugin's table records its definition (a report needs no plugin to build it)."""

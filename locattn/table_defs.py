@@ -224,7 +224,7 @@ _RC_MAIN = (
 #: Dubois Table 3 "Interp.": their code scores each file separately and names no interpolation
 #: group, so the column uses the files that match the paper's description (about 3,000 rows of
 #: 2-4 tables from t1..t6): 2,492 + 400 = 2,892 rows. heldout_tables and new_compositions
-#: involve the held-out t7/t8 (docs/dubois_protocol.md).
+#: involve the held-out t7/t8, which the paper never mentions.
 #: The interpolation sets of Dubois et al. (Table 3's Interp. column and the figures' interp. point).
 DUBOIS_INTERP_SPLITS = ("heldout_inputs", "heldout_compositions")
 _DUBOIS_INTERP = DUBOIS_INTERP_SPLITS

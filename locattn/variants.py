@@ -6,7 +6,7 @@ roots derive from ``ModelConfig()`` (parent ``None``). ``PAPER_LABELS`` is the o
 name is written; reports use it for row names.
 
 Sources: Ray Chowdhury & Caragea (ICML 2023) Tables 2-4, 7-8 (base: BiGRU + START/END);
-Dubois et al. (ACL 2020) §5-6 (unidirectional GRU with a residual connection, no START/END);
+Dubois et al. (ACL 2020) secs. 5-6 (unidirectional GRU with a residual connection, no START/END);
 Raffel & Ellis (2016) Table 1 (regressors).
 
 Mix variants set the single field ``attention.mode = "mix"``, so they always mix content attention

@@ -343,7 +343,7 @@ def render_examples_csv(defn: ExhibitDef, blocks: Sequence[BlockResult], prov: P
 # ---------------------------------------------------------------------------------------------
 # Trace figure (dubois_fig9)
 
-# Dubois et al.'s names for the interpretable variables (section 5.1, Figure 9).
+# Dubois et al.'s names for the interpretable variables (sec. 5.1, Figure 9).
 BLOCK_LABELS = (r"$\rho^{(1/n)}$", r"$\rho^{(\bar\alpha)}$", r"$\rho^{(1)}$")
 MIX_LABEL = r"$\rho^{(\lambda)}$"
 

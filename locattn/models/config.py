@@ -118,10 +118,10 @@ class AttentionConfig:
     ``attention``, or the location-only lambda (``location``, the paper's PR modifier; needs
     ``mode="mix"``)."""
     reference: Reference = "previous"
-    """How mu is built from the steps (REFERENCE §2). ``previous``: mu = step·stepsize + pa
-    (OneStep family, no clamp). ``gated``: mu = clamp(step·stepsize + sigmoid(rho1)·pa +
-    sigmoid(rho2)) (LocAttn, Dubois, -Step 2). ``initial``: mu = clamp(step·stepsize + pa +
-    [t=0]·sigmoid(rho1)) (LocAttn S)."""
+    """How mu is built from the steps (Ray Chowdhury & Caragea). ``previous``: mu =
+    step·stepsize + pa (OneStep family, no clamp). ``gated``: mu = clamp(step·stepsize +
+    sigmoid(rho1)·pa + sigmoid(rho2)) (LocAttn, Dubois, -Step 2). ``initial``: mu =
+    clamp(step·stepsize + pa + [t=0]·sigmoid(rho1)) (LocAttn S)."""
     step: StepActivation = "sigmoid"
     """Step activation applied to rho0: ``sigmoid`` sigmoid(beta_step·rho) (OneStep);
     ``softstair`` (LocAttn, -Step 3); ``raw`` rho itself (-Sigmoid); ``mono``
@@ -284,8 +284,8 @@ class ModelConfig:
     input_channels: int = 2
     """Regressor only: channels per time step (value, marker)."""
     regressor_init: RegressorInit = "paper"
-    """Regressor only: initialisation of its dense layers. ``paper`` (Raffel & Ellis §2.1): every
-    weight matrix W (M x N, so N = fan-in) drawn from N(0, std = 1/sqrt(N)), every bias zero.
+    """Regressor only: initialisation of its dense layers. ``paper`` (Raffel & Ellis sec. 2.1):
+    every weight matrix W (M x N, so N = fan-in) drawn from N(0, std = 1/sqrt(N)), every bias zero.
     ``torch``: PyTorch's default ``nn.Linear`` initialisation (uniform, nonzero biases)."""
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     """The attender."""

@@ -1,12 +1,12 @@
 """Source encoders and direction mixing.
 
-* START/END (Ray Chowdhury App. E / REFERENCE §1): learned vectors placed before the first and
+* START/END (Ray Chowdhury & Caragea, App. E): learned vectors placed before the first and
   after the last embedded source token, so L_b = S_b + 2 and p_j = j / max(1, L_b - 1) puts START
   at 0 and END at 1. With ``source_boundaries="none"`` L_b = S_b.
 * ``bigru``: bidirectional GRU, hidden/2 units per direction, run by length. Per layer,
   e_cls = [last forward state; first backward state] (the backward GRU's final state), which also
   initialises that decoder layer.
-* ``gru_residual`` (Dubois et al. §6.3): unidirectional GRU; outputs e = GRU(x) + P x, with P the
+* ``gru_residual`` (Dubois sec. 6.3): unidirectional GRU; outputs e = GRU(x) + P x, with P the
   identity when embedding and hidden sizes agree and a bias-free linear map otherwise;
   e_cls = the last state.
 * Direction mixing (Ray Chowdhury eqs. 17-18): e_dir = g·e + (1-g)·reverse(e),

@@ -8,13 +8,13 @@ import torch
 from torch import Tensor
 
 SOFTSTAIR_TEMPERATURE = 20.0
-"""tau in softstair (Dubois et al. §5.1; Ray Chowdhury eq. 14)."""
+"""tau in softstair (Dubois et al., sec. 5.1; Ray Chowdhury eq. 14)."""
 CLAMP_SLOPE = 0.01
 """m, the leak of the clamp (Ray Chowdhury eq. 8)."""
 
 
 def softstair(x: Tensor, temperature: float = SOFTSTAIR_TEMPERATURE) -> Tensor:
-    """softstair(x) = floor(x) + sigmoid(tau·(x - floor(x) - 0.5)) (Dubois §5.1, RC eq. 14)."""
+    """softstair(x) = floor(x) + sigmoid(tau·(x - floor(x) - 0.5)) (Dubois sec. 5.1, RC eq. 14)."""
     fl = torch.floor(x)
     return fl + torch.sigmoid(temperature * (x - fl - 0.5))
 

@@ -1,4 +1,4 @@
-"""Raffel & Ellis (2016) feed-forward attention regressors (their §2.1, D = 100).
+"""Raffel & Ellis (2016) feed-forward attention regressors (their sec. 2.1, D = 100).
 
     h_t = LReLU(W_xh x_t + b_xh)                   per step, x_t has 2 channels
     attention: e_t = tanh(w·h_t + b), a = softmax_t(e) over valid steps, c = sum_t a_t h_t
@@ -16,7 +16,8 @@ recomputing h_t (two multiply-adds and a leak) instead of storing it, for batche
 on a CPU (benchmarks/bench_regressor.py) and its gradients are closer to a float64 computation
 than eager's (tests/test_regressor_fused.py).
 
-Initialisation (``ModelConfig.regressor_init``): ``paper`` follows their §2.1: a weight matrix
+Initialisation (``ModelConfig.regressor_init``): ``paper`` follows their sec. 2.1: a weight
+matrix
 W of shape M x N gets entries from a zero-mean Gaussian whose standard deviation (not variance)
 is 1/sqrt(N), and biases start at zero. Their W_xh is D x 2 and multiplies x_t in R^2, so N is
 the number of columns, the fan-in (``in_features`` of an ``nn.Linear``). ``torch`` keeps

@@ -232,7 +232,7 @@ class Seq2Seq(nn.Module):
         dir_gate = None
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
-        # (B, L, V); dropout is on e only (REFERENCE §1, reference code)
+        # (B, L, V); dropout is on e only (Ray Chowdhury & Caragea's reference code)
         hidden_v = F.leaky_relu(linear(e, self.value_in.weight, self.value_in.bias))
         values = linear(hidden_v, self.value_out.weight)  # (B, L, H)
         lengths = enc.lengths.to(e.dtype)  # (B,)

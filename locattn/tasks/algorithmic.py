@@ -1,4 +1,5 @@
-"""Generated probing tasks: the copy family, DeDupe and PosRetrieve (REFERENCE §4).
+"""Generated probing tasks: the copy family, DeDupe and PosRetrieve
+(Ray Chowdhury & Caragea 2023).
 
 Every task draws a digit sequence X (tokens "0".."9") whose length n is the *task length*
 (TaskConfig.train_lengths etc.), then maps it to (source, target, gold attention):
@@ -66,7 +67,7 @@ REPEATS: tuple[int, ...] = (1, 3, 5)
 
 
 def num2repeat(d: int) -> int:
-    """ReCopy repetition count of digit ``d`` (REFERENCE §4)."""
+    """ReCopy repetition count of digit ``d`` (Ray Chowdhury & Caragea's num2repeat)."""
     return 1 if d <= 3 else (3 if d <= 6 else 5)
 
 

@@ -53,10 +53,10 @@ RAFFEL: tuple[str, ...] = ("raffel_add", "raffel_mul")
 #: - lookup*: sizes are fixed by the Long Lookup Tables construction (train_size etc. unused);
 #:   Lookup and Reverse Lookup move 500 rows of longer_seen_1 into dev, as the reference does.
 #: - scan: dev_size is carved out of the 16,990 length-split training commands.
-#: - raffel_*: fixed dev/test sets of 1,000 sequences (Raffel & Ellis §3); batch 100,
-#:   an "epoch" of 1,000 updates (REFERENCE §4).
+#: - raffel_*: fixed dev/test sets of 1,000 sequences (Raffel & Ellis, sec. 3); batch 100,
+#:   an "epoch" of 1,000 updates (Raffel & Ellis).
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    # the reference's Lookup dev set: validation + 500 rows of longer_seen_1 (REFERENCE §3)
+    # the reference's Lookup dev set: validation + 500 rows of longer_seen_1 (its process_llt.py)
     "lookup": {"task.dev_from_long1": 500},
     "reverse_lookup": {"task.dev_from_long1": 500},
     "scan": {"task.dev_size": 1_000},
@@ -110,7 +110,7 @@ def task_kind(name: str) -> str:
 class TaskConfig:
     """Which task to build and how big its splits are.
 
-    Defaults are the papers' splits (Ray Chowdhury & Caragea 2023, §2): train 10,000
+    Defaults are the papers' splits (Ray Chowdhury & Caragea 2023, sec. 2): train 10,000
     examples of length 5-10, dev 2,000 of length 10-15, 2,000 per test length.
     Sizes and lengths apply to the generated probing tasks (copy ... posretrieve).
     Long Lookup Tables, SCAN and CFQ have sizes fixed by their own construction

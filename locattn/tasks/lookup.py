@@ -1,4 +1,4 @@
-"""Long Lookup Tables (Liska et al. 2018; Dubois et al. 2020 §6.1) and their variants.
+"""Long Lookup Tables (Liska et al. 2018; Dubois et al. 2020, sec. 6.1) and their variants.
 
 Eight random bijections t1..t8 on 3-bit strings. A source ``000 t1 t2 .`` asks for the
 target ``000 t1(000) t2(t1(000))``; the gold attention is the source index of the table
@@ -216,7 +216,7 @@ def task_data(name: str, splits: dict[str, list[Example]], vocab_tokens: list[st
 
 def move_long1_to_dev(data: TaskData, n: int, *, seed: int) -> TaskData:
     """``data`` with ``n`` seeded-random rows of ``longer_seen_1`` appended to the dev split and
-    removed from that test split (the reference's Lookup protocol, REFERENCE §3)."""
+    removed from that test split (the reference code's Lookup protocol: its ``process_llt.py``)."""
     long1 = data.splits.get("longer_seen_1")
     if not long1:
         raise ValueError(

@@ -1,13 +1,13 @@
 """Raffel & Ellis (2016) regression runs: addition and multiplication problems.
 
-Training (REFERENCE §4): MSE loss with Adam (no clipping, no LR schedule), batch
+Training (Raffel & Ellis): MSE loss with Adam (no clipping, no LR schedule), batch
 ``optim.batch_size`` (100 for these tasks), an "epoch" of ``optim.updates_per_epoch`` updates
 (1,000) on freshly sampled batches, at most ``optim.epochs`` epochs. Accuracy is the fraction of
 sequences with |y_hat - y| < 0.04.
 
 Which held-out split drives the run is ``eval.regression_protocol``:
 
-- ``paper`` (Raffel & Ellis §2.1, the default): the fixed test set is scored after every epoch
+- ``paper`` (Raffel & Ellis sec. 2.1, the default): the fixed test set is scored after every epoch
   (epoch metrics ``test_loss``, ``test_score``); the run stops at the first epoch with 100 %
   test accuracy (``epochs_to_100``) or at the budget; the reported model is the last epoch's, and
   its test accuracy is ``test.test.accuracy``. There is no dev set: ``best_selection_score`` and

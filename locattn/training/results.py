@@ -38,7 +38,8 @@ class RunResult:
     dev_scoring: str
     """How the dev score was computed (``teacher_forced`` or ``greedy``; regression: ``accuracy``)."""
     history: list[dict[str, float]]
-    """One dict per epoch: ``epoch`` and the §6 epoch metrics."""
+    """One dict per epoch: ``epoch`` and the run record's epoch metrics
+    (``train_loss``, ``dev_loss``, ``dev_score``, ...)."""
     best_epoch: int
     """Epoch (from 1) of the selected model."""
     best_selection_score: float
@@ -61,7 +62,7 @@ class RunResult:
     """Sum of the epoch times plus the final test scoring time."""
 
     def final_metrics(self) -> dict[str, float]:
-        """The §6 final metrics: ``best_selection_score, best_epoch, epochs_run,
+        """The run record's final metrics: ``best_selection_score, best_epoch, epochs_run,
         test.<split>.<m>``."""
         out: dict[str, float] = {
             "best_selection_score": float(self.best_selection_score),

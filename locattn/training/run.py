@@ -1,4 +1,5 @@
-"""Floor 5 of a training run: ``train(cfg, out_dir)`` (docs/architecture.md §5, REFERENCE §3).
+"""Floor 5 of a training run: ``train(cfg, out_dir)`` (the protocol of
+Ray Chowdhury & Caragea's reference code).
 
 Protocol (defaults of :class:`~locattn.config.OptimConfig`): AdamW, lr 1e-3, no weight decay,
 batch 32, gradient-norm clip 5, ReduceLROnPlateau halving after 4 epochs of dev plateau (mode

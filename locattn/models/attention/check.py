@@ -3,7 +3,7 @@
 :func:`attender_problem` builds the attender of a run's :class:`~locattn.models.config.ModelConfig`
 as the model would, calls it on a batch of two sources (lengths 5 and 3) for two steps, alone and
 as a pack of two replicas (:mod:`locattn.models.attention.replicas`), and says in one line what
-does not fit the interface (docs/howto/own-attender.md §2): a target that cannot be called as
+does not fit the attender interface: a target that cannot be called as
 ``target(cfg, *, query_size, key_size, dim, total_batches)``, a target that does not return an
 ``nn.Module``, a ``forward`` that does not return ``(AttnStep, state)``, attention weights that
 are not a (B, L) float tensor, zero on padding, or a diagnostic of the wrong shape.

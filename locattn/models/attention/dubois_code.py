@@ -1,11 +1,11 @@
 """The Location attender as Dubois's code computes it (``attention.family="dubois_code"``).
 
-Dubois et al. (ACL 2020) describe their attender in §5; the code their experiment driver imports
+Dubois et al. (ACL 2020) describe their attender (sec. 5); the code their experiment driver imports
 (specialized-attention-mini, branch ``nips``: ``seq2seq/attention/attender.py``, ``location.py``,
 ``seq2seq/util/torchextend.py``, ``helpers.py``, with the arguments of ``seq2seq/main.py``)
-computes something else in several places (docs/dubois_protocol.md lists them). This module
-follows the code, per decoding step t with query h (the decoder output, (B, H)) and n the source
-length (every position j at p_j = j / (n - 1)):
+computes something else in several places. This module follows the code, per decoding step t
+with query h (the decoder output, (B, H)) and n the source length (every position j at
+p_j = j / (n - 1)):
 
 * weighter: o_t = GRU(relu(W_r h), o_{t-1}), o_{-1} a learned vector (U(-0.05, 0.05)); resize
   and GRU initialised as ``controller_init="dubois"``.
@@ -33,7 +33,7 @@ code's ``rate_prepare_pos``, ``rate_start_round`` and ``rate_attmix_wait`` (all 
 over ``anneal_temp_round`` = 0.1). The attender counts the training batches it has seen in a
 buffer (``calls``), so a resumed run continues the schedule.
 
-Not carried over (docs/dubois_protocol.md): the L1 penalty the code adds to the loss when mu
+Not carried over: the L1 penalty the code adds to the loss when mu
 leaves [-0.01, 1.01] (capped at 1 % of the batch loss); the content attention here masks padded
 source positions (the code's softmax also covers padding in mixed-length batches, which its
 length-bucketed batches make rare); positions use max(1, n - 1) where the code divides by n - 1.

@@ -1,4 +1,5 @@
-"""Gaussian location attention and its descendants (Dubois §5.1-5.2; Ray Chowdhury §4.3, §5, App. B).
+"""Gaussian location attention and its descendants (Dubois et al. 2020, secs. 5.1-5.2;
+Ray Chowdhury & Caragea 2023, secs. 4.3 and 5, App. B).
 
 Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
 
@@ -25,7 +26,7 @@ Per decoding step t with query h_{t-1} (shapes (B,) unless noted):
   rho rows share b = sqrt(6/(k(d+1))) (``grouped``: the reference draws them as one Xavier-uniform
   (1, d, k) tensor) or each get sqrt(6/(d+1)) (``per_row``).
 * ``mode="mix"``: alpha = m·lambda + (1-m)·softmax(content), m = sigmoid(beta_mix·Linear(h_{t-1}))
-  (RC eqs. 15-16 with m on the location term; Dubois §5.2). Otherwise alpha = lambda.
+  (RC eqs. 15-16 with m on the location term; Dubois sec. 5.2). Otherwise alpha = lambda.
 * pa_t = sum_j w_tj p_j with w = alpha, or w = lambda for ``pa_from="location"`` (PR).
 
 Every switch is resolved in ``__init__`` (bound methods, module presence); ``forward`` has no
@@ -137,7 +138,8 @@ class LocationAttender(Attender):
             self.resize = nn.Linear(query_size, controller_size)
             self.weighter = nn.GRUCell(controller_size, controller_size)
             l_size = controller_size
-        # [sigma logit, rho_0..]: bias-free dot products w·l_t (RC eqs. 10, 13; REFERENCE §2).
+        # [sigma logit, rho_0..]: bias-free dot products w·l_t (Ray Chowdhury & Caragea,
+        # eqs. 10, 13).
         n_rho = N_RHO[reference]
         self.heads = nn.Linear(l_size, 1 + n_rho, bias=False)
         sigma_bound, rho_bound = head_bounds(l_size, n_rho, rho_init)
@@ -333,7 +335,7 @@ class LocationAttender(Attender):
 
 
 def building_block_weights(reference: Reference, step: Tensor, rho: Tensor) -> Tensor:
-    """Weights of the building blocks (1/(L-1), pa_{t-1}, 1) in mu, per step (Dubois §5.1).
+    """Weights of the building blocks (1/(L-1), pa_{t-1}, 1) in mu, per step (Dubois sec. 5.1).
 
     ``step`` (B, T) is the activated step, ``rho`` (B, T, n_rho) the raw logits of consecutive
     decoding steps from t = 0; returns (B, T, 3) with mu = clamp(w0·stepsize + w1·pa + w2) (no
