@@ -55,3 +55,15 @@ def write_plugin(folder: Path, name: str, packable: bool = False) -> Path:
     (folder / f"{name}.py").write_text(PLUGIN.replace("{name}", name).replace("{packable}", str(packable)))
     (folder / f"{name}_impl.py").write_text(IMPL)
     return folder
+
+
+def fake_install(site: Path, example: str) -> Path:
+    """An example plugin as ``pip install -e examples/locattn-<example>`` leaves it, without
+    touching the venv: its distribution metadata (with the ``locattn.plugins`` entry point
+    ``<example> = locattn_<example>``) in ``site``, a folder to put on PYTHONPATH beside the
+    example's source folder. Returns ``site``."""
+    info = site / f"locattn_{example}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: locattn-{example}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[locattn.plugins]\n{example} = locattn_{example}\n")
+    return site

@@ -15,21 +15,13 @@ from pathlib import Path
 import pytest
 
 from record import schema
+from tests.plugin_helpers import fake_install
 from tests.study_helpers import trial_run_rows
 from tests.test_plugins_study import run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "locattn-localm"
 
-
-def fake_install(site: Path) -> Path:
-    """The example as `pip install -e examples/locattn-localm` leaves it, without touching the
-    venv: its distribution metadata (with the entry point) in a folder on PYTHONPATH."""
-    info = site / "locattn_localm-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: locattn-localm\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text("[locattn.plugins]\nlocalm = locattn_localm\n")
-    return site
 
 
 def results(study: Path) -> dict[tuple[str, int], dict]:
@@ -43,7 +35,7 @@ def results(study: Path) -> dict[tuple[str, int], dict]:
 
 @pytest.mark.slow
 def test_the_plain_pytorch_example_trains_solo_and_packed_beside_onestep_and_reports(tmp_path):
-    paths = [EXAMPLE, fake_install(tmp_path / "site")]
+    paths = [EXAMPLE, fake_install(tmp_path / "site", "localm")]
     listed = run(["locattn", "list", "attenders", "localm"], paths)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split()[:4] == ["localm", "Local-m", "plugin", "locattn_localm"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from record import schema
-from tests.plugin_helpers import write_plugin
+from tests.plugin_helpers import fake_install, write_plugin
 from tests.study_helpers import trial_run_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,15 +48,6 @@ def pdf_text(path: Path) -> str:
     return "\n".join(re.sub(rb"\\(.)", rb"\1", b"".join(re.findall(rb"\(((?:\\.|[^\\)])*)\)", r)))
                      .decode("latin-1") for r in runs)
 
-
-def fake_install(site: Path) -> Path:
-    """The example as `pip install -e examples/locattn-localp` leaves it, without touching the
-    venv: its distribution metadata (with the entry point) in a folder on PYTHONPATH."""
-    info = site / "locattn_localp-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: locattn-localp\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text("[locattn.plugins]\nlocalp = locattn_localp\n")
-    return site
 
 
 def test_a_spec_plugin_outside_the_repo_trains_and_a_resume_trusts_only_what_it_is_told(tmp_path):
@@ -128,7 +119,7 @@ def test_a_plugin_that_fails_is_one_line_and_nothing_is_recorded(tmp_path):
 
 
 def test_the_worked_example_installs_lists_trains_and_reports(tmp_path):
-    site = fake_install(tmp_path / "site")
+    site = fake_install(tmp_path / "site", "localp")
     paths = [EXAMPLE, site]
     listed = run(["locattn", "list", "attenders", "localp"], paths)
     assert listed.returncode == 0, listed.stderr
