@@ -1,5 +1,5 @@
-"""A replay of bad inputs and folder faults (issue 45): each must be answered with one line
-and lose nothing.
+"""A replay of bad inputs and folder faults: each must be answered with one line and lose
+nothing.
 
 It makes one real study (``study export`` of a one-run copy study) and one real worker
 folder (``python -m locattn.offline`` stopped by its deadline), then feeds the commands bad

@@ -12,9 +12,10 @@ fresh Python's ``import torch, locattn.train`` plus loading the full data and bu
 Raffel & Ellis run a few hundred updates at the spec's first T0. CFQ has no data on these
 machines: it is timed on synthetic files of the assumed shape (``CFQ_ASSUMED_TOKENS``).
 
-The study's own start-up (Ray, the store, Tune) is not timed here: it is the 12-14 s that
-docs/scaling.md measured (13 s). Only this machine's CPU is measured: the table has no GPU
-rows, and a plan says so (a GPU run needs wall-clock timing with device synchronisation).
+The study's own start-up (Ray, the store, Tune) is not timed here: it is the 12-14 s before
+``Tuner.fit`` that ``benchmarks/bench_study_scale.py`` measures (:data:`STUDY_STARTUP`).
+Only this machine's CPU is measured: the table has no GPU rows, and a plan says so (a GPU run
+needs wall-clock timing with device synchronisation).
 ``--quick`` times three tasks at tiny sizes and writes nothing unless ``--out`` is given.
 ``--tasks`` with ``--out`` naming an existing table replaces those tasks' rows and keeps the
 others (the re-measure's command, machine and load go under the table's ``meta["cpu"]``).
@@ -49,7 +50,7 @@ from study.cost import (CALIBRATION_FILE, CFQ_ASSUMED_TOKENS, Calibration, Rate,
                         merge_rates, run_cost, run_shape, split_ktok, variant_family)
 from study.spec import SpecError, read_yaml, resolve_spec  # noqa: E402
 
-STUDY_STARTUP = 13.0  # docs/scaling.md: 12-14 s of fixed start-up before Tuner.fit
+STUDY_STARTUP = 13.0  # bench_study_scale.py: 12-14 s of fixed start-up before Tuner.fit
 
 
 def spec_keys(tasks: set[str] | None) -> dict[tuple[str, str], tuple[str, object]]:

@@ -1,5 +1,5 @@
 """CPU seconds of one run's per-epoch dev work (``Seq2SeqRun.dev_scores``), and for a Mix run the
-same work as it was before the mix gate came from the scoring forward.
+same work with the mix gate read by a second pass instead of from the scoring forward.
 
     python benchmarks/bench_dev.py [--cases copy/mix_onestep_pr,copy/onestep] [--train-step graphed]
                                    [--dev-size 2000] [--repeats 5] [--threads 1] [--quick]
@@ -7,7 +7,7 @@ same work as it was before the mix gate came from the scoring forward.
 Per case, one untrained run of the paper's model (its dev split: ``--dev-size`` examples at
 ``optim.dev_batch_size``). ``now``: what ``Seq2SeqRun.end_epoch`` spends on dev after an epoch's
 training pass (a Mix run's ``mix_gate`` is read from the scoring forward). ``two passes``, Mix
-runs only: the scoring pass, then a traced pass of its own for the gate, as before d4de51b. The
+runs only: the scoring pass, then a traced pass of its own for the gate. The
 minimum over ``--repeats`` (noise only adds time) of this process's CPU seconds, wall beside it.
 """
 

@@ -31,7 +31,7 @@ measured), with the machine line, the device, the torch version and the command.
 (seconds, default 450: under 8 minutes with start-up) bounds the whole script. ``--quick`` (the
 CI ``bench`` tier, a CPU dry run): K = 1, 2, the eager and graphed paths, 200 examples; the
 compiled path is left out there, since its cold compile takes minutes on a CPU (give
-``--paths`` to include it). Documented in docs/howto/gpu.md.
+``--paths`` to include it).
 """
 
 from __future__ import annotations

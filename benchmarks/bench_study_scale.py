@@ -49,7 +49,7 @@ FAKE_EPOCHS = 3
 
 
 def fake_metrics(seed: int, epoch: int) -> dict[str, float]:
-    """Deterministic epoch metrics of a run that does not train (§6 epoch metric names)."""
+    """Deterministic epoch metrics of a run that does not train (the record's epoch metric names)."""
     jitter = (seed % 97) * 1e-3
     return {
         "train_loss": 2.0 / epoch + jitter,

@@ -19,7 +19,7 @@ DEFAULT_WINDOW = 2
 
 def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``model.attention.options`` of ``localm``: ``window`` D (int >= 0, default 2), the
-    half-width of the window [p_t - D, p_t + D] around p_t = t (Luong et al. 2015, §3.2)."""
+    half-width of the window [p_t - D, p_t + D] around p_t = t (Luong et al. 2015, sec. 3.2)."""
     unknown = sorted(set(options) - {"window"})
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r}; valid: ['window']")

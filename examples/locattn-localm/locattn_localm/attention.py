@@ -1,5 +1,5 @@
 """Local-m attention (Luong, Pham & Manning 2015, "Effective Approaches to Attention-based Neural
-Machine Translation", §3.2), written as any PyTorch module is: ``nn.Linear``, ``nn.LayerNorm``
+Machine Translation", sec. 3.2), written as any PyTorch module is: ``nn.Linear``, ``nn.LayerNorm``
 and a registered buffer, nothing of locattn's but the two dataclasses of the interface.
 
 At decoder step t the aligned position is monotonic, p_t = t (clamped to the last valid

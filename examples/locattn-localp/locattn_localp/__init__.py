@@ -16,7 +16,7 @@ DEFAULT_WINDOW = 3
 
 def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``model.attention.options`` of ``localp``: ``window`` D (int >= 1, default 3), the
-    half-width of the window [p_t - D, p_t + D]; sigma = D / 2 (Luong et al. 2015, §3.2)."""
+    half-width of the window [p_t - D, p_t + D]; sigma = D / 2 (Luong et al. 2015, sec. 3.2)."""
     unknown = sorted(set(options) - {"window"})
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r}; valid: ['window']")

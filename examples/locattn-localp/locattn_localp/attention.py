@@ -1,5 +1,5 @@
 """Local-p attention (Luong, Pham & Manning 2015, "Effective Approaches to Attention-based Neural
-Machine Translation", §3.2, eqs. 9-10).
+Machine Translation", sec. 3.2, eqs. 9-10).
 
 At each decoder step t the attender predicts an aligned position
 
