@@ -98,7 +98,7 @@ class Store(Protocol):
                   as_stored: bool = False) -> "RunRows":
         """The active runs of ``study``: :func:`read_rows`."""
 
-    def run_index(self, experiment_id: str) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
+    def run_index(self, experiment_id: str) -> dict[str, IndexedRun] | None:
         """run key -> what the record holds of that run: :func:`run_index`."""
 
     def superseded_runs(self, experiment_id: str) -> list[str]:
@@ -124,7 +124,7 @@ class MlflowStore:
         return read_rows(self.tracking_uri, study, tag_keys=tag_keys, metric_keys=metric_keys,
                          metric_prefixes=metric_prefixes, param_keys=param_keys, as_stored=as_stored)
 
-    def run_index(self, experiment_id: str) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
+    def run_index(self, experiment_id: str) -> dict[str, IndexedRun] | None:
         """:func:`run_index` of this store."""
         return run_index(self.tracking_uri, experiment_id)
 
@@ -384,18 +384,32 @@ def latest_metrics(tracking_uri: str, run_ids: Sequence[str]) -> dict[str, dict[
     return out
 
 
-def run_index(tracking_uri: str, experiment_id: str
-              ) -> dict[str, tuple[str, int, str | None, frozenset[str]]] | None:
-    """run key -> (run id, last epoch step logged (0: none), ``locattn.status`` tag or None, the
-    keys of the other metrics it holds) of every active run of an experiment that has a
-    ``locattn.run_key``, by SQL on a SQLite store; None for any other store (ask MLflow's client
-    there)."""
+@dataclass(frozen=True)
+class IndexedRun:
+    """What a SQLite store holds of one active run that has a ``locattn.run_key``
+    (:func:`run_index`): enough for the writer to continue the run without logging twice."""
+
+    run_id: str
+    """MLflow run id."""
+    last_step: int
+    """Last epoch step logged (``schema.EPOCH_METRICS``; 0: none)."""
+    status: str | None
+    """The run's ``locattn.status`` tag, or None when it has none."""
+    metric_keys: frozenset[str]
+    """The keys of the run's other (not per-epoch) metrics: its finals, cell medians, ..."""
+
+
+def run_index(tracking_uri: str, experiment_id: str) -> dict[str, IndexedRun] | None:
+    """run key -> :class:`IndexedRun` of every active run of an experiment that has a
+    ``locattn.run_key`` (a run :func:`superseded` by another of its identity left out), by SQL on
+    a SQLite store; None for any other store (ask MLflow's client there)."""
     db = local_store(tracking_uri)
     if db is None or not db.is_file():
         return None
     keys, steps, statuses, others, starts = mlflow_sql.run_key_rows(tracking_uri, experiment_id)
     drop = superseded([(run_id, key, statuses.get(run_id), starts.get(run_id)) for key, run_id in keys])
-    return {key: (run_id, int(steps.get(run_id) or 0), statuses.get(run_id), frozenset(others.get(run_id, ())))
+    return {key: IndexedRun(run_id=run_id, last_step=int(steps.get(run_id) or 0), status=statuses.get(run_id),
+                            metric_keys=frozenset(others.get(run_id, ())))
             for key, run_id in keys if run_id not in drop}
 
 

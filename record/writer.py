@@ -274,9 +274,10 @@ def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[st
     """run key -> RunState for every active run of the experiment (trial and parent runs)."""
     index = run_index(tracking_uri, experiment_id)
     if index is not None:
-        return {key: RunState(run_id=run_id, last_step=step, status=status or schema.STATUS_RUNNING,
-                              finals_logged=set(finals) if status != schema.STATUS_FINISHED else set())
-                for key, (run_id, step, status, finals) in index.items()}
+        return {key: RunState(run_id=run.run_id, last_step=run.last_step,
+                              status=run.status or schema.STATUS_RUNNING,
+                              finals_logged=set(run.metric_keys) if run.status != schema.STATUS_FINISHED else set())
+                for key, run in index.items()}
     out: dict[str, RunState] = {}
     token = None
     while True:

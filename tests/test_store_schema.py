@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from record import mlflow_sql, schema
-from record.store import MlflowStore, Store, StoreError, check_schema, open_store, sqlite_uri
+from record.store import IndexedRun, MlflowStore, Store, StoreError, check_schema, open_store, sqlite_uri
 from record.writer import RecordWriter
 from study.spec import SpecError
 from study.ui import store_uri
@@ -100,7 +100,8 @@ def test_the_mlflow_store_is_a_store_and_reads_what_the_writer_wrote(store) -> N
     s = open_store(uri, writing=True)
     assert isinstance(s, Store) and isinstance(s, MlflowStore)
     index = s.run_index(writer(uri).experiment_id)
-    assert index is not None and index["k"][0] == run_id
+    assert index is not None and index["k"] == IndexedRun(
+        run_id=run_id, last_step=0, status=schema.STATUS_RUNNING, metric_keys=frozenset())
     rows = s.read_rows("s", tag_keys=[schema.RUN_KEY], param_keys=["lr"])
     assert (run_id, "lr", "0.1") in rows.params
     assert s.latest_metrics([run_id]) == {run_id: {}}
