@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 from urllib.parse import unquote, urlparse
 
 from mlflow.entities import Metric, Param, RunTag
@@ -65,7 +65,7 @@ class StoreWaits:
         """token -> [what, stream, start, next notice, every] (monotonic seconds)."""
         self.thread: threading.Thread | None = None
 
-    def add(self, token: object, what: str, stream: Any) -> None:
+    def add(self, token: object, what: str, stream: TextIO | None) -> None:
         """Watch one call from now, a notice every :data:`WAIT_NOTICE_SECONDS` (as it is now)."""
         now, every = time.monotonic(), WAIT_NOTICE_SECONDS
         with self.cond:
@@ -107,7 +107,7 @@ os.register_at_fork(after_in_child=STORE_WAITS.__init__)
 
 
 @contextmanager
-def waiting_notice(what: str, stream: Any = None) -> Iterator[None]:
+def waiting_notice(what: str, stream: TextIO | None = None) -> Iterator[None]:
     """Around one blocking store call: every :data:`WAIT_NOTICE_SECONDS` it has not returned,
     one line on ``stream`` (stderr) naming ``what`` and how long it has waited
     (:data:`STORE_WAITS` watches)."""
@@ -270,8 +270,11 @@ def is_cell_key(key: str) -> bool:
 # ---------------------------------------------------------------------------- store access
 
 
-def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[str, RunState]:
-    """run key -> RunState for every active run of the experiment (trial and parent runs)."""
+def existing_runs(client: MlflowClient | PatientClient | None, tracking_uri: str,
+                  experiment_id: str) -> dict[str, RunState]:
+    """run key -> RunState for every active run of the experiment (trial and parent runs).
+    ``client`` is asked only where :func:`record.store.run_index` cannot answer (not a SQLite
+    store): None is enough for a SQLite store."""
     index = run_index(tracking_uri, experiment_id)
     if index is not None:
         return {key: RunState(run_id=run.run_id, last_step=run.last_step,
@@ -302,7 +305,7 @@ def existing_runs(client: Any, tracking_uri: str, experiment_id: str) -> dict[st
             return out
 
 
-def ensure_experiment(client: Any, name: str, artifact_location: str | None) -> str:
+def ensure_experiment(client: MlflowClient | PatientClient, name: str, artifact_location: str | None) -> str:
     """Experiment id of ``name``, created with ``artifact_location`` if missing (None: the
     server's default artifact root)."""
     exp = client.get_experiment_by_name(name)

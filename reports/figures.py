@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 import polars as pl
@@ -29,6 +29,9 @@ from reports.aggregate import SELECTION_KEY, aggregate, finite_metrics
 from reports.labels import StudyLabels
 from reports.store import read_runs, resolve_source
 from reports.tables import DUBOIS_INTERP_SPLITS, get_table
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def _plt():
@@ -121,7 +124,18 @@ CURVE_STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 
                 ("P", (0, (3, 1, 1, 1, 1, 1))), ("X", (0, (1, 2))), ("*", (0, (8, 2))))
 
 
-def curve_style(i: int) -> dict[str, Any]:
+class CurveStyle(TypedDict):
+    """matplotlib ``plot`` keywords of one curve (:func:`curve_style`)."""
+
+    marker: str
+    linestyle: str | tuple[int, tuple[int, ...]]
+    markersize: float
+    markerfacecolor: str | None
+    linewidth: float
+    zorder: int
+
+
+def curve_style(i: int) -> CurveStyle:
     """matplotlib ``plot`` keywords of the ``i``-th curve of a panel (see :data:`CURVE_STYLES`)."""
     marker, linestyle = CURVE_STYLES[i % len(CURVE_STYLES)]
     return {"marker": marker, "linestyle": linestyle, "markersize": max(3.5, 8.0 - 1.0 * i),
@@ -186,7 +200,7 @@ def length_curves(frames: Mapping[str, pl.DataFrame], *, title: str = "",
 
 
 def attention_figure(
-    weights: Any,
+    weights: ArrayLike,
     src: Sequence[str],
     tgt: Sequence[str],
     *,

@@ -8,7 +8,7 @@ so a spec-only plugin's rows carry its own labels in a process that never import
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from locattn.labels import task_label
 from locattn.variants import PAPER_LABELS
@@ -27,7 +27,7 @@ class StudyLabels:
         self._recorded = {kind: dict((recorded or {}).get(kind) or {}) for kind in ("task", "variant")}
 
     @classmethod
-    def from_tags(cls, tags: Iterable[Any]) -> StudyLabels:
+    def from_tags(cls, tags: Iterable[str | None]) -> StudyLabels:
         """From the ``locattn.labels`` tag values of a study's parent runs (None and bad JSON,
         as an older store has, are skipped)."""
         merged: dict[str, dict[str, str]] = {"task": {}, "variant": {}}
