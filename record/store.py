@@ -29,9 +29,10 @@ from record import mlflow_sql, schema
 from record.mlflow_sql import (  # noqa: F401 - re-exported: the door callers use
     SQLReader, experiment_id, insert_rows, move_artifact_root, open_database, stored_value)
 from record.uri import (  # noqa: F401 - re-exported: the door callers use
-    ARCHIVE_SUFFIX, PASSWORD_QUERY_KEYS, SECRET_QUERY_KEYS, SQLITE_PREFIX, USER_QUERY_KEYS, StoreError,
-    StudyNotFound, UriParts, hidden_secrets, is_server, local_store, portable_uri, readonly_uri, redact,
-    split_credentials, sqlite_path, sqlite_uri, unpack, uri_parts)
+    ARCHIVE_SUFFIX, FULL, GONE, LOCKED, PASSWORD_QUERY_KEYS, READ_ONLY, SECRET_QUERY_KEYS, SQLITE_PREFIX,
+    STORE_ERROR_MODULES, USER_QUERY_KEYS, StoreError, StudyNotFound, UriParts, hidden_secrets, is_server,
+    is_store_error, local_store, portable_uri, readonly_uri, redact, split_credentials, sqlite_path, sqlite_uri,
+    store_condition, unpack, uri_parts)
 
 
 # ---------------------------------------------------------------------------- the contract

@@ -1,4 +1,5 @@
-"""Tracking URIs: what a URI names, its SQLite file, its secrets redacted, and the store's errors.
+"""Tracking URIs: what a URI names, its SQLite file, its secrets redacted, and the store's errors
+(what a store's failure says of it: :func:`store_condition`).
 
 The lowest floor of the record's store access: :mod:`record.mlflow_sql` (the SQL) and
 :mod:`record.store` (the door everyone uses) both stand on it. Plain string work and files; no
@@ -7,6 +8,7 @@ MLflow, no database driver.
 
 from __future__ import annotations
 
+import errno
 import lzma
 import os
 import shutil
@@ -26,6 +28,58 @@ class StoreError(ValueError):
 
 class StudyNotFound(StoreError):
     """The store holds no study (MLflow experiment) of that name."""
+
+
+# ---------------------------------------------------------------------------- the store's failures
+
+#: Modules whose exceptions are the store's (MLflow's client, the database drivers, HTTP): a
+#: failure of the store, not a bug of this code.
+STORE_ERROR_MODULES = ("mlflow", "sqlalchemy", "sqlite3", "requests", "urllib3", "psycopg", "pymysql")
+
+FULL = "full"
+"""The store's device has no space left (SQLite's SQLITE_FULL, ``ENOSPC``)."""
+READ_ONLY = "read-only"
+"""The store's file or file system refuses writes (SQLite's SQLITE_READONLY, ``EROFS``,
+``EACCES``, ``EPERM``)."""
+GONE = "gone"
+"""The store's file or tables are not there any more (deleted or moved)."""
+LOCKED = "locked"
+"""Another connection holds the store's write lock past the wait (SQLite's SQLITE_BUSY/LOCKED)."""
+
+#: Each condition with the ``errno`` codes and the (lowercased) message texts that say it, in
+#: the order they are tried. The texts are SQLite's own (sqlite3.OperationalError and
+#: SQLAlchemy's wrapper of it quote them) and the C library's ``strerror``.
+STORE_CONDITIONS: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
+    (FULL, (errno.ENOSPC,), ("database or disk is full", "no space left")),
+    (READ_ONLY, (errno.EROFS, errno.EACCES, errno.EPERM), ("readonly", "read-only")),
+    (GONE, (), ("no such table", "unable to open database", "does not exist")),
+    (LOCKED, (), ("database is locked", "database table is locked")),
+)
+
+
+def is_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store's or the file system's (an ``OSError``, or an exception of
+    one of :data:`STORE_ERROR_MODULES`) rather than this code's own."""
+    module = type(exc).__module__ or ""
+    return isinstance(exc, OSError) or module.startswith(STORE_ERROR_MODULES)
+
+
+def store_condition(exc: BaseException) -> str | None:
+    """What a failed store operation's ``exc`` says of the store: :data:`FULL`,
+    :data:`READ_ONLY`, :data:`GONE` or :data:`LOCKED`; None when it says none of these, or is
+    not the store's or the file system's (:func:`is_store_error`: a bug, or this code's own
+    error). ``errno`` is read first, then the message (case and line breaks ignored)."""
+    if not is_store_error(exc):
+        return None
+    code = getattr(exc, "errno", None)
+    for condition, codes, _ in STORE_CONDITIONS:
+        if code in codes:
+            return condition
+    text = " ".join(str(exc).split()).lower()
+    for condition, _, marks in STORE_CONDITIONS:
+        if any(m in text for m in marks):
+            return condition
+    return None
 
 
 # ---------------------------------------------------------------------------- tracking URIs

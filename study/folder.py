@@ -9,7 +9,6 @@ no MLflow.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import time
@@ -18,8 +17,8 @@ from typing import Any, TextIO
 
 from locattn.config import TRAIN_PATHS
 from record.layout import StudyPaths, study_paths
-from record.store import (StoreError, hidden_secrets, move_artifact_root, open_database, redact, split_credentials,
-                          sqlite_path, unpack, uri_parts)
+from record.store import (FULL, READ_ONLY, StoreError, hidden_secrets, move_artifact_root, open_database, redact,
+                          split_credentials, sqlite_path, store_condition, unpack, uri_parts)
 from study.meta import StudyMeta
 from study.migrate import FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
@@ -186,13 +185,11 @@ def one_line_os_error(exc: BaseException, where: Path, study: Path | None = None
     """One line for a filesystem or store failure at ``where`` (of the study folder ``study``,
     when that is not ``where``), saying "No space left on device" when it is."""
     text = str(exc)
-    full = ("database or disk is full" in text or getattr(exc, "errno", None) == errno.ENOSPC
-            or "No space left" in text)
-    if full:
+    condition = store_condition(exc)
+    if condition == FULL:
         return (f"{where}: No space left on device ({type(exc).__name__}); free space, then "
                 f"`study resume {study or where}`")
-    if getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text \
-            or "read-only" in text:
+    if condition == READ_ONLY:
         return f"{where}: cannot write here ({getattr(exc, 'strerror', None) or text.splitlines()[0]})"
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return f"{where}: {type(exc).__name__}: {first[:300]}"

@@ -19,7 +19,7 @@ from locattn.config import OPERATIONAL_FIELDS
 from record import schema
 from record.layout import StudyPaths, study_paths
 from record.power import power_lines
-from record.store import is_server, redact, split_credentials, sqlite_path
+from record.store import FULL, READ_ONLY, is_server, redact, split_credentials, sqlite_path, store_condition
 from study import slices
 from study.cost import study_eta
 from study.cost.paths import choose_train_path  # a new study's train path when none is given
@@ -505,9 +505,7 @@ def _run(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, options: DriverOpt
     except OSError as exc:
         raise StudyError(one_line_os_error(exc, paths.dir)) from None
     except Exception as exc:  # noqa: BLE001 - the store's own errors: one line when disk/permission
-        text = str(exc)
-        if any(m in text for m in ("database or disk is full", "No space left", "readonly database",
-                                   "attempt to write a readonly")):
+        if store_condition(exc) in (FULL, READ_ONLY):
             db = sqlite_path(meta.tracking_uri)  # the store failed: name it, not the study folder
             raise StudyError(one_line_os_error(exc, db or Path(redact(meta.tracking_uri)),
                                                paths.dir)) from None

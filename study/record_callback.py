@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from locattn.config import config_to_dict, flatten
 from record import layout, schema
-from record.store import StoreError, redact, sqlite_path
+from record.store import FULL, GONE, READ_ONLY, StoreError, is_store_error, redact, sqlite_path, store_condition
 from record.summary import seed_percents
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
 from study.folder import StudyError, one_line_os_error
@@ -44,34 +44,26 @@ def is_final_metric(key: str, value: Any) -> bool:
             and isinstance(value, (int, float)))
 
 
-#: Modules whose exceptions mean the store failed (not a bug of this code).
-STORE_ERROR_MODULES = ("mlflow", "sqlalchemy", "sqlite3", "requests", "urllib3", "psycopg", "pymysql")
+#: What :func:`store_failure` says of each condition :func:`record.store.store_condition` finds.
+FAILURE_WHY = {FULL: "no space left on its device", READ_ONLY: "it became read-only",
+               GONE: "it is gone: deleted or moved"}
 
 
 def store_failure(where: str, exc: BaseException) -> str | None:
     """One line for an exception of the store at ``where`` (its file, or its redacted URI), or
     None when ``exc`` is not a store failure (a bug, which keeps its traceback)."""
-    module = type(exc).__module__ or ""
-    if not isinstance(exc, OSError) and not module.startswith(STORE_ERROR_MODULES):
+    if not is_store_error(exc):
         return None
-    text = " ".join(str(exc).split())
-    if "database or disk is full" in text or "No space left" in text or getattr(exc, "errno", 0) == 28:
-        why = "no space left on its device"
-    elif "readonly" in text or "read-only" in text or getattr(exc, "errno", 0) in (13, 30):
-        why = "it became read-only"
-    elif "no such table" in text or "unable to open database" in text or "does not exist" in text:
-        why = "it is gone: deleted or moved"
-    else:
-        why = f"{type(exc).__name__}: {text[:200]}"
+    why = FAILURE_WHY.get(store_condition(exc) or "")
+    if why is None:
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return f"the store {where} failed mid-run ({why})"
 
 
 def unwritable(exc: BaseException) -> bool:
     """Whether a store's exception says its file system or file refuses writes (read-only, no
     permission, full): the store's condition, not a bug."""
-    text = str(exc)
-    return (getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
-            or any(m in text for m in ("readonly", "read-only", "Read-only", "disk is full", "No space left")))
+    return store_condition(exc) in (FULL, READ_ONLY)
 
 
 def _guarded(hook: Any) -> Any:
