@@ -100,7 +100,7 @@ class SQLReader:
     def __enter__(self) -> "SQLReader":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

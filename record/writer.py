@@ -333,7 +333,7 @@ class store_lock:
             self.note = ensure_sqlite_store(self.db)  # built aside: a kill leaves no half store
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -349,8 +349,9 @@ def local_dir(uri: str) -> Path | None:
     return None
 
 
-def param_items(params: Mapping[str, Any]) -> list[Param]:
-    """MLflow params of a run's flat config (lists and dicts as JSON), in key order."""
+def param_items(params: Mapping[str, object]) -> list[Param]:
+    """MLflow params of a run's flat config (dotted key -> value: lists and dicts as JSON, any
+    other value as ``str``), in key order."""
     return [Param(k, json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in sorted(params.items())]
 
 
@@ -441,13 +442,13 @@ class RecordWriter:
 
     # ------------------------------------------------------------------ runs
 
-    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+    def set_tags(self, run_id: str, tags: Mapping[str, object]) -> None:
         """Write tags now (values as strings, cut to :data:`MAX_TAG_CHARS`)."""
         items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
         for chunk in chunks(items, 100):
             self.client.log_batch(run_id, tags=chunk, synchronous=True)
 
-    def create_run(self, key: str, *, tags: Mapping[str, str], params: Mapping[str, Any],
+    def create_run(self, key: str, *, tags: Mapping[str, str], params: Mapping[str, object],
                    name: str) -> RunState:
         """A new run under ``key`` with these tags, params (lists and dicts as JSON) and UI name."""
         if self.code_diff:  # study launch|resume --allow-dirty: the run says so, and keeps the diff
@@ -461,7 +462,7 @@ class RecordWriter:
         self.runs[key] = state
         return state
 
-    def complete_params(self, state: RunState, params: Mapping[str, Any]) -> int:
+    def complete_params(self, state: RunState, params: Mapping[str, object]) -> int:
         """Log the params that a run of an earlier driver lacks: a driver killed between creating
         a run and logging its params (in chunks of 100) left it without some, and reports read
         them (``task.t0``, ...). Params it holds are left as they are. Returns how many were
