@@ -33,6 +33,21 @@ TrainPath = Literal["eager", "compiled", "fused"]
 DEFAULT_TRAIN_PATH: TrainPath = "eager"
 TRAIN_PATHS = {"seq2seq": (DEFAULT_TRAIN_PATH, "compiled"), "regressor": (DEFAULT_TRAIN_PATH, "fused")}
 
+
+def train_path_entry(train_path: str) -> dict[str, str]:
+    """A saved document's ``train_path`` entry: ``{"train_path": train_path}``, or ``{}`` for
+    :data:`DEFAULT_TRAIN_PATH`. A study's ``study.json`` and a trial's descriptor (its Tune
+    config, its run folders' trial files) name the train path only when it is not the default,
+    so a document saved before the key existed is written back the same; :func:`saved_train_path`
+    reads it back."""
+    return {} if train_path == DEFAULT_TRAIN_PATH else {"train_path": train_path}
+
+
+def saved_train_path(doc: Mapping[str, Any]) -> str:
+    """The train path a saved document names (:func:`train_path_entry`): its ``train_path``,
+    or :data:`DEFAULT_TRAIN_PATH` when absent or empty."""
+    return str(doc.get("train_path") or DEFAULT_TRAIN_PATH)
+
 PACKABLE_FIELDS = (
     "seed", "optim.lr", "optim.weight_decay", "optim.clip", "optim.epochs", "optim.patience",
     "optim.plateau_patience", "optim.plateau_factor", "optim.tie_tolerance",

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-from locattn.config import DEFAULT_TRAIN_PATH, make_run_config, run_identity
+from locattn.config import DEFAULT_TRAIN_PATH, make_run_config, run_identity, saved_train_path, train_path_entry
 from locattn.folders import confined
 from record import layout, schema
 from record.layout import TRIAL_FILE
@@ -89,7 +89,7 @@ class TrialDescriptor(TrialSpec):
                    seeds=tuple(int(s) for s in t["seeds"]), cpus=float(t["cpus"]),
                    gpus=float(t.get("gpus", 0.0)), metric=schema.current_metric(t["metric"]),
                    pack=bool(t.get("pack")), points=tuple(dict(p) for p in t.get("points") or ()),
-                   train_path=str(t.get("train_path", DEFAULT_TRAIN_PATH)), search=dict(config.get("search") or {}),
+                   train_path=saved_train_path(t), search=dict(config.get("search") or {}),
                    cells=tuple(Cell(cell=c["cell"], task=c["task"], variant=c["variant"],
                                     overrides=dict(c["overrides"])) for c in t.get("cells") or ()),
                    packed_cells=tuple(str(c) for c in t.get("packed_cells") or ()))
@@ -107,8 +107,7 @@ class TrialDescriptor(TrialSpec):
         }
         if len(self.points) > 1:
             out["points"] = [dict(p) for p in self.points]
-        if self.train_path != DEFAULT_TRAIN_PATH:  # absent otherwise, like points: older trial files stay equal
-            out["train_path"] = self.train_path
+        out.update(train_path_entry(self.train_path))  # the default absent, like points: older trial files stay equal
         if len(self.cells) > 1:  # likewise
             out["cells"] = [{"cell": c.cell, "task": c.task, "variant": c.variant, "overrides": dict(c.overrides)}
                             for c in self.cells]

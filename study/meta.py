@@ -14,7 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from locattn.config import DEFAULT_TRAIN_PATH  # the training step a study takes unless it chose another
+from locattn.config import (  # the training step a study takes unless it chose another, saved only then
+    DEFAULT_TRAIN_PATH, saved_train_path, train_path_entry)
 from study.migrate import FORMAT_KEY, FORMAT_VERSION
 
 #: study.json's keys, in the order they are written. ``set`` is :attr:`StudyMeta.sets`.
@@ -66,7 +67,7 @@ class StudyMeta:
         return cls(name=doc["name"], spec_path=doc["spec_path"], profile=doc["profile"], raw=doc["raw"],
                    resolved=doc["resolved"], tracking_uri=doc["tracking_uri"], only=doc.get("only") or {},
                    seeds=doc.get("seeds"), sets=doc.get("set") or {},
-                   train_path=doc.get("train_path") or DEFAULT_TRAIN_PATH,
+                   train_path=saved_train_path(doc),
                    plugin_sources=doc.get("plugin_sources") or {}, created=doc.get("created"), extra=extra)
 
     def to_json(self) -> dict[str, Any]:
@@ -78,8 +79,7 @@ class StudyMeta:
             doc["seeds"] = self.seeds
         if self.sets:
             doc["set"] = dict(self.sets)
-        if self.train_path != DEFAULT_TRAIN_PATH:
-            doc["train_path"] = self.train_path
+        doc.update(train_path_entry(self.train_path))
         doc.update(raw=self.raw, resolved=self.resolved, tracking_uri=self.tracking_uri)
         if self.plugin_sources:
             doc["plugin_sources"] = self.plugin_sources

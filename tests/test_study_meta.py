@@ -65,3 +65,19 @@ def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli
         args = parser().parse_args(command)
         assert (args.address, args.max_concurrent, args.progress_seconds, args.time_limit, args.train_path) == (
             defaults.address, defaults.max_concurrent, defaults.progress_seconds, None, defaults.train_path)
+
+
+@pytest.mark.parametrize("train_path", [DEFAULT_TRAIN_PATH, "compiled"])
+def test_study_json_and_a_trial_descriptor_save_the_train_path_by_one_rule(train_path: str) -> None:
+    """Both saved documents name the train path only when it is not the default, and read an
+    absent one as the default (locattn.config.train_path_entry / saved_train_path)."""
+    from study.descriptor import TrialDescriptor
+    meta = StudyMeta(name="s", spec_path="s.yaml", profile=None, raw={}, resolved={}, tracking_uri="sqlite:///x.db",
+                     train_path=train_path)
+    trial = TrialDescriptor(study="s", study_dir="/tmp/s", cell="c", task="copy", variant="onestep", overrides={},
+                            hparams={}, seeds=(0,), cpus=1.0, metric="dev_acc", train_path=train_path)
+    docs = {"study.json": meta.to_json(), "trial": trial.to_dict()}
+    saved = {name: doc.get("train_path") for name, doc in docs.items()}
+    assert saved == dict.fromkeys(docs, None if train_path == DEFAULT_TRAIN_PATH else train_path)
+    assert StudyMeta.from_json(docs["study.json"]).train_path == train_path
+    assert TrialDescriptor.of({"trial": docs["trial"]}).train_path == train_path
