@@ -180,7 +180,7 @@ def trained_epochs(study: Path) -> int:
 
 def newest_intact_checkpoint(study: Path) -> Path | None:
     """The trainer checkpoint directory of the newest intact Tune trial checkpoint, if any."""
-    from study.trainable import staged_runs
+    from study.trial.trainable import staged_runs
 
     best = None
     for path in study.glob("tune/trial_*/checkpoint_*"):
@@ -193,7 +193,7 @@ def newest_intact_checkpoint(study: Path) -> Path | None:
 
 def edit_newest_state(study: Path) -> Path | None:
     """A same-size digit edit of the newest complete trial_state.json's epoch history."""
-    from study.trainable import STATE_FILE, read_complete, staged_runs
+    from study.trial.trainable import STATE_FILE, read_complete, staged_runs
 
     best = None
     for path in study.glob("tune/trial_*/checkpoint_*"):

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_path = root / "bench.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
 
-    from study.launch import launch
+    from study.driver.launch import launch
 
     t0 = time.perf_counter()
     summary = launch(spec_path, root=root, progress_seconds=30.0)

@@ -3,7 +3,7 @@
 A study of N trials (one cell, N seeds) whose trainable is :func:`fake_train`: the signature of
 ``locattn.train.train``, three reported epochs of deterministic fake metrics through the
 recorder (with an epoch checkpoint each), a tiny ``result.json``, no model. Everything else is
-the real thing: ``study.launch``, Ray Tune, the driver's MLflow recorder and the SQLite store.
+the real thing: ``study.driver.launch``, Ray Tune, the driver's MLflow recorder and the SQLite store.
 
 Per N it measures, in a fresh driver process (joining a Ray started here, 2 CPUs, loopback):
 
@@ -148,7 +148,7 @@ class RssSampler:
 
 def child(args: argparse.Namespace) -> None:
     """One driver: launch (or resume) a study, then write its measurements to --out-json."""
-    from study.launch import launch, resume
+    from study.driver.launch import launch, resume
 
     profiler = None
     if args.profile_out:
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
-    from study.launch import init_ray
+    from study.driver.launch import init_ray
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_scale_")).resolve()
     root.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ LEGACY_TRAIN_FN = "locattn.train:train"
 """The one ``train_fn`` an old ``study.json`` (formats 0 and 1) or export manifest may still
 name: the trainer every study runs anyway. Any other value is refused, never imported: a
 study's trainer is chosen by the code, never by a string read from a folder."""
-#: A run key: the first 16 hex digits of a sha1 (``study.keys.run_key``).
+#: A run key: the first 16 hex digits of a sha1 (``study.spec.keys.run_key``).
 RUN_KEY = re.compile(r"[0-9a-f]{16}")
 #: Largest file a copy takes (a trainer checkpoint of the paper's models is a few MB).
 MAX_FILE_BYTES = 1 << 30

@@ -7,7 +7,7 @@ Layout of a study directory (``<root>/<name>/``, absolute)::
     artifacts/     MLflow artifact root of the study's experiment
     tune/          Ray Tune's experiment folder: its own state (never read back: every launch and
                    resume fits a new Tuner, and Tune's pickles are not unpickled) and the trial
-                   checkpoints an unfinished trial continues from (``study.trial_state``)
+                   checkpoints an unfinished trial continues from (``study.trial.trial_state``)
     runs/<key>/    per-run trainer out_dir (trial.json, config.json, result.json, checkpoint/, ...)
     optuna.db      Optuna studies (search specs only)
     study.lock     held (``flock``) by the one driver running the study: its PID, host, Ray session

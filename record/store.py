@@ -46,10 +46,10 @@ class Store(Protocol):
     :class:`record.writer.RecordWriter`.
 
     **Who writes.** One process per study: its driver (``study launch``/``resume``), which holds
-    the study folder's ``study.lock`` (:class:`study.driver.StudyLock`). Trial processes never
+    the study folder's ``study.lock`` (:class:`study.driver.process.StudyLock`). Trial processes never
     talk to the store. ``study status`` and ``reports`` never write. Two repairs write outside a
     driver: the artifact locations of a moved study folder (:func:`adopt_artifact_root` before
-    ``study ui``, :func:`record.mlflow_sql.move_artifact_root` from ``study.folder``), and
+    ``study ui``, :func:`record.mlflow_sql.move_artifact_root` from ``study.recording.folder``), and
     ``study ui`` deleting again the runs :func:`superseded` by another of their identity.
 
     **What is atomic** (on a SQL store, where each MLflow client call opens its own session):

@@ -7,7 +7,7 @@ deterministic ``locattn.run_key`` tag: :meth:`RecordWriter.open` reads every run
 experiment once (:func:`record.store.run_index` on a SQLite store, ``search_runs`` otherwise),
 so re-launching or resuming continues the same run and never logs an epoch step twice.
 
-What goes into a run (which tags, which params) is the caller's business (``study.record_callback``);
+What goes into a run (which tags, which params) is the caller's business (``study.recording.record_callback``);
 this module knows MLflow's client, the record's status tags and the run folder's artifacts.
 
 The runs: the study's parent run; a run per cell (variant x task, and any further grid axis;

@@ -1,7 +1,7 @@
 """Qualitative exhibits: the papers' example tables and trace figures, from the runs' artifacts.
 
 Unlike the numeric tables (``reports/tables.py``), these read files each finished run logs as
-MLflow artifacts (``study/record_callback.py``): ``examples.json`` (per test split, the first wrong and right
+MLflow artifacts (``study/recording/record_callback.py``): ``examples.json`` (per test split, the first wrong and right
 greedy predictions, ``locattn/training/examples.py``) and ``attention.json`` (the attention trace
 of the example chosen by ``outputs.trace_split`` / ``outputs.trace_index``).
 

@@ -1,7 +1,7 @@
 """Row labels: the papers' names for variant keys, looked up once (the lowest floor of ``reports``).
 
 A study launched with this code records its cells' labels in its parent run
-(``locattn.labels``, :func:`study.plugins.labels_tag`): :class:`StudyLabels` prints those first,
+(``locattn.labels``, :func:`study.spec.plugins.labels_tag`): :class:`StudyLabels` prints those first,
 so a spec-only plugin's rows carry its own labels in a process that never imports it.
 """
 

@@ -55,20 +55,21 @@ from locattn.config import TRAIN_PATHS
 from locattn.folders import FolderError
 from record.layout import StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
-from study import preflight, ray_compat, slices
-from study.driver import StudyLock, early_signals, hold_signals
-from study.folder import load_meta, migrate, take_credentials
-from study.launch import launch, resume
-from study.meta import DriverOptions
-from study.results import cell_results, format_results
-from study.runs import format_runs, list_runs
+from study.driver import ray_compat
+from study.plan import preflight, slices
+from study.driver.process import StudyLock, early_signals, hold_signals
+from study.recording.folder import load_meta, migrate, take_credentials
+from study.driver.launch import launch, resume
+from study.recording.meta import DriverOptions
+from study.recording.cell_results import cell_results, format_results
+from study.recording.runs import format_runs, list_runs
 from study.spec import SpecError, parse_only, parse_seeds, parse_sets
 from study.spec.checks import did_you_mean
-from study.spec.schema import schema_text
-from study.status import format_status, study_status
-from study.ui import (UI_FILTER, VIEW_NAME, GridServer, browse_host, check_port, current_store,
-                      experiment_url, grid_page, health_url, save_view, serve, server_url, store_uri,
-                      ui_command, write_served)
+from study.spec.json_schema import schema_text
+from study.recording.status import format_status, study_status
+from study.recording.ui import (UI_FILTER, VIEW_NAME, GridServer, browse_host, check_port, current_store,
+                                experiment_url, grid_page, health_url, save_view, serve, server_url, store_uri,
+                                ui_command, write_served)
 
 
 def parser() -> Parser:
@@ -321,7 +322,7 @@ def check_spec_path(spec: str) -> None:
 
 
 def show_results(summary: dict[str, Any]) -> None:
-    """After a launch or resume that ran: the per-cell results table (:mod:`study.results`)."""
+    """After a launch or resume that ran: the per-cell results table (:mod:`study.recording.cell_results`)."""
     if summary.get("dry_run") or not summary.get("dir") or not summary.get("name"):
         return
     study_dir = Path(summary["dir"])
@@ -382,7 +383,7 @@ def take_signals(args: argparse.Namespace) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _end_dry_run)
     elif args.cmd in ("launch", "resume"):
-        hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.Interrupt)
+        hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.process.Interrupt)
     else:  # the other commands handle signals as they did before _stop_while_starting
         for sig, previous in _STARTING.items():
             signal.signal(sig, previous)
@@ -530,27 +531,27 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     """``study import``: copy offline-trained run folders into the study."""
-    from study import offline  # MLflow and Ray Tune: off the light commands
+    from study.driver import export  # MLflow and Ray Tune: off the light commands
 
-    offline.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout,
+    export.import_runs(find_study(args.study, args.root), Path(args.runs_dir), out=sys.stdout,
                         skip_others=args.skip_other_studies)
     return 0
 
 
 def run_export(args: argparse.Namespace) -> int:
     """``study export``: the study's (or a new study's) unfinished runs to a folder."""
-    from study import offline  # MLflow and Ray Tune: off the light commands
+    from study.driver import export  # MLflow and Ray Tune: off the light commands
 
     if args.limit is not None and args.limit < 1:
         raise SpecError(f"--limit {args.limit}: must be >= 1")
     if args.study.endswith((".yaml", ".yml")) and Path(args.study).is_file():
-        paths = offline.create(Path(args.study), profile=args.profile, name=args.name,
+        paths = export.create(Path(args.study), profile=args.profile, name=args.name,
                                root=args.root, out=sys.stdout)
     else:
         paths = find_study(args.study, args.root)
     # one number names that seed here (export selects seeds, it never counts them)
     seeds = [int(args.seeds)] if (args.seeds or "").strip().isdigit() else parse_seeds(args.seeds)
-    offline.export(paths, Path(args.out), only=parse_only(args.only), seeds=seeds, limit=args.limit,
+    export.export(paths, Path(args.out), only=parse_only(args.only), seeds=seeds, limit=args.limit,
                    out=sys.stdout)
     return 0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 # The suite runs from worktrees with uncommitted code by design: every launch and resume (in this
-# process and in the drivers it starts) takes --allow-dirty (study.launch.ALLOW_DIRTY_ENV).
+# process and in the drivers it starts) takes --allow-dirty (study.driver.launch.ALLOW_DIRTY_ENV).
 # tests/test_record_trust.py unsets it to test the refusal itself.
 os.environ["LOCATTN_ALLOW_DIRTY"] = "1"
 
@@ -22,7 +22,7 @@ os.environ["LOCATTN_ALLOW_DIRTY"] = "1"
 def pytest_configure(config: pytest.Config) -> None:
     """Give Ray's token authentication its token before pytest-xdist's workers start.
 
-    A private local Ray (``study.driver.init_ray``) runs with token authentication, and when
+    A private local Ray (``study.driver.process.init_ray``) runs with token authentication, and when
     ``~/.ray/auth_token`` is missing the first ``ray.init`` writes it, truncating then writing.
     Two workers starting their Rays at once (``python -m pytest -n 2``) then raced: one GCS read
     the empty file and aborted ("Token authentication is enabled but Ray couldn't find an
@@ -131,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-#: The signals a study driver takes over (study.driver.hold_signals, Interrupt).
+#: The signals a study driver takes over (study.driver.process.hold_signals, Interrupt).
 HELD = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -140,7 +140,7 @@ def restore_signal_handlers():
     """Put back the SIGINT/SIGTERM handlers a test found: a test that runs ``study.cli.main``
     in-process (``launch``, ``resume``) calls ``hold_signals``, which would otherwise leave
     Ctrl-C swallowed for the rest of the pytest run, and later tests would see its handlers.
-    A signal such a hold remembered (``study.driver.early_signals``) is forgotten too: a later
+    A signal such a hold remembered (``study.driver.process.early_signals``) is forgotten too: a later
     in-process launch would take it as its own and stop before its trials."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -150,6 +150,6 @@ def restore_signal_handlers():
     for sig, handler in before.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
-    driver = sys.modules.get("study.driver")  # (not imported here: most tests never load it)
+    driver = sys.modules.get("study.driver.process")  # (not imported here: most tests never load it)
     if driver is not None:
         driver.early_signals.clear()

@@ -237,7 +237,7 @@ def trial_runs(db: Path, experiment: str) -> list[dict]:
 
 
 def _launch(shared: dict, path: Path, **kw) -> dict:
-    from study.launch import launch
+    from study.driver.launch import launch
 
     return launch(path, profile="smoke", root=shared["root"], tracking_uri=shared["uri"],
                   progress_seconds=60.0, **kw)

@@ -11,7 +11,7 @@
 - only ``record.mlflow_sql`` opens MLflow's database (``sqlite3``, SQLAlchemy), and only
   ``record.uri`` writes a ``sqlite:`` tracking URI;
 - MLflow's and Ray's private names (``ray._private``, ``mlflow`` modules and attributes starting
-  with ``_``) appear only in their adapters, ``record.mlflow_sql`` and ``study.ray_compat``, and
+  with ``_``) appear only in their adapters, ``record.mlflow_sql`` and ``study.driver.ray_compat``, and
   raw SQL only in ``record.mlflow_sql``;
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
@@ -327,11 +327,11 @@ def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path
     probes = {"study.x": tmp_path / "study" / "x.py", "reports.y": tmp_path / "reports" / "y.py",
               "record.z": tmp_path / "record_z.py"}
     probes["study.x"].write_text("def f():\n    from reports.store import read_runs\n")
-    probes["reports.y"].write_text("import study.launch\nfrom record import schema\n")
+    probes["reports.y"].write_text("import study.driver.launch\nfrom record import schema\n")
     probes["record.z"].write_text("from study.spec import run_key\n")
     bad = _package_violations(probes)
     assert [b.split(": ", 1)[1] for b in bad] == [
-        "study imports reports.store", "reports imports study.launch", "record imports study.spec"]
+        "study imports reports.store", "reports imports study.driver.launch", "record imports study.spec"]
 
 
 # ---------------------------------------------------------------------------- the store's one door
@@ -389,7 +389,7 @@ def test_the_store_checker_flags_what_it_should(tmp_path, source, expected):
 
 #: The one module that may use an engine's private names (modules, attributes, names starting
 #: with ``_``), each use with a comment saying why the public API does not serve.
-ENGINE_ADAPTERS = {"mlflow": "record.mlflow_sql", "ray": "study.ray_compat"}
+ENGINE_ADAPTERS = {"mlflow": "record.mlflow_sql", "ray": "study.driver.ray_compat"}
 #: The one module that holds raw SQL (statements, ``execute``, ``sqlalchemy.text``).
 SQL_MODULE = "record.mlflow_sql"
 SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "PRAGMA")
@@ -659,7 +659,7 @@ STUDY_META_NAMES = ("meta", "study_meta")
 
 def _untyped_study_params(name: str, path: Path) -> list[str]:
     """``path:line: function(meta: annotation)`` for each parameter named like the study's
-    metadata whose annotation is not :class:`study.meta.StudyMeta` (a dict, a Mapping, none)."""
+    metadata whose annotation is not :class:`study.recording.meta.StudyMeta` (a dict, a Mapping, none)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or f"{name}.{node.name}" in NOT_THE_STUDY:
@@ -676,7 +676,7 @@ def _untyped_study_params(name: str, path: Path) -> list[str]:
 def test_no_study_signature_takes_the_study_as_a_dict():
     found = [line for name, path in MODULES.items() if name.split(".")[0] == "study"
              for line in _untyped_study_params(name, path)]
-    assert not found, ("the study is study.meta.StudyMeta, not a dict (read it with study.folder.load_meta):\n"
+    assert not found, ("the study is study.recording.meta.StudyMeta, not a dict (read it with study.recording.folder.load_meta):\n"
                        + "\n".join(found))
 
 

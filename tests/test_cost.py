@@ -297,7 +297,7 @@ def test_study_eta_counts_unseen_trials_and_blends_measured_epochs() -> None:
 
 
 def test_study_eta_prices_the_study_train_path() -> None:
-    from study.descriptor import TrialDescriptor
+    from study.trial.descriptor import TrialDescriptor
 
     fused = replace(rate("raffel_add@variable", "feedforward", train=0.001), path="fused")
     cal = Calibration(rates=(rate("raffel_add@variable", "feedforward", train=0.002), fused))
@@ -432,8 +432,8 @@ def test_the_eta_counts_an_epochs_compile_seconds_as_start_up() -> None:
     import io
     from types import SimpleNamespace
 
-    from study.descriptor import TrialDescriptor
-    from study.progress import ProgressLine
+    from study.trial.descriptor import TrialDescriptor
+    from study.recording.progress import ProgressLine
 
     desc = TrialDescriptor(study="s", study_dir="/tmp/s", cell="c", task="copy", variant="onestep",
                            overrides={}, hparams={}, seeds=(0,), cpus=1, metric="m")

@@ -15,7 +15,7 @@ pytest.importorskip("mlflow")
 from record.layout import RESULT_FILE, RUNS_DIR  # noqa: E402
 from reports.synth import SynthRun, write_bulk_sql  # noqa: E402
 from study.cli import main as study  # noqa: E402
-from study.status import keyed_trial_runs  # noqa: E402
+from study.recording.status import keyed_trial_runs  # noqa: E402
 from test_study import SMOKE, write_spec  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The engines' private names that the adapters (``record/mlflow_sql.py``, ``study/ray_compat.py``)
+"""The engines' private names that the adapters (``record/mlflow_sql.py``, ``study/driver/ray_compat.py``)
 rely on still exist, and do what the adapters assume, in the installed MLflow and Ray: a release
 that moves one fails here, in seconds, rather than in a driver (``forget_engines`` would
 otherwise pass silently, and ``keep_on_loopback`` fail only when a study starts)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from record import mlflow_sql
 from record.store import sqlite_uri
-from study import ray_compat
+from study.driver import ray_compat
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def test_sigterm_handler_kept_makes_rays_setter_a_no_op_then_puts_it_back() -> N
 
 
 def test_core_loaded_follows_the_import_of_ray() -> None:
-    code = ("from study import ray_compat\nbefore = ray_compat.core_loaded()\nimport ray\n"
+    code = ("from study.driver import ray_compat\nbefore = ray_compat.core_loaded()\nimport ray\n"
             "print(before, ray_compat.core_loaded())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

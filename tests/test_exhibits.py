@@ -135,7 +135,7 @@ def studies(tmp_path_factory):
     pytest.importorskip("mlflow")
     import ray
 
-    from study.launch import launch
+    from study.driver.launch import launch
 
     from study_helpers import start_private_ray
 

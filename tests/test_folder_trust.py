@@ -116,7 +116,7 @@ def test_a_manifest_naming_a_trainer_is_refused_and_nothing_beside_it_runs(expor
 
 #: A driver that starts its private Ray as a study does and asks a worker what it can import.
 PROBE = ("import importlib.util, ray\n"
-         "from study.driver import init_ray\n"
+         "from study.driver.process import init_ray\n"
          "init_ray()\n"
          "try:\n"
          "    probe = ray.remote(lambda: [importlib.util.find_spec(m) is not None for m in ('evil_mod', 'locattn')])\n"
@@ -376,8 +376,8 @@ def test_reports_build_from_a_server_that_does_not_answer_is_one_line_without_re
 
 
 def test_study_ui_passes_a_saved_password_by_environment_never_on_the_command_line(capsys) -> None:
-    from study.folder import take_credentials
-    from study.ui import ui_command
+    from study.recording.folder import take_credentials
+    from study.recording.ui import ui_command
 
     saved = f"postgresql://127.0.0.1:5433/mlflow?user=u&password={SECRET}"  # an older study.json's
     with pytest.raises(SpecError, match=r"\?user=\*\*\*&password=\*\*\*: a secret in the store's URI"):
@@ -618,7 +618,7 @@ def test_a_command_under_test_cannot_write_a_file_over_the_cap(tmp_path: Path) -
 @pytest.mark.parametrize("name", ["../x", "/etc", "", "0123456789abcdef/../../x", "ABCDEF0123456789"])
 def test_a_run_key_that_is_not_one_names_no_run_folder(tmp_path: Path, name) -> None:
     from locattn.folders import FolderError
-    from study.descriptor import run_dir
+    from study.trial.descriptor import run_dir
 
     with pytest.raises(FolderError, match="run key"):
         run_dir(tmp_path, name)

@@ -24,8 +24,8 @@ from locattn.config import run_identity  # noqa: E402
 from locattn.packable import pack_groups  # noqa: E402
 from record import layout, schema  # noqa: E402
 from study_helpers import start_private_ray, trial_run_rows, wait_for  # noqa: E402
-from study.launch import launch, resume  # noqa: E402
-from study.descriptor import TrialDescriptor  # noqa: E402
+from study.driver.launch import launch, resume  # noqa: E402
+from study.trial.descriptor import TrialDescriptor  # noqa: E402
 from study.spec import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_the_plan_packs_the_switch_cells_and_leaves_step2_alone(tmp_path: Path) 
                                    overrides={**BODY["overrides"], "optim.train_step": "graphed"}), None)
     assert graphed.cell_packs() == [(0,), (1,), (2,), (3,)]  # switches pack on the eager step only
     # On --train-path compiled a pack's trial trains its cells' own packs one after another
-    # (study.trainable.run_trial splits its runs with pack_groups, the one judge).
+    # (study.trial.trainable.run_trial splits its runs with pack_groups, the one judge).
     pack = descriptors(spec)[0]
     cfgs = [pack.run_config(key) for _, key in pack.run_keys]
     assert pack_groups(cfgs) == [list(range(6))]

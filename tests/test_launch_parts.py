@@ -1,12 +1,12 @@
 """The driver pass's parts that run without Ray: the summary and its last line
-(:func:`study.launch.summarise`, :func:`study.launch.summary_line`)."""
+(:func:`study.driver.launch.summarise`, :func:`study.driver.launch.summary_line`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from study.launch import summarise, summary_line
+from study.driver.launch import summarise, summary_line
 
 COUNTS = {"runs_expected": 4, "runs_finished": 3, "runs_failed": 1, "runs_unfinished": 0}
 

@@ -44,8 +44,8 @@ def test_the_saved_view_puts_the_percent_solved_and_seeds_columns_first(tmp_path
     column state, since MLflow would order them by name), then the other splits in percent."""
     from record.writer import RecordWriter
     from reports.synth import SynthRun, write_bulk_sql
-    from study.naming import cell_name
-    from study.ui import view_state
+    from study.recording.naming import cell_name
+    from study.recording.ui import view_state
 
     runs = [SynthRun(task="copy", variant=v, seed=s, hparams={}, n_seeds=2,
                      metrics={"best_selection_score": 0.5, "test.len15.seq_acc": 0.5,
@@ -109,8 +109,8 @@ def test_the_live_grid_is_read_from_the_store_on_each_request_with_running_cells
     import socket
 
     from study.cli import find_study
-    from study.folder import load_meta
-    from study.ui import GridServer, grid_page
+    from study.recording.folder import load_meta
+    from study.recording.ui import GridServer, grid_page
 
     d = _study(tmp_path, {("content", 1): "running"})
     # a driver runs the study (this process, by its lock's record): its running run is running
@@ -159,7 +159,7 @@ def test_report_html_links_where_study_ui_serves_the_study(tmp_path: Path) -> No
 
     from reports.cli import DEFAULT_UI
     from reports.html import write_html
-    from study.ui import write_served
+    from study.recording.ui import write_served
 
     d = _study(tmp_path, {})
     page = write_html(d, None, tmp_path / "a", ui=DEFAULT_UI, served_first=True).read_text()

@@ -325,7 +325,7 @@ def test_length_curves_label_the_iqr_band() -> None:
 
 
 def test_optuna_studies_are_named_by_cell() -> None:
-    from study.search import group_study_name
+    from study.plan.search import group_study_name
 
     assert group_study_name("search_lr-smoke", {"cell": "task=copy,variant=onestep", "hparams": {}}) \
         == "search_lr-smoke · task=copy,variant=onestep"
@@ -419,7 +419,7 @@ def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_
 
 
 def test_the_end_of_a_launch_points_a_server_study_to_its_server(tmp_path: Path) -> None:
-    from study.ui import browse_advice
+    from study.recording.ui import browse_advice
 
     # a study on an MLflow server: its URL (``study ui`` there only says to open it)
     assert browse_advice("http://127.0.0.1:5123", tmp_path, "rc_table2-smoke") == \
@@ -493,7 +493,7 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
     writes no second cell run; reports and the run counts see only the trial runs."""
     from record.writer import RecordWriter
     from reports.store import read_runs
-    from study.naming import cell_name
+    from study.recording.naming import cell_name
 
     lr1, lr3 = {"optim.lr": 1e-3}, {"optim.lr": 3e-3}
     runs = [SynthRun(task="copy", variant="onestep", seed=s, hparams=lr1, n_seeds=3,
@@ -580,7 +580,7 @@ def test_the_ui_view_of_a_record_without_cell_runs_groups_its_seeds_by_cell() ->
     locattn.cell tag and shows each cell's headline split (len100 for the probing tasks,
     longer_seen_5 for Lookup) beside its selection score, under the name the record holds it by
     (best_dev_score), since MLflow's UI shows the stored names."""
-    from study.ui import current_store, view_state
+    from study.recording.ui import current_store, view_state
 
     record = ROOT / "results" / "record" / "rc_table2-quick-v2"
     meta = json.loads((record / "study.json").read_text())
@@ -598,8 +598,8 @@ def test_the_progress_line_names_the_running_runs_on_a_terminal_only() -> None:
     import io
     from types import SimpleNamespace
 
-    from study.progress import ProgressLine
-    from study.trainable import TrialDescriptor
+    from study.recording.progress import ProgressLine
+    from study.trial.trainable import TrialDescriptor
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -1,5 +1,5 @@
 """The record format: ``study.json`` carries one, a folder of an older format is read through
-:mod:`study.migrate`, and ``study migrate`` upgrades it in place. Every committed record
+:mod:`study.recording.migrate`, and ``study migrate`` upgrades it in place. Every committed record
 (results/record/<study>/) migrates on a copy, and the copy still rebuilds its committed tables
 byte for byte; a study of the oldest format migrates and resumes without retraining."""
 
@@ -17,9 +17,9 @@ from record.layout import META_FILE, STORE_FILE, StudyPaths
 from record.store import ARCHIVE_SUFFIX
 from reports.build import build_reports
 from study.cli import main as study_main
-from study.driver import StudyLock
-from study.folder import load_meta
-from study.migrate import FORMAT_VERSION, LEGACY_TRAIN_FN, upgrade_meta
+from study.driver.process import StudyLock
+from study.recording.folder import load_meta
+from study.recording.migrate import FORMAT_VERSION, LEGACY_TRAIN_FN, upgrade_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -124,7 +124,7 @@ def test_a_launch_writes_the_format_and_a_format_0_study_migrates_and_resumes(tm
     # here, not at the top: the rest of this file runs without Ray
     import ray
     from test_study import SMOKE, trial_runs, write_spec
-    from study.launch import launch, resume
+    from study.driver.launch import launch, resume
     from study_helpers import start_private_ray
 
     started = start_private_ray()  # init_ray, retried under load

@@ -20,7 +20,7 @@ pytest.importorskip("mlflow")
 
 from record import schema  # noqa: E402
 from study.cli import main as study  # noqa: E402
-from study.launch import resume  # noqa: E402
+from study.driver.launch import resume  # noqa: E402
 from study_helpers import trial_run_rows  # noqa: E402
 from test_study import SMOKE, ray_address, write_spec  # noqa: E402,F401 - the module's Ray and spec writer
 

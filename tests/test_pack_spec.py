@@ -12,7 +12,7 @@ import yaml
 
 from locattn.config import identity_dict
 from study.spec import SpecError, load_spec, run_key
-from study.trainable import TrialDescriptor
+from study.trial.trainable import TrialDescriptor
 
 BASE = {
     "name": "t",

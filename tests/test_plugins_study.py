@@ -176,7 +176,7 @@ def test_the_example_registers_without_torch(entry):
 
 def test_a_gpu_spec_with_a_plugin_that_cannot_pack_says_so_in_one_line_and_runs_solo(tmp_path, monkeypatch):
     from locattn.models.config import packable_families
-    from study.plugins import solo_note
+    from study.spec.plugins import solo_note
     from study.spec import load_spec
 
     ext = write_plugin(tmp_path / "ext", "plug_solo")

@@ -1,5 +1,5 @@
 """Every view of one real SQLite study store gives the same numbers: ``study status``
-(:mod:`study.results`), the cell runs the writer logs for the UI (:mod:`record.writer`) and
+(:mod:`study.recording.cell_results`), the cell runs the writer logs for the UI (:mod:`record.writer`) and
 ``reports`` (the summary and the paper tables), under :mod:`record.summary`'s one rule for
 non-finite values (left out of every median and ranking, and counted as diverged)."""
 
@@ -20,7 +20,7 @@ from reports.render import notes, summary_rows
 from reports.store import read_runs
 from reports.synth import SynthRun, write_with_client
 from reports.tables import get_table
-from study.results import cell_results, format_results
+from study.recording.cell_results import cell_results, format_results
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path: Path, monkeypatch) -> None:
@@ -154,7 +154,7 @@ def test_one_active_run_per_identity_after_the_ui_revives_a_deleted_run(tmp_path
     deleted and restored, which restores every run deleted in it, or the run itself restored):
     every view counts the seed once, and the next driver deletes the superseded run again."""
     from record.store import read_rows
-    from study.status import trial_runs
+    from study.recording.status import trial_runs
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     seeds = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2,
@@ -178,7 +178,7 @@ def test_one_active_run_per_identity_after_the_ui_revives_a_deleted_run(tmp_path
     assert {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs} >= {first[0], again}
     assert first[1] not in {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs}
     if revive == "restore_run":  # `study ui` deletes it again before MLflow's UI shows it
-        from study.ui import store_uri
+        from study.recording.ui import store_uri
         store_uri(uri, tmp_path, "s")
     else:  # so does the next driver
         RecordWriter(tracking_uri=uri, study="s", artifact_location=None, parent_tags={}).open()
@@ -216,7 +216,7 @@ def test_a_study_folder_reads_its_own_artifacts_wherever_it_lies(tmp_path: Path,
 
     from record.store import sqlite_uri
     from reports.exhibits import artifact_uris
-    from study.ui import store_uri
+    from study.recording.ui import store_uri
 
     folder, run_id = recorded_folder(tmp_path / "a")
     saved = sqlite_uri(folder / "mlflow.db")  # what study.json holds
@@ -272,7 +272,7 @@ def git_repo(root: Path) -> Path:
 
 
 def test_training_from_uncommitted_package_code_is_refused_unless_allowed(tmp_path: Path, monkeypatch) -> None:
-    from study.launch import ALLOW_DIRTY_ENV, check_committed_code
+    from study.driver.launch import ALLOW_DIRTY_ENV, check_committed_code
     from study.spec import SpecError
 
     monkeypatch.delenv(ALLOW_DIRTY_ENV, raising=False)

@@ -72,7 +72,7 @@ def test_a_spec_override_by_its_former_path_is_the_same_study() -> None:
 
 def test_a_committed_study_json_with_former_paths_resolves() -> None:
     from record.layout import StudyPaths
-    from study.folder import load_meta, spec_from_meta
+    from study.recording.folder import load_meta, spec_from_meta
 
     meta = load_meta(StudyPaths(dir=ROOT / "results" / "record" / "raffel_table1-quick"))
     assert meta.raw["overrides"]["optim.raffel_protocol"] == "paper"
@@ -95,7 +95,7 @@ def test_the_search_metric_may_go_by_its_former_name(tmp_path: Path) -> None:
 
 
 def test_a_result_json_with_the_former_field_loads(tmp_path: Path) -> None:
-    from study.descriptor import final_metrics
+    from study.trial.descriptor import final_metrics
 
     result = {"run_identity": "x", "config": {}, "kind": "seq2seq", "dev_scoring": "greedy",
               "history": [], "best_epoch": 3, "best_dev_score": -0.25, "epochs_run": 4,

@@ -107,7 +107,7 @@ def test_a_dev_loss_selection_shows_the_loss_not_a_negative_percent() -> None:
     """Under optim.select_on=dev_loss, best_selection_score is -dev_loss: the Dubois figures'
     summaries and `study status` said "Dev % -0.0" for a dev loss of 5.6e-05."""
     from reports.render import dev_text
-    from study.results import CellResult, format_results
+    from study.recording.cell_results import CellResult, format_results
 
     assert dev_text(-0.0056) == "loss 5.6e-05" and dev_text(97.25) == "97.2"
     shown = format_results([CellResult(cell="c", split="len100", median=1.0, solved=0, n=3,

@@ -22,8 +22,8 @@ import pytest
 from record import schema
 from record.layout import META_FILE, STORE_FILE
 from record.store import ARCHIVE_SUFFIX
-from study.descriptor import TrialDescriptor
-from study.keys import run_key
+from study.trial.descriptor import TrialDescriptor
+from study.spec.keys import run_key
 from study.spec import StudySpec, read_yaml, resolve_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ GOLDEN = Path(__file__).parent / "data" / "run_keys.json"
 
 
 def planned_keys(spec: StudySpec, study: str) -> dict[str, str]:
-    """Run key -> cell id of every run a grid study plans, built as ``study.plan.plan_trials``
+    """Run key -> cell id of every run a grid study plans, built as ``study.plan.tuner.plan_trials``
     builds its trials (one :class:`TrialDescriptor` per grid trial, packs included); a search
     study's cells with their grid hparams points (its sampled values are not known before it runs)."""
     if spec.search is not None:

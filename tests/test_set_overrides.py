@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from study.cli import main as study_main
-from study.launch import resume_command
+from study.driver.launch import resume_command
 from study.spec import apply_sets, parse_sets
-from study.ui import ui_command
+from study.recording.ui import ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "ablations" / "rc_table2.yaml")
@@ -100,8 +100,8 @@ def _tiny_study(tmp_path: Path, finished: int = 0) -> Path:
     ``finished``, a store where that many of its runs finished."""
     from record.layout import study_paths
     from reports.synth import SynthRun, write_bulk_sql
-    from study.folder import write_meta
-    from study.launch import new_meta
+    from study.recording.folder import write_meta
+    from study.driver.launch import new_meta
     from study.spec import read_yaml, resolve_spec
 
     spec_path = tmp_path / "tiny.yaml"
@@ -173,7 +173,7 @@ def _started_run(study: Path, seed: int, **overrides) -> Path:
     """runs/<key>/config.json of tiny's copy/onestep run ``seed`` as its trainer writes it when
     the run starts (locattn.training.run), under the spec's values (and ``overrides``)."""
     from locattn.config import config_to_dict, make_run_config
-    from study.keys import run_key
+    from study.spec.keys import run_key
 
     values = {"task.train_size": 32, "task.dev_size": 8, "task.test_size": 8, "task.test_lengths": [15],
               "optim.epochs": 1, **overrides}
@@ -191,7 +191,7 @@ def test_a_resume_set_on_runs_started_under_the_old_values_is_refused_naming_the
     exit 1) and the study could never finish, nor go back (breaker, by hand: rc_table2 smoke,
     kill -9, resume --set optim.epochs=30). Now one line names them and both ways out, with the
     study's own --set carried into the launch command; study.json is untouched."""
-    from study.folder import load_meta, write_meta
+    from study.recording.folder import load_meta, write_meta
     from record.layout import study_paths
 
     study = _tiny_study(tmp_path)
@@ -212,7 +212,7 @@ def test_a_resume_set_on_runs_started_under_the_old_values_is_refused_naming_the
 def test_runs_started_under_other_values_are_those_a_set_gives_another_identity(tmp_path: Path) -> None:
     """An operational field (threads, device) keeps every run's identity: no run is in the way;
     a finished run or a folder without a config is not counted."""
-    from study.runs import started_under_other_values
+    from study.recording.runs import started_under_other_values
 
     study = _tiny_study(tmp_path)
     started = _started_run(study, 0)

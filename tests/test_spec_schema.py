@@ -14,7 +14,7 @@ import yaml
 from study.cli import main as study_main
 from study.spec import SpecError, load_spec
 from study.spec.checks import PROFILE_KEYS, TOP_KEYS
-from study.spec.schema import SHAPES, schema_text, spec_schema
+from study.spec.json_schema import SHAPES, schema_text, spec_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "ablations").glob("*.yaml"))
@@ -26,7 +26,7 @@ def test_the_schema_is_valid_and_covers_every_key_of_the_parser() -> None:
     props = spec_schema()["properties"]
     assert set(props) == set(TOP_KEYS)
     assert set(props["profiles"]["additionalProperties"]["properties"]) == PROFILE_KEYS
-    assert not set(TOP_KEYS) - set(SHAPES), "give the new spec key a shape in study/spec/schema.py"
+    assert not set(TOP_KEYS) - set(SHAPES), "give the new spec key a shape in study/spec/json_schema.py"
 
 
 def test_study_schema_prints_the_committed_schema(capsys) -> None:

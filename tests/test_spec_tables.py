@@ -21,7 +21,7 @@ from record.store import sqlite_uri
 from reports.cli import main as reports_main
 from reports.render import solved_applies
 from reports.synth import SynthRun, write_with_client
-from study.results import cell_results, format_results
+from study.recording.cell_results import cell_results, format_results
 from study.spec import SpecError, load_spec
 
 TINY = {"task.train_size": 48, "task.dev_size": 8, "task.test_size": 12, "task.test_lengths": (15,),
@@ -103,7 +103,7 @@ def test_a_spec_declared_table_builds_from_a_real_store(tmp_path, plugin_metric)
     study.mkdir(parents=True)
     uri = sqlite_uri(study / "mlflow.db")
     write_with_client(uri, "mine", runs, tables=spec.tables)
-    from mlflow.tracking import MlflowClient  # what study launch writes (study.launch: parent_tags)
+    from mlflow.tracking import MlflowClient  # what study launch writes (study.driver.launch: parent_tags)
 
     MlflowClient(tracking_uri=uri).set_tag(parent_id(uri, "mine"), schema.TABLE_DEFS,
                                            json.dumps(list(spec.table_defs), sort_keys=True))

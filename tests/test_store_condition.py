@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy
 
 from record.store import FULL, GONE, LOCKED, READ_ONLY, readonly_uri, store_condition
-from study.folder import StudyError, one_line_os_error
+from study.recording.folder import StudyError, one_line_os_error
 
 
 def _raised(fn) -> BaseException:
@@ -107,7 +107,7 @@ def test_this_codes_own_errors_are_no_store_condition() -> None:
 
 
 def test_the_messages_built_on_it(tmp_path: Path) -> None:
-    from study.record_callback import store_failure, unwritable  # study.record_callback imports Ray Tune
+    from study.recording.record_callback import store_failure, unwritable  # study.recording.record_callback imports Ray Tune
     db = _db(tmp_path)
     full, ro, locked = _raised(lambda: _full(db)), _raised(lambda: sqlite3.connect(
         readonly_uri(db), uri=True).execute("insert into runs values ('x')")), _raised(lambda: _locked(db))

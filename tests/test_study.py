@@ -29,10 +29,10 @@ pytest.importorskip("optuna")
 
 from record import schema  # noqa: E402
 from study_helpers import duplicate_metric_rows, start_private_ray, trial_run_rows, wait_for  # noqa: E402
-from study.launch import launch, resume  # noqa: E402
+from study.driver.launch import launch, resume  # noqa: E402
 from study.spec import SpecError  # noqa: E402
-from study.status import STALE, study_status  # noqa: E402
-from study.folder import load_meta  # noqa: E402
+from study.recording.status import STALE, study_status  # noqa: E402
+from study.recording.folder import load_meta  # noqa: E402
 from record.layout import StudyPaths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -633,8 +633,8 @@ def test_a_store_deleted_after_tunes_last_step_stops_in_one_line_and_resumes(ray
     last one took the driver's final writes without an error, and the study ended "4 of 4 runs
     finished" with its record nowhere (bench_chaos --cycles 20). The store is deleted here as
     Tune's fit returns: the driver says so in one line and `study resume` re-records the runs."""
-    from study.driver import Interrupt
-    from study.folder import StudyError
+    from study.driver.process import Interrupt
+    from study.recording.folder import StudyError
 
     spec = write_spec(tmp_path, "gone", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=2,
                       overrides=SMOKE)

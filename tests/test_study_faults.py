@@ -33,8 +33,8 @@ pytest.importorskip("mlflow")
 
 from record import schema
 from study_helpers import trial_run_rows, wait_for  # noqa: E402
-from study.driver import session_processes  # noqa: E402
-from study.launch import StudyError, launch  # noqa: E402
+from study.driver.process import session_processes  # noqa: E402
+from study.driver.launch import StudyError, launch  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def parent_run(db: Path) -> dict:
 def checkpoints(study_dir: Path) -> list[tuple[int, Path]]:
     """(epoch, trainer checkpoint dir) of every trainer checkpoint held by an intact Tune trial
     checkpoint."""
-    from study.trainable import staged_runs
+    from study.trial.trainable import staged_runs
 
     out = []
     for path in sorted(study_dir.glob("tune/trial_*/checkpoint_*")):
@@ -461,7 +461,7 @@ def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
         theirs = neighbour.stdout.readline().strip()
         assert theirs.startswith("127.0.0.1:")
         ours = subprocess.run(
-            [sys.executable, "-c", "from study.launch import init_ray; import ray; init_ray();"
+            [sys.executable, "-c", "from study.driver.launch import init_ray; import ray; init_ray();"
              "print(ray.get_runtime_context().gcs_address)"],
             env=ENV, capture_output=True, text=True, timeout=180)
         assert ours.returncode == 0, ours.stderr
@@ -834,7 +834,7 @@ def test_kill_9_of_study_ui_stops_its_mlflow_server(tmp_path: Path) -> None:
 def test_keep_policy_prunes_finished_runs_to_what_reports_read(tmp_path: Path) -> None:
     """#27 item 15: a finished run drops its resume state (keep: model, the default) or its
     model too (keep: results); the record files stay whatever the policy."""
-    from study.retention import prune_finished_run, study_keep
+    from study.spec.retention import prune_finished_run, study_keep
 
     record = ("result.json", "config.json", "trial.json", "attention.json", "attention.png")
     sizes = {}
@@ -1043,7 +1043,7 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
     """#27 item 10: SQLite writes on to an open, unlinked store without an error; the recorder
     compares the file with the one it opened at every Tune step, and says "it is gone"."""
     from record.store import sqlite_uri
-    from study.record_callback import RecordCallback, store_failure
+    from study.recording.record_callback import RecordCallback, store_failure
 
     db = tmp_path / "mlflow.db"
     rec = RecordCallback(tracking_uri=sqlite_uri(db), study="g", study_dir=str(tmp_path),
@@ -1070,7 +1070,7 @@ def test_a_store_file_deleted_or_replaced_under_the_recorder_is_noticed(tmp_path
 
 
 def test_store_failures_are_told_apart_and_bugs_keep_their_traceback() -> None:
-    from study.record_callback import store_failure
+    from study.recording.record_callback import store_failure
 
     db = "/x/mlflow.db"
     assert store_failure(db, sqlite3.OperationalError("attempt to write a readonly database")) == (
@@ -1085,7 +1085,7 @@ def test_postgres_credentials_stay_in_memory_where_libpq_reads_them(monkeypatch,
     (MLFLOW_TRACKING_*) does not reach libpq: "fe_sendauth: no password supplied"."""
     import io
 
-    from study.folder import StudyError, take_credentials
+    from study.recording.folder import StudyError, take_credentials
 
     for var in ("PGUSER", "PGPASSWORD", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         monkeypatch.delenv(var, raising=False)
@@ -1191,8 +1191,8 @@ def test_a_search_resumed_from_optuna_db_alone_draws_the_same_points(tmp_path: P
     import optuna
 
     from record.store import sqlite_uri
-    from study.search import CellSearch
-    from study.trainable import OBJECTIVE
+    from study.plan.search import CellSearch
+    from study.trial.trainable import OBJECTIVE
 
     def searcher(db: Path) -> CellSearch:
         return CellSearch(groups=[{"cell": "task=copy,variant=onestep", "hparams": {}}],

@@ -1,4 +1,4 @@
-""":class:`study.meta.StudyMeta`: the typed study, read from and written to ``study.json`` in
+""":class:`study.recording.meta.StudyMeta`: the typed study, read from and written to ``study.json`` in
 one place; every committed record reads into it and writes back the same document."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from study.meta import DEFAULT_TRAIN_PATH, StudyMeta
-from study.migrate import FORMAT_KEY, FORMAT_VERSION, upgrade_meta
+from study.recording.meta import DEFAULT_TRAIN_PATH, StudyMeta
+from study.recording.migrate import FORMAT_KEY, FORMAT_VERSION, upgrade_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = sorted((ROOT / "results" / "record").glob("*/study.json"))
@@ -53,8 +53,8 @@ def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli
     import inspect
 
     from study.cli import parser
-    from study.launch import launch, resume
-    from study.meta import DriverOptions
+    from study.driver.launch import launch, resume
+    from study.recording.meta import DriverOptions
 
     defaults = DriverOptions()
     for fn in (launch, resume):
@@ -71,7 +71,7 @@ def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli
 def test_study_json_and_a_trial_descriptor_save_the_train_path_by_one_rule(train_path: str) -> None:
     """Both saved documents name the train path only when it is not the default, and read an
     absent one as the default (locattn.config.train_path_entry / saved_train_path)."""
-    from study.descriptor import TrialDescriptor
+    from study.trial.descriptor import TrialDescriptor
     meta = StudyMeta(name="s", spec_path="s.yaml", profile=None, raw={}, resolved={}, tracking_uri="sqlite:///x.db",
                      train_path=train_path)
     trial = TrialDescriptor(study="s", study_dir="/tmp/s", cell="c", task="copy", variant="onestep", overrides={},

@@ -21,8 +21,8 @@ pytest.importorskip("mlflow")
 
 from record import schema  # noqa: E402
 from study import cost, slices  # noqa: E402
-from study.driver import limit_text  # noqa: E402
-from study.launch import launch  # noqa: E402
+from study.driver.process import limit_text  # noqa: E402
+from study.driver.launch import launch  # noqa: E402
 from study.spec import load_spec  # noqa: E402
 from study_helpers import trial_run_rows  # noqa: E402
 from test_study import ray_address, write_spec  # noqa: E402,F401 - the module's Ray and spec writer

@@ -13,7 +13,7 @@ from locattn.config import OptimConfig, make_run_config
 from study.cost import load_calibration
 from study.cost.paths import break_even_epochs, choose_train_path, fewest_epochs
 from study.cost.run import COMPILED_WHOLE_RUNS, CompiledRun, compiled_whole_run, run_cost
-from study.launch import launch
+from study.driver.launch import launch
 from study.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,8 +158,8 @@ def test_dry_run_prints_the_choice_and_prices_compiled_cheaper(tmp_path):
 def test_an_existing_study_keeps_its_saved_path(tmp_path):
     """The choice is made once, for a new study: a relaunch's dry run prints no new choice."""
     from record.layout import study_paths
-    from study.folder import load_meta, write_meta
-    from study.launch import new_meta
+    from study.recording.folder import load_meta, write_meta
+    from study.driver.launch import new_meta
     from study.spec import read_yaml, resolve_spec
 
     # study.json as a launch of this spec writes it (the dry run reads all of it: its refusal of

@@ -1,5 +1,5 @@
 """The Tune checkpoints of a trial: which one a restore continues from, and how a checkpoint
-saved before solo and packed trials shared one skeleton (``study.trainable.Trial``) is read.
+saved before solo and packed trials shared one skeleton (``study.trial.trainable.Trial``) is read.
 
 Hand-built checkpoint directories in the layouts the trainable writes; the kill/resume tests in
 test_study, test_study_faults and test_packed cover the trainable writing and reading them.
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from locattn.training.checkpoint import file_sha256
-from study.trainable import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, newest_checkpoint, read_complete, staged_runs,
-                             state_digest, upgrade_state)
+from study.trial.trainable import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, newest_checkpoint, read_complete, staged_runs,
+                                   state_digest, upgrade_state)
 
 KEYS = [(0, "k0"), (1, "k1"), (2, "k2")]
 

@@ -44,7 +44,7 @@ def _store(root: Path) -> list[str]:
     from record.summary import seed_percents
     from record.writer import RecordWriter
     from reports.synth import SynthRun, write_bulk_sql
-    from study.naming import cell_name, run_name
+    from study.recording.naming import cell_name, run_name
 
     d = root / "ui-demo"
     d.mkdir(parents=True)

@@ -128,7 +128,7 @@ def test_score_test_splits_reports_each_split_then_the_end(tmp_path: Path) -> No
 
 
 def test_run_names_lead_with_what_differs() -> None:
-    from study.naming import abbreviate, run_name, short_value, split_cell
+    from study.recording.naming import abbreviate, run_name, short_value, split_cell
 
     assert run_name(task="copy", variant="onestep", seed=3, hparams={"optim.lr": 1e-3}) == \
         "1step·copy·s3·lr=1e-3"
@@ -152,7 +152,7 @@ def test_every_spec_cell_names_variant_task_and_seed_within_30_characters_and_ap
     variants (or tasks) abbreviate alike."""
     from locattn.tasks import list_tasks
     from locattn.variants import list_variants
-    from study.naming import SEP, abbreviate, run_name
+    from study.recording.naming import SEP, abbreviate, run_name
     from study.spec import load_spec, read_yaml
 
     pairs: set[tuple[str, str, int]] = set()
@@ -296,7 +296,7 @@ def test_status_is_fast_marks_dead_driver_trials_stale_and_imports_nothing_heavy
     resume = lines[4].split("resumable: ", 1)[1].split()
     assert resume[:2] == ["study", "resume"] and Path(resume[2]).resolve() == d.resolve(), lines[4]
     assert lines[-1] == "heavy: []"
-    # then the per-cell numbers (study.results): the finished seed of each cell, 25 % at len15
+    # then the per-cell numbers (study.recording.cell_results): the finished seed of each cell, 25 % at len15
     assert lines[7].split() == ["task=copy,variant=onestep", "len15", "25.0", "0/1"]
     assert lines[8].split() == ["task=copy,variant=content", "len15", "25.0", "0/1"]
 
@@ -506,6 +506,6 @@ def test_a_real_launch_names_runs_by_what_differs_and_prints_no_token_line(tmp_p
     out = subprocess.run([sys.executable, "-m", "study.cli", "status", "tiny", "--root", str(root)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
     lines = out.splitlines()
-    driver = lines.index("no driver running")  # then the per-cell numbers (study.results)
+    driver = lines.index("no driver running")  # then the per-cell numbers (study.recording.cell_results)
     assert lines[driver - 1].split() == ["total", "2", "0", "0", "0", "0"]
     assert lines[driver + 3].split()[:2] == ["task=copy,variant=onestep", "len15"]

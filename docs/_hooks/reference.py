@@ -125,7 +125,7 @@ def on_files(files, config):
     files.append(File.generated(config, "reference/cli.md", content=cli_page()))
     sys.path.insert(0, str(ROOT))
     # (imported here, not at the top: mkdocs loads this hook before the project is on sys.path)
-    from study.spec.schema import schema_text
+    from study.spec.json_schema import schema_text
 
     files.append(File.generated(config, "reference/spec.schema.json", content=schema_text()))
     return files

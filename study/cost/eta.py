@@ -1,6 +1,6 @@
 """A running study's ETA: the cost model's remaining work per trial (:mod:`study.cost.run`),
 scaled by the epochs the study itself has measured (:func:`blend_ratio`), and charged only for
-what is left. The progress line (:mod:`study.progress`) prints it.
+what is left. The progress line (:mod:`study.recording.progress`) prints it.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def format_eta(seconds: float, done: bool) -> str:
 
 
 def eta_key(trial: Any) -> str:
-    """The key a trial (a ``study.descriptor.TrialDescriptor``) is priced under: its cell and
+    """The key a trial (a ``study.trial.descriptor.TrialDescriptor``) is priced under: its cell and
     its selection hyperparameters (an ``optim.epochs`` hparam changes the cost)."""
     return trial.cell + "|" + json.dumps(trial.hparams, sort_keys=True, default=str)
 

@@ -6,10 +6,10 @@ Python + ``locattn`` (no Ray, no MLflow), so specs can be checked before anythin
 
 Errors are :class:`SpecError` and always name the file, the key and the valid choices.
 
-The parts live in their own modules, lowest first: :mod:`study.keys` (run identities),
+The parts live in their own modules, lowest first: :mod:`study.spec.keys` (run identities),
 :mod:`study.spec.checks` (keys, limits, :class:`SpecError`), :mod:`study.spec.yaml` (reading the
 file), :mod:`study.spec.model` (:class:`StudySpec` and its expansion), :mod:`study.spec.grid`
-(cells, search, packing, config checks) and :mod:`study.spec.data` (size and task-data checks).
+(cells, search, packing, config checks) and :mod:`study.spec.task_data` (size and task-data checks).
 This package's ``__init__`` resolves a spec from them and re-exports their public names.
 """
 
@@ -22,19 +22,19 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from locattn import registry, table_defs
-from record import schema as record_schema  # (study.spec.schema, the submodule, takes the name schema here)
-from study.keys import cell_id, hparams_json, run_key
-from study.retention import DEFAULT_KEEP, KEEP_POLICIES
+from record import schema as record_schema  # (study.spec.json_schema, the submodule, takes the name schema here)
+from study.spec.keys import cell_id, hparams_json, run_key
+from study.spec.retention import DEFAULT_KEEP, KEEP_POLICIES
 from study.spec.checks import (COST_KEYS, MAX_SEED, MAX_SEEDS, PROFILE_KEYS, RESOURCE_KEYS, SPECIAL_AXES,
                                TOP_KEYS, SpecError, check_int, check_list, check_mapping, check_number,
                                check_study_name, check_unique, did_you_mean, short_repr, spec_error)
-from study.spec.data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
+from study.spec.task_data import SIZE_LIMITS, check_task_data, require_task_data, size_warnings
 from study.spec.canon import canonical, canonical_mapping
 from study.spec.grid import (canonical_grid, expand_cells, parse_pack, parse_search, restrict_grid,
                              validate_configs)
-# the module, not its names: study.plugins imports study.spec.checks, which runs this package's
-# __init__ while study.plugins is still half-loaded when a process imports study.plugins first
-from study import plugins as study_plugins
+# the module, not its names: study.spec.plugins imports study.spec.checks, which runs this package's
+# __init__ while study.spec.plugins is still half-loaded when a process imports study.spec.plugins first
+from study.spec import plugins as study_plugins
 from study.spec.model import Cell, SearchSpec, StudySpec, TrialSpec
 from study.spec.yaml import read_yaml
 
@@ -234,7 +234,7 @@ def resolve_spec(
     """Validate a raw spec mapping and apply a profile (and an ``--only`` subset of the grid, and
     ``--seeds`` in place of the profile's seeds). The plugins of its ``plugins:`` key must be
     imported already (:func:`load_spec` and ``study launch`` import them; a resume, only trusted
-    ones: :mod:`study.plugins`)."""
+    ones: :mod:`study.spec.plugins`)."""
     raw = dict(raw)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:

@@ -30,7 +30,7 @@ TOP_KEYS = {
     "profiles": "named profiles (smoke, quick, paper, ...) of overrides to the keys above",
     "default_profile": "profile used when --profile is not given (str)",
     "cost": "cost model for --dry-run: seconds_per_1k_examples (float)",
-    "keep": "what a finished run keeps on disk: model (default), results, all (study.retention)",
+    "keep": "what a finished run keeps on disk: model (default), results, all (study.spec.retention)",
     "plugins": "importable module names of plugins (attenders, tasks, variants) imported on the "
                "driver and in every trial before any config resolves (list of str)",
 }

@@ -16,7 +16,7 @@ from locattn.models.config import packable_families
 from locattn.tasks import list_tasks
 from locattn.tasks.config import task_defaults, task_kind
 from record import schema
-from study.keys import cell_id, format_value, hparams_json
+from study.spec.keys import cell_id, format_value, hparams_json
 from study.spec.canon import canonical, canonical_mapping
 from study.spec.checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
                                check_mapping, check_range, check_unique, did_you_mean, spec_error)

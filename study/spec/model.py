@@ -13,7 +13,7 @@ from typing import Any
 from locattn.config import make_run_config
 from locattn.packable import pack_groups
 from study import cost
-from study.retention import DEFAULT_KEEP
+from study.spec.retention import DEFAULT_KEEP
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +108,7 @@ class StudySpec:
     """Train all seeds of a (cell, hparams) point in one trial as one packed model
     (``locattn.packed.train_packed``); each seed still gets its own run and MLflow record."""
     keep: str = DEFAULT_KEEP
-    """What a finished run keeps on disk (:data:`study.retention.KEEP_POLICIES`)."""
+    """What a finished run keeps on disk (:data:`study.spec.retention.KEEP_POLICIES`)."""
     pack_axes: tuple[str, ...] = ()
     """Hparams axes whose points one trial trains together as one packed model (``pack``)."""
     table_defs: tuple[dict[str, Any], ...] = ()

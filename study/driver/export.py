@@ -5,7 +5,7 @@ folder for :mod:`locattn.offline`: its manifest (per trial the descriptor, per r
 seed and resolved ``RunConfig``) and per run a seed folder with the run's trial file and any
 partial trainer checkpoint. The worker trains them there into ``RUNS_DIR/<run key>/``;
 ``import`` copies the run folders back into ``<study>/runs/``: the next ``study resume``
-records the finished ones from disk (:func:`study.record_callback.reconcile`) instead of training them,
+records the finished ones from disk (:func:`study.recording.record_callback.reconcile`) instead of training them,
 and continues the unfinished ones from their checkpoints, which the import stages as a Tune
 checkpoint of an earlier attempt of their trial (:func:`stage_offline`).
 Grid studies only: a search study's trials are sampled by Optuna as it goes.
@@ -31,15 +31,15 @@ from record import layout
 from record.layout import StudyPaths
 from record.store import experiment_id, local_store
 from record.writer import existing_runs
-from study.descriptor import TrialDescriptor, finished_result, write_trial_file
-from study.driver import StudyLock
-from study.folder import load_meta, new_study_paths, spec_from_meta, write_meta
-from study.meta import StudyMeta
-from study.plan import plan_trials
-from study.retention import DROPPED, study_keep
-from study.trial_state import RUN_SUBDIR, stage_checkpoint
+from study.trial.descriptor import TrialDescriptor, finished_result, write_trial_file
+from study.driver.process import StudyLock
+from study.recording.folder import load_meta, new_study_paths, spec_from_meta, write_meta
+from study.recording.meta import StudyMeta
+from study.plan.tuner import plan_trials
+from study.spec.retention import DROPPED, study_keep
+from study.trial.trial_state import RUN_SUBDIR, stage_checkpoint
 from study.spec import SpecError, StudySpec, read_yaml, require_task_data, resolve_spec
-from study.ui import current_store
+from study.recording.ui import current_store
 
 #: Where the seed folders lie in an export folder (``<out>/runs/<run key>/``).
 SEEDS_DIR = layout.RUNS_DIR
@@ -302,7 +302,7 @@ def stage_offline(paths: StudyPaths, desc: TrialDescriptor, first: str,
     """Stage the imported unfinished runs of one trial as a Tune checkpoint of an earlier
     attempt of it (their run folders' trial files list it): a resumed trial restores their
     trainer checkpoints from there, and its first reports replay their offline epochs to the
-    record, as after a killed driver (:mod:`study.trial_state`)."""
+    record, as after a killed driver (:mod:`study.trial.trial_state`)."""
     name = OFFLINE_TRIAL.format(first)
     state = {"replicas": {key: {"epoch": int(h[-1]["epoch"]), "history": h} for key, h in histories.items()},
              "done": [], "scores": {}}

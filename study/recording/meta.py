@@ -2,10 +2,10 @@
 module takes, read from and written to JSON here and nowhere else; and :class:`DriverOptions`,
 how one launch or resume runs (never saved but its train path).
 
-The file's record format (``format``) and the upgrade of an older one are :mod:`study.migrate`'s:
+The file's record format (``format``) and the upgrade of an older one are :mod:`study.recording.migrate`'s:
 :meth:`StudyMeta.from_json` takes a document already upgraded to :data:`FORMAT_VERSION`, and
 :meth:`StudyMeta.to_json` writes that version. The file itself is read, checked and written
-atomically by :mod:`study.folder`. Standard library, ``locattn.config`` and ``study.migrate`` only.
+atomically by :mod:`study.recording.folder`. Standard library, ``locattn.config`` and ``study.recording.migrate`` only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from locattn.config import (  # the training step a study takes unless it chose another, saved only then
     DEFAULT_TRAIN_PATH, saved_train_path, train_path_entry)
-from study.migrate import FORMAT_KEY, FORMAT_VERSION
+from study.recording.migrate import FORMAT_KEY, FORMAT_VERSION
 
 #: study.json's keys, in the order they are written. ``set`` is :attr:`StudyMeta.sets`.
 KNOWN_KEYS = ("name", "spec_path", "profile", "only", "seeds", "set", "train_path", "raw", "resolved",
@@ -27,7 +27,7 @@ KNOWN_KEYS = ("name", "spec_path", "profile", "only", "seeds", "set", "train_pat
 class StudyMeta:
     """What a study saved at launch (and its later launches, resumes and migrations changed).
 
-    Frozen: a change is a new value (:meth:`replace`) written by :func:`study.folder.write_meta`.
+    Frozen: a change is a new value (:meth:`replace`) written by :func:`study.recording.folder.write_meta`.
     The optional keys are written only when they differ from their default, so a study saved
     before a key existed reads and writes back the same document.
     """
@@ -62,7 +62,7 @@ class StudyMeta:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> StudyMeta:
         """The study of a ``study.json`` document in the current record format (read through
-        :func:`study.migrate.upgrade_meta`; its ``format`` key is not kept)."""
+        :func:`study.recording.migrate.upgrade_meta`; its ``format`` key is not kept)."""
         extra = {k: v for k, v in doc.items() if k not in KNOWN_KEYS and k != FORMAT_KEY}
         return cls(name=doc["name"], spec_path=doc["spec_path"], profile=doc["profile"], raw=doc["raw"],
                    resolved=doc["resolved"], tracking_uri=doc["tracking_uri"], only=doc.get("only") or {},
@@ -96,7 +96,7 @@ class StudyMeta:
 class DriverOptions:
     """The operational choices of one launch or resume (``study launch``/``resume``'s options):
     none is part of the study or of a run's identity. Each field's default is the one default of
-    that choice (:func:`study.launch.launch`, :func:`study.launch.resume` and the command line take it)."""
+    that choice (:func:`study.driver.launch.launch`, :func:`study.driver.launch.resume` and the command line take it)."""
 
     #: The Ray cluster to join (``auto``, ``ray://head:10001``); None: a private local Ray on 127.0.0.1.
     address: str | None = None
@@ -104,7 +104,7 @@ class DriverOptions:
     max_concurrent: int | None = None
     #: Seconds between progress lines.
     progress_seconds: float = 10.0
-    #: Stop gracefully before this many seconds of wall time; None: no limit (:mod:`study.slices`).
+    #: Stop gracefully before this many seconds of wall time; None: no limit (:mod:`study.plan.slices`).
     time_limit: float | None = None
     #: How the runs' training steps run; None: the study's saved choice (:attr:`StudyMeta.train_path`).
     train_path: str | None = None

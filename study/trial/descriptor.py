@@ -17,7 +17,7 @@ from locattn.config import DEFAULT_TRAIN_PATH, make_run_config, run_identity, sa
 from locattn.folders import confined
 from record import layout, schema
 from record.layout import TRIAL_FILE
-from study.keys import run_key
+from study.spec.keys import run_key
 from study.spec.model import Cell, TrialSpec
 
 #: Result key of a trial's objective (the median over all its seeds of the search metric).
@@ -248,7 +248,7 @@ def finished_result(out_dir: Path, cfg: Any) -> Any:
     path = out_dir / layout.RESULT_FILE
     if not path.is_file():
         return None
-    from locattn.train import load_result  # here: torch; study.runs (so `study --help`) imports us
+    from locattn.train import load_result  # here: torch; study.recording.runs (so `study --help`) imports us
     try:
         result = load_result(out_dir)
     except (ValueError, TypeError, KeyError, ImportError):

@@ -25,7 +25,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.utils.util import unflatten_dict
 
-from study.trainable import OBJECTIVE
+from study.trial.trainable import OBJECTIVE
 
 #: Optuna user attribute of a search point: the sampler's RNG states after it was drawn.
 RNG_ATTR = "locattn.sampler_rng"
@@ -36,7 +36,7 @@ class TrialQueue(Searcher):
 
     (``tune.grid_search`` over N descriptors deep-copies the whole list for every trial it
     generates: O(N) each, O(N^2) per study.) A resumed study plans a new queue from the record
-    (``study.launch``): Tune's saved state is never restored.
+    (``study.driver.launch``): Tune's saved state is never restored.
     """
 
     def __init__(self, items: list[dict[str, Any]]) -> None:

@@ -17,10 +17,10 @@ from record import layout, schema
 from record.layout import StudyPaths
 from record.store import sqlite_uri
 from record.summary import SELECTION_KEY
-from study.meta import StudyMeta
-from study.search import CellSearch, OpenTrialsScheduler, TrialQueue
+from study.recording.meta import StudyMeta
+from study.plan.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
-from study.trainable import TrialDescriptor, run_trial, trial_dirname
+from study.trial.trainable import TrialDescriptor, run_trial, trial_dirname
 
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
 #: bytes) whenever one trial has reported this many checkpoints since the last snapshot, so
@@ -28,7 +28,7 @@ from study.trainable import TrialDescriptor, run_trial, trial_dirname
 #: trials wrote ~N snapshots of O(N) bytes: quadratic. At 10, a forced snapshot comes at most
 #: once per 10 epochs of the fastest trial and short trials never force one; the rest follow
 #: Tune's timer (``TUNE_GLOBAL_CHECKPOINT_S``, default auto: ~5 % of the driver's time).
-#: Finished trials drop the model files of their checkpoints (study.trainable), so the
+#: Finished trials drop the model files of their checkpoints (study.trial.trainable), so the
 #: disk cost of keeping 10 is paid only by running trials.
 TUNE_CHECKPOINTS_KEPT = 10
 

@@ -21,12 +21,12 @@ from record import layout, schema
 from record.store import FULL, GONE, READ_ONLY, StoreError, is_store_error, redact, sqlite_path, store_condition
 from record.summary import seed_percents
 from record.writer import MAX_TAG_CHARS, RecordWriter, RunState
-from study.folder import StudyError, one_line_os_error
-from study.naming import cell_name, run_name
-from study.plugins import config_plugins
-from study.runs import run_folders
+from study.recording.folder import StudyError, one_line_os_error
+from study.recording.naming import cell_name, run_name
+from study.spec.plugins import config_plugins
+from study.recording.runs import run_folders
 from study.spec import hparams_json
-from study.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
+from study.trial.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback

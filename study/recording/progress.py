@@ -1,6 +1,6 @@
 """The driver's progress line: trials done, running, failed and pending, elapsed time and ETA.
 
-A Tune callback of its own beside the recorder (``study.record_callback.RecordCallback``), which it asks
+A Tune callback of its own beside the recorder (``study.recording.record_callback.RecordCallback``), which it asks
 how many trials are really done: Tune marks a trial stopped by Ctrl-C as terminated too. On a
 terminal a second line names the running runs with their epoch and dev score
 (``running: 1step·copy·s0 ep 3/10 dev 45.2%``); not on a pipe or in a log, whose lines stay
@@ -14,8 +14,8 @@ import time
 from typing import Any, Callable, TextIO
 
 from study.cost import StudyEta, eta_key, format_eta
-from study.naming import run_name
-from study.trainable import TrialDescriptor
+from study.recording.naming import run_name
+from study.trial.trainable import TrialDescriptor
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback

@@ -18,8 +18,8 @@ from typing import Any
 from locattn.config import apply_overrides, run_config_from_dict, run_identity
 from locattn.folders import RUN_KEY
 from record.layout import CHECKPOINT_DIR, CHECKPOINT_META, CONFIG_FILE, RESULT_FILE, RUNS_DIR, TRIAL_FILE
-from study.descriptor import run_dir
-from study.naming import run_name
+from study.trial.descriptor import run_dir
+from study.recording.naming import run_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +60,7 @@ def read_folder(path: Path) -> RunFolder:
 
 def run_folders(study_dir: str | Path) -> list[Path]:
     """The study's run folders, ``<study>/runs/<key>``, in key order, each through the one check
-    (:func:`study.descriptor.run_dir`); an entry not named as a run key is left out unread.
+    (:func:`study.trial.descriptor.run_dir`); an entry not named as a run key is left out unread.
     :class:`locattn.folders.FolderError` (one line) if one, or ``runs/``, links out of the study."""
     root = Path(study_dir) / RUNS_DIR
     if not root.is_dir():

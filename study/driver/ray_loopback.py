@@ -1,4 +1,4 @@
-"""``python -m study.ray_loopback start ...``: ``ray start``, for the nodes of a Ray cluster on one
+"""``python -m study.driver.ray_loopback start ...``: ``ray start``, for the nodes of a Ray cluster on one
 machine with every port on 127.0.0.1 (docs/howto/cluster.md, "Try the cluster flow on one
 machine").
 
@@ -10,7 +10,7 @@ servers listen on it and on 0.0.0.0. With that setting, though, ``ray start --ad
 start a worker node ("Multi-node Ray clusters are not supported on Windows and OSX"). This is
 Ray's own ``ray start`` command with that one refusal lifted: the setting is on (set here when
 unset), and only the command's own check reads it as off. Everything else is Ray's, options
-included (``python -m study.ray_loopback start --help``).
+included (``python -m study.driver.ray_loopback start --help``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from study.ray_compat import ray_start_cli_for_loopback_nodes
+from study.driver.ray_compat import ray_start_cli_for_loopback_nodes
 
 #: Ray's loopback switch, read when Ray is imported.
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     refusal of a worker node in that mode lifted; returns its exit status."""
     os.environ.setdefault(LOOPBACK_ENV, "0")
     if os.environ[LOOPBACK_ENV] != "0":
-        print(f"study.ray_loopback: {LOOPBACK_ENV}={os.environ[LOOPBACK_ENV]} would put this node's "
+        print(f"study.driver.ray_loopback: {LOOPBACK_ENV}={os.environ[LOOPBACK_ENV]} would put this node's "
               f"ports on the machine's address; unset it or set it to 0", file=sys.stderr)
         return 2
     return ray_start_cli_for_loopback_nodes(sys.argv[1:] if argv is None else argv)

@@ -25,7 +25,7 @@ from record import schema
 from locattn.folders import RUN_KEY as RUN_KEY_PATTERN
 from record.layout import LOCK_FILE, RESULT_FILE, RUNS_DIR
 from record.store import StoreError, StudyNotFound, read_rows
-from study.meta import StudyMeta
+from study.recording.meta import StudyMeta
 from study.spec import SpecError, cell_id
 
 STALE = "stale"
@@ -152,7 +152,7 @@ def _status_of(mlflow_status: str) -> str:
 
 
 def study_status(meta: StudyMeta, study_dir: Path) -> tuple[list[CellStatus], Driver]:
-    """Per-cell status of a study (``meta``: its ``study.json``, :func:`study.folder.load_meta`) and its driver."""
+    """Per-cell status of a study (``meta``: its ``study.json``, :func:`study.recording.folder.load_meta`) and its driver."""
     # A study.json without the resolved spec (none written so far) still lists its runs by cell.
     cells, expected = expected_cells(meta.resolved or {})
     driver = read_driver(study_dir)
@@ -160,7 +160,7 @@ def study_status(meta: StudyMeta, study_dir: Path) -> tuple[list[CellStatus], Dr
     for cell, seed, status, key in keyed_trial_runs(meta.tracking_uri, meta.name):
         if status != schema.STATUS_FINISHED and finished_in_folder(study_dir, key):
             # its result.json is written, the record's finish is not (a driver killed in between):
-            # finished, as the next resume counts it and records it (study.record_callback.reconcile)
+            # finished, as the next resume counts it and records it (study.recording.record_callback.reconcile)
             status = schema.STATUS_FINISHED
         elif status == schema.STATUS_INTERRUPTED or (status == schema.STATUS_RUNNING and driver.alive is False):
             status = STALE  # stopped with its driver (Ctrl-C, kill): resumable

@@ -37,13 +37,13 @@ from ray import tune
 from locattn.packed import pack_groups, train_packed
 from locattn.train import find_checkpoint, share_compile_cache, train as locattn_train
 
-from study.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
-                              run_dir, trial_dirname, write_trial_file)
-from study.plugins import import_in_worker
-from study.retention import prune_finished_run, study_keep
-from study.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_DIRNAME, current_trial_dir,
-                               earlier_trial_dirs, newest_checkpoint, read_complete, restore_run_checkpoint, stage_checkpoint,
-                               staged_runs, state_digest, strip_finished, upgrade_state)
+from study.trial.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
+                                    run_dir, trial_dirname, write_trial_file)
+from study.spec.plugins import import_in_worker
+from study.spec.retention import prune_finished_run, study_keep
+from study.trial.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_DIRNAME, current_trial_dir,
+                                     earlier_trial_dirs, newest_checkpoint, read_complete, restore_run_checkpoint, stage_checkpoint,
+                                     staged_runs, state_digest, strip_finished, upgrade_state)
 
 __all__ = [
     "NOTICES", "OBJECTIVE", "RUN_SUBDIR", "STATE_DIGEST", "STATE_FILE", "TUNE_DIRNAME", "Trial", "TrialDescriptor",
@@ -106,7 +106,7 @@ class Trial:
         self.deferred: tuple[str, dict[str, Any], Path] | None = None  # a packed epoch's last report (defer)
         self.base = {"node_id": ray.get_runtime_context().get_node_id(), "start_time": time.time()}
         self.staging = Path(desc.study_dir) / "staging" / f"{self.keys[0][1]}.{os.getpid()}"
-        self.keep = study_keep(desc.study_dir)  # what a finished run keeps (study.retention)
+        self.keep = study_keep(desc.study_dir)  # what a finished run keeps (study.spec.retention)
         self.trial_dir = current_trial_dir(desc.study_dir)
         self.earlier = [d for d in earlier_trial_dirs(desc.study_dir, list(self.out_dirs.values()))
                         if d != self.trial_dir]

@@ -1,6 +1,6 @@
 """The JSON Schema of a study spec (``ablations/*.yaml``), generated from the spec parser's own
 vocabulary (:mod:`study.spec.checks`: its key tables, choices and limits) and the retention
-policies (:mod:`study.retention`), so it cannot drift from what ``study launch`` accepts.
+policies (:mod:`study.spec.retention`), so it cannot drift from what ``study launch`` accepts.
 
 ``study schema`` prints it; ``ablations/spec.schema.json`` is its committed copy, which the specs
 name in their ``# yaml-language-server: $schema=spec.schema.json`` line so that an editor checks
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from study.retention import KEEP_POLICIES
+from study.spec.retention import KEEP_POLICIES
 from study.spec.checks import (COST_KEYS, MAX_INT, MAX_SEED, MAX_SEEDS, MODES, NAME_PATTERN, PROFILE_KEYS,
                                RESOURCE_KEYS, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, TOP_KEYS)
 

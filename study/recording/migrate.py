@@ -4,7 +4,7 @@
 means format 0, so every ``study.json`` has a format. Every difference between an older format
 and the current one is handled here, in :data:`MIGRATIONS`, and nowhere else: a study's
 ``study.json`` is upgraded in memory when it is read (:func:`upgrade_meta`), so the driver, the
-status command and the reports see one format; ``study migrate`` (:func:`study.folder.migrate`)
+status command and the reports see one format; ``study migrate`` (:func:`study.recording.folder.migrate`)
 writes the upgrade to disk. Standard library only.
 """
 

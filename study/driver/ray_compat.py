@@ -80,7 +80,7 @@ def core_loaded() -> bool:
 
 def ray_start_cli_for_loopback_nodes(argv: list[str]) -> int:
     """Run Ray's ``ray <argv>`` command (``start ...``) with ``ray start``'s refusal of a worker
-    node under ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` lifted (:mod:`study.ray_loopback` says
+    node under ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` lifted (:mod:`study.driver.ray_loopback` says
     why); returns its exit status."""
     # Private: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` as the CLI module
     # ``ray.scripts.scripts`` sees it. ``ray start`` has no option to start a worker node whose

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from record.layout import StudyPaths
-from study import ray_compat, slices
-from study.folder import StudyError
-from study.status import pid_alive
+from study.driver import ray_compat
+from study.plan import slices
+from study.recording.folder import StudyError
+from study.recording.status import pid_alive
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Tries to start a private local Ray when its GCS fails to start: two Rays starting at once on one
@@ -188,7 +189,7 @@ class RayStart:
 def init_ray(address: str | None = None, resume: str = "",
              runtime_env: dict[str, Any] | None = None) -> RayStart:
     """Start a private local Ray on loopback, or join ``address`` (with the job's
-    ``runtime_env``: a study's plugins, :func:`study.plugins.runtime_env`).
+    ``runtime_env``: a study's plugins, :func:`study.spec.plugins.runtime_env`).
 
     Without an address this never joins a Ray that is already running on the host (a
     neighbour's ``ray start``, another study's driver): ``ray.init()`` alone would connect to
@@ -318,8 +319,8 @@ def quiet_tune() -> None:
 
 def _store_error_filter(record: Any) -> bool:
     """Drop MLflow's own traceback of a store failure: the recorder turns the same exception into
-    one line naming the store (``study.record_callback.store_failure``) and stops the study."""
-    from study.record_callback import store_failure  # study.record_callback imports Ray Tune: only once running
+    one line naming the store (``study.recording.record_callback.store_failure``) and stops the study."""
+    from study.recording.record_callback import store_failure  # study.recording.record_callback imports Ray Tune: only once running
 
     exc = record.exc_info[1] if record.exc_info else None
     return exc is None or store_failure("", exc) is None
@@ -388,7 +389,7 @@ class Interrupt:
 
     With a ``deadline`` (:func:`deadline`, ``--time-limit``), a timer asks for the same graceful
     stop at the deadline (a SIGTERM to this process while ``fit`` runs, or only ``event`` before
-    it) and sets ``timed_out``: the study exits with :data:`study.slices.EXIT_TIME_LIMIT`."""
+    it) and sets ``timed_out``: the study exits with :data:`study.plan.slices.EXIT_TIME_LIMIT`."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

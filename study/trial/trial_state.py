@@ -17,7 +17,7 @@ from ray import tune
 
 from locattn.train import CHECKPOINT_DIR, file_sha256, remove_checkpoint
 from record import layout
-from study.descriptor import listed_trials, trial_dirname
+from study.trial.descriptor import listed_trials, trial_dirname
 
 STATE_FILE = "trial_state.json"
 #: Key of the trial state file's own SHA-256 (:func:`state_digest`).

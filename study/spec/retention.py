@@ -35,7 +35,7 @@ DEFAULT_KEEP = "model"
 RECORD_BYTES = 200_000
 #: A vocabulary size for the estimate (the papers' tasks have 14 to a few hundred tokens).
 ESTIMATE_VOCAB = 200
-#: Tune checkpoints a running trial holds (``study.plan.TUNE_CHECKPOINTS_KEPT``), each a copy
+#: Tune checkpoints a running trial holds (``study.plan.tuner.TUNE_CHECKPOINTS_KEPT``), each a copy
 #: of its resume state.
 RUNNING_COPIES = 10
 

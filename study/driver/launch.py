@@ -1,8 +1,8 @@
 """Launch, resume and widen studies: spec -> Ray Tune (+ Optuna) -> MLflow.
 
 :func:`launch` and :func:`resume` take the study's lock and hand the study to one runner, which
-fits a new Tuner that :mod:`study.plan` plans from the spec and the record. The folder is :mod:`study.folder`'s, the driver process's plumbing :mod:`study.driver`'s, the record
-:mod:`study.record_callback`'s. Nothing here calls ``ray.init`` at import time.
+fits a new Tuner that :mod:`study.plan.tuner` plans from the spec and the record. The folder is :mod:`study.recording.folder`'s, the driver process's plumbing :mod:`study.driver.process`'s, the record
+:mod:`study.recording.record_callback`'s. Nothing here calls ``ray.init`` at import time.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from record import schema
 from record.layout import StudyPaths, study_paths
 from record.power import power_lines
 from record.store import FULL, READ_ONLY, is_server, redact, split_credentials, sqlite_path, store_condition
-from study import slices
+from study.plan import slices
 from study.cost import study_eta
 from study.cost.paths import choose_train_path  # a new study's train path when none is given
-from study.driver import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
-                          limit_text, quiet_tune, stop_ray)
-from study.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
-                          spec_from_meta, take_credentials, write_meta)
-from study.meta import DEFAULT_TRAIN_PATH, DriverOptions, StudyMeta
-from study.preflight import check_train_path_fits
-from study.plugins import (check_attenders, check_sources, export_to_workers, import_named, labels_tag,
-                           runtime_env, solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
-from study.retention import disk_line
-from study.runs import run_folders, started_under_other_values
+from study.driver.process import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
+                                  limit_text, quiet_tune, stop_ray)
+from study.recording.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
+                                    spec_from_meta, take_credentials, write_meta)
+from study.recording.meta import DEFAULT_TRAIN_PATH, DriverOptions, StudyMeta
+from study.plan.preflight import check_train_path_fits
+from study.spec.plugins import (check_attenders, check_sources, export_to_workers, import_named, labels_tag,
+                                runtime_env, solo_note, spec_plugin_sources, spec_plugins, trusted_for_resume)
+from study.spec.retention import disk_line
+from study.recording.runs import run_folders, started_under_other_values
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
-from study.status import trial_runs
-from study.ui import browse_advice
+from study.recording.status import trial_runs
+from study.recording.ui import browse_advice
 
 
 def resume_command(study_dir: Path, max_concurrent: int | None, address: str | None) -> str:
@@ -110,7 +110,7 @@ def launch(
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
     ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
     The spec's ``plugins:`` and ``plugins`` (``--plugin``) are imported first, here and in
-    every trial (:mod:`study.plugins`); resuming a study whose plugins' source changed is refused
+    every trial (:mod:`study.spec.plugins`); resuming a study whose plugins' source changed is refused
     unless ``allow_dirty``, as for the package's own uncommitted code. ``power_target`` (a dry
     run's ``--power-target``): a difference in solved rate whose seeds the plan says
     (:mod:`record.power`).
@@ -122,7 +122,7 @@ def launch(
 
     A spec above :data:`study.spec.SIZE_LIMITS` (runs, epochs, CPU hours) is refused with its
     dry-run cost unless ``yes``. ``time_limit`` (seconds from now): stop gracefully before it
-    (:mod:`study.slices`); the summary then has ``time_limit`` true. ``trainer``: the solo
+    (:mod:`study.plan.slices`); the summary then has ``time_limit`` true. ``trainer``: the solo
     trainer this call's code chooses (``locattn.train.train`` when None; benchmarks pass a fake
     one); it is not saved, and nothing in a study folder names one. Package code that differs
     from its commit is refused unless ``allow_dirty`` (:func:`check_committed_code`).
@@ -533,7 +533,7 @@ def _run_locked(
     quiet_tune()
     # Ray Tune (and what subclasses its classes) only when a study runs: `study launch
     # --dry-run` starts no Ray.
-    from study import plan
+    from study.plan.tuner import plan_trials, searcher
 
     name = meta.name
     t_start = time.time()
@@ -553,9 +553,9 @@ def _run_locked(
             lock.write(ray_session=ray_start.session_dir)
         # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/
         # (tuner.pkl, its snapshots) holds pickles, and unpickling a planted one runs its code.
-        # Unfinished trials continue from their runs' own verified checkpoints (study.trainable).
-        trials, skipped = plan.plan_trials(spec, paths, meta, recorder)
-        search_alg, n_trials, skipped = plan.searcher(spec, paths, meta, trials, skipped, out)
+        # Unfinished trials continue from their runs' own verified checkpoints (study.trial.trainable).
+        trials, skipped = plan_trials(spec, paths, meta, recorder)
+        search_alg, n_trials, skipped = searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
             return all_finished(recorder, spec, paths, meta, skipped, t_start, out)
         if skipped:  # in runs, as `study status` and the summary line count them
@@ -584,9 +584,9 @@ def _run_locked(
 
 
 def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
-    """The study's :class:`study.record_callback.RecordCallback` (not opened): its store, experiment,
+    """The study's :class:`study.recording.record_callback.RecordCallback` (not opened): its store, experiment,
     artifact location and the parent run's tags."""
-    from study.record_callback import RecordCallback  # Ray Tune's Callback: only when a study runs
+    from study.recording.record_callback import RecordCallback  # Ray Tune's Callback: only when a study runs
 
     tracking_uri = meta.tracking_uri
     return RecordCallback(
@@ -614,7 +614,7 @@ def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
 def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> None:
     """Open the study's record and re-record the finished runs the store lost (a deleted
     mlflow.db, another store, a study copied without tune/) from their run directories."""
-    from study.record_callback import reconcile  # Ray Tune's Callback: only when a study runs
+    from study.recording.record_callback import reconcile  # Ray Tune's Callback: only when a study runs
 
     run_folders(paths.dir)  # one linking out of the study: refused before the store opens
     recorder.open()
@@ -646,15 +646,15 @@ def fit_trials(spec: StudySpec, paths: StudyPaths, name: str, recorder: Any, sea
     result grid (None when interrupted before one) and the fit's wall seconds. A store that
     failed during the fit is a :class:`StudyError`."""
     # Ray Tune (and what subclasses its classes) only when a study runs
-    from study import plan
-    from study.progress import ProgressLine
+    from study.plan.tuner import make_tuner, max_epochs
+    from study.recording.progress import ProgressLine
 
     callbacks = [recorder, ProgressLine(study=name, total_trials=n_trials,
-                                        epochs_per_trial=plan.max_epochs(spec), counts=recorder.trial_counts,
+                                        epochs_per_trial=max_epochs(spec), counts=recorder.trial_counts,
                                         seconds=progress_seconds, out=out, t0=t_start, eta=eta,
                                         over=recorder.trial_over)]
     prune_tune_state(paths.tune)
-    tuner = plan.make_tuner(spec, paths, search_alg, n_trials,
+    tuner = make_tuner(spec, paths, search_alg, n_trials,
                             max_concurrent if max_concurrent is not None else spec.max_concurrent, callbacks,
                             trainer=trainer)
     t_fit = time.time()

@@ -1,9 +1,9 @@
 """A study's folder as the driver keeps it: ``study.json`` read, written and moved.
 
 The folder's layout is :mod:`record.layout`'s; its record format, and the upgrade of an older
-one, :mod:`study.migrate`'s (a ``study.json`` is upgraded in memory when read, on disk by
-``study migrate``). The study is :class:`study.meta.StudyMeta`, which maps it to and from JSON.
-Standard library, ``record``, ``study.spec``, ``study.migrate`` and ``study.meta`` only: no Ray,
+one, :mod:`study.recording.migrate`'s (a ``study.json`` is upgraded in memory when read, on disk by
+``study migrate``). The study is :class:`study.recording.meta.StudyMeta`, which maps it to and from JSON.
+Standard library, ``record``, ``study.spec``, ``study.recording.migrate`` and ``study.recording.meta`` only: no Ray,
 no MLflow.
 """
 
@@ -19,8 +19,8 @@ from locattn.config import TRAIN_PATHS
 from record.layout import StudyPaths, study_paths
 from record.store import (FULL, READ_ONLY, StoreError, hidden_secrets, move_artifact_root, open_database, redact,
                           split_credentials, sqlite_path, store_condition, unpack, uri_parts)
-from study.meta import StudyMeta
-from study.migrate import FORMAT_VERSION, FormatError, upgrade_meta
+from study.recording.meta import StudyMeta
+from study.recording.migrate import FORMAT_VERSION, FormatError, upgrade_meta
 from study.spec import SpecError, StudySpec, check_study_name, resolve_spec
 
 
@@ -66,7 +66,7 @@ def check_study_folder(folder: Path, root: str | Path, where: str = "--name") ->
 
 
 def load_meta(paths: StudyPaths) -> StudyMeta:
-    """The saved ``study.json``, upgraded to the current record format (:mod:`study.migrate`); a
+    """The saved ``study.json``, upgraded to the current record format (:mod:`study.recording.migrate`); a
     one-line error when it is missing, empty, corrupt, unreadable or of a newer format."""
     return StudyMeta.from_json(_upgraded(paths, read_meta(paths))[0])
 

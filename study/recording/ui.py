@@ -47,9 +47,9 @@ from record.store import (StoreError, StudyNotFound, adopt_artifact_root, check_
                           superseded_runs, unpack)
 from record.summary import (HEADLINE_METRICS, PERCENT_SUFFIX, SEEDS_KEY, SELECTION_KEY, SOLVED_KEY,
                             hardest_split, headline_keys)
-from study.meta import StudyMeta
-from study.results import cell_results
-from study.status import STALE, study_status
+from study.recording.meta import StudyMeta
+from study.recording.cell_results import cell_results
+from study.recording.status import STALE, study_status
 from study.spec import SpecError
 
 #: Seconds ``study ui`` waits for a stopping server before it kills the server's process group.
@@ -216,7 +216,7 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
     """The ``mlflow server`` command serving a store on host:port. A command line is visible to
     every user (``ps``): a URI that still holds a secret (:func:`record.store.redact`'s
     positions) is refused; its credentials travel in the environment
-    (``study.folder.take_credentials``)."""
+    (``study.recording.folder.take_credentials``)."""
     if split_credentials(tracking_uri)[1:] != (None, None) or hidden_secrets(tracking_uri):
         raise SpecError(f"{redact(tracking_uri)}: a secret in the store's URI would be on the mlflow "
                         "server's command line; give it by environment (PGUSER/PGPASSWORD, ~/.pgpass)")
