@@ -3,9 +3,9 @@
 A compiled run (``train_path: compiled``) pays a fixed cost, its compile, and then trains each
 epoch faster than eager. :data:`study.cost.run.COMPILED_WHOLE_RUNS` holds what whole
 ``locattn train`` processes measured for a task and variant at one or more training sizes
-(``benchmarks/bench_whole_run.py``, docs/performance.md §4g): the CPU seconds a cold compile
-adds to eager's fixed cost, and the compiled epoch's CPU seconds over eager's. A cell takes the
-measurement of its training size (:func:`study.cost.run.compiled_whole_run`), and breaks even after
+(``benchmarks/bench_whole_run.py``): the CPU seconds a cold compile adds to eager's fixed cost,
+and the compiled epoch's CPU seconds over eager's. A cell takes the measurement of its
+training size (:func:`study.cost.run.compiled_whole_run`), and breaks even after
 
     n* = cold extra / (eager epoch x (1 - ratio))
 

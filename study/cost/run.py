@@ -22,8 +22,7 @@ CFQ_ASSUMED_TOKENS = 80
 SAMPLE_EXAMPLES = 20_000
 #: CPU seconds a compiled run (``train_path: compiled``) adds to its start-up when its graph is in
 #: inductor's disk cache (a study shares one), and when it is not (a cold compile): the fixed
-#: costs of whole Copy/OneStepAttn runs over eager's (benchmarks/bench_whole_run.py, see
-#: docs/performance.md §4e).
+#: costs of whole Copy/OneStepAttn runs over eager's (benchmarks/bench_whole_run.py).
 COMPILE_LOAD_CPU_SECONDS = 8.0
 COMPILE_COLD_CPU_SECONDS = 142.0
 
@@ -54,8 +53,8 @@ class CompiledRun:
     """The compiled marginal epoch's CPU seconds over eager's (below 1: compiled is faster)."""
 
 
-#: Measured by ``benchmarks/bench_whole_run.py`` (docs/performance.md §4g gives the commands,
-#: the machine, its load and every contender's numbers), keyed by (:data:`COMPILED_TASK_SHAPES`
+#: Measured by ``benchmarks/bench_whole_run.py`` (the performance docs give the commands, the
+#: machine, its load and every contender's numbers), keyed by (:data:`COMPILED_TASK_SHAPES`
 #: value, :data:`COMPILED_VARIANT_GRAPHS` value), one entry per train size measured: of several
 #: runs at one size, the least favourable to compiled. The gain depends on the size and the task:
 #: Copy at 2,000 examples gained nothing per epoch. Lookup's training split is 9,081 examples

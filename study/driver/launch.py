@@ -675,8 +675,8 @@ def close_record(recorder: Any, spec: StudySpec, paths: StudyPaths, *, interrupt
         counts = writer.run_counts(spec.n_runs())
         writer.finish_parent(interrupted=interrupted)
         # The file checked once more after the last write: a store deleted after Tune's last
-        # step took every write since, without an error, and the study ended "4 of 4 runs
-        # finished" with its record nowhere (bench_chaos --cycles 20, 2026-11-29).
+        # step takes every write since without an error, and the study would end "4 of 4 runs
+        # finished" with its record nowhere (benchmarks/bench_chaos.py deletes it so).
         recorder.check_store()
     except Exception as exc:  # noqa: BLE001 - classified: only store failures are caught
         failure = recorder.failure_line(exc)

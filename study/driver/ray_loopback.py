@@ -1,5 +1,5 @@
 """``python -m study.driver.ray_loopback start ...``: ``ray start``, for the nodes of a Ray cluster on one
-machine with every port on 127.0.0.1 (docs/howto/cluster.md, "Try the cluster flow on one
+machine with every port on 127.0.0.1 (the cluster how-to's "Try the cluster flow on one
 machine").
 
 Why it exists (Ray 2.60): Ray binds a node's servers (GCS, raylet, dashboard agent, runtime-env

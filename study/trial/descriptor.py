@@ -40,7 +40,7 @@ def run_dir(study_dir: str | Path, key: str) -> Path:
 
     Raises :class:`locattn.folders.FolderError` (one line) unless ``key`` is a run key and the
     folder resolves inside the study directory: a run folder, or ``runs/`` itself, that links
-    out of the study is refused, since a study folder may come from elsewhere (issue 45)."""
+    out of the study is refused, since a study folder may come from elsewhere."""
     root = Path(study_dir).resolve()
     return confined(confined(root, layout.RUNS_DIR, what=f"study {root}"), key, what=f"study {root}", key=True)
 
