@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -186,6 +187,51 @@ def compiled_step_nll() -> Callable[..., torch.Tensor]:
     """:func:`step_nll` under torch.compile (``train_path: compiled``). ``dynamic=False``: a
     graph per pack shape, so a resumed run computes what the uninterrupted one did."""
     return torch.compile(step_nll, dynamic=False, fullgraph=True)
+
+
+@contextlib.contextmanager
+def deterministic_compile(device: torch.device) -> Iterator[None]:
+    """:func:`deterministic_lowering` on a CUDA device, nothing on a CPU (one thread's kernels
+    add in order there, and the CPU's compiled runs keep the kernels they were recorded with).
+    The compiled graphed step runs every call inside it: dynamo guards the
+    deterministic-algorithms flag, so a call outside would compile the step again."""
+    if device.type != "cuda":
+        yield
+        return
+    with deterministic_lowering():
+        yield
+
+
+@contextlib.contextmanager
+def deterministic_lowering() -> Iterator[None]:
+    """Inductor lowers, and the step runs, under deterministic algorithms while inside.
+
+    Without it, inductor lowers the backward's accumulating ``index_put`` (the embeddings' and
+    the gathers' gradients: ``index_put`` and ``_unsafe_masked_index_put_accumulate`` in the AOT
+    backward graph of the graphed step) to atomic adds, whose float32 sums take another order on
+    every call on a GPU, and it picks kernel configs by timing them; two runs of the same compiled
+    step then differ in the last bits, and a captured graph cannot replay the uncaptured step bit
+    for bit. Inside: aten's deterministic kernels for those ops (inductor reads
+    ``torch.are_deterministic_algorithms_enabled()`` when it lowers them),
+    ``torch._inductor.config.deterministic`` where this torch has it (no timing-picked configs),
+    uninitialised memory left unfilled (as outside the mode: no extra fill kernels) and, unless
+    set, ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS's deterministic workspace; without it the
+    mode warns at every matrix product). ``warn_only``: an op with no deterministic kernel warns
+    instead of raising. Everything is put back on exit."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    det = torch.utils.deterministic
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)
+    inductor = torch._inductor.config
+    patch = inductor.patch(deterministic=True) if hasattr(inductor, "deterministic") else contextlib.nullcontext()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = False
+    try:
+        with patch:
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]
 
 
 @contextlib.contextmanager
@@ -365,7 +411,7 @@ class GraphedStep:
             model = self.model
             u = (model.noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32))
                  if model.dropout_p > 0 else None)  # the numbers the uncompiled forward draws
-            with matmul_precision(self.precision, self.device):
+            with deterministic_compile(self.device), matmul_precision(self.precision, self.device):
                 nll = compiled_step_nll()(model, src, src_len, tgt_in, tgt_out, u, self.pad, self.K)
         else:
             with matmul_precision(self.precision, self.device):
@@ -376,8 +422,9 @@ class GraphedStep:
             ).view(self.K, -1)  # (K, B*T)
         n_tok = (tgt_out != self.pad).view(self.K, -1).sum(1)  # (K,)
         loss = nll.sum(1) / n_tok  # (K,) token-level mean per replica
-        loss.sum().backward()
-        self.opt.step(compiled_adamw_update() if self.compiled else None)
+        with deterministic_compile(self.device) if self.compiled else contextlib.nullcontext():
+            loss.sum().backward()  # the compiled backward, lowered at its first call
+            self.opt.step(compiled_adamw_update() if self.compiled else None)
         with torch.no_grad():
             self.step_no += 1
             # summed in float64: exact for these float32 terms, so in any order. (A float32 sum
@@ -568,7 +615,8 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
     return per, max(0, peaks[0] - per)
 
 
-__all__ = ["GraphedStep", "StackedAdamW", "compiled_adamw_update", "compiled_step_nll", "graphed_train_epoch",
+__all__ = ["GraphedStep", "StackedAdamW", "compiled_adamw_update", "compiled_step_nll", "deterministic_compile",
+           "deterministic_lowering", "graphed_train_epoch",
            "pads_shrinking_packs",
            "per_replica_sum", "stacked_adamw_update", "step_nll",
            "graphed_dev_scores", "matmul_precision", "measure_bytes_per_replica", "pick_pack_size", "solo_graphed_epoch"]
