@@ -24,7 +24,7 @@ sequence emits <eos> or reaches its caller-given cap, finished sequences emittin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from locattn.models.attention import AttnStep, SourceMemory, attender_is_stacked, build_attender
+from locattn.models.attention.base import stack_steps, traced_fields
 from locattn.models.attention.replicas import call_replicas, join_rows
 from locattn.models.attention.location import building_block_weights
 from locattn.models.config import ModelConfig
@@ -48,29 +49,20 @@ longer fits in cache, and reading it per step costs more than the extra (B, H) x
 The rule depends only on shapes, so teacher forcing and stepwise decoding agree."""
 
 
-@dataclass(frozen=True)
-class AttentionTrace:
-    """Per-step attention diagnostics. Fields are None where the attender has no such quantity."""
+AttentionTrace = make_dataclass(
+    "AttentionTrace",
+    traced_fields() + [("blocks", "Tensor | None", field(default=None)), ("dir_gate", "Tensor | None", field(default=None))],
+    frozen=True,
+    namespace={"__module__": __name__, "__doc__": """Per-step attention diagnostics. Fields are None where the attender has no such quantity.
 
-    weights: Tensor
-    """(B, T, L) final attention; axis L starts at ``Seq2Seq.source_offset`` for source token 0."""
-    mu: Tensor | None = None
-    """(B, T) location mean."""
-    sigma: Tensor | None = None
-    """(B, T) location standard deviation."""
-    step: Tensor | None = None
-    """(B, T) activated step."""
-    mix_gate: Tensor | None = None
-    """(B, T) weight of the location attention in a Mix attender."""
-    location_weights: Tensor | None = None
-    """(B, T, L) location-only attention lambda."""
-    content_weights: Tensor | None = None
-    """(B, T, L) content-only attention of a Mix attender."""
-    blocks: Tensor | None = None
-    """(B, T, 3) weights of the building blocks (1/(L-1), pa_{t-1}, 1) in mu (location family;
-    ``building_block_weights``)."""
-    dir_gate: Tensor | None = None
-    """(B,) direction gate g (1 = forward)."""
+    ``weights`` (B, T, L): the final attention; axis L starts at ``Seq2Seq.source_offset`` for
+    source token 0. Then each traced :class:`AttnStep` diagnostic under its own name, stacked
+    over the steps (:func:`locattn.models.attention.base.traced_fields`): (B, T) for a (B,) one
+    (``mu``, ``sigma``, ``step``, ``mix_gate``), (B, T, L) for a (B, L) one
+    (``location_weights``, ``content_weights``). ``blocks`` (B, T, 3): the weights of the
+    building blocks (1/(L-1), pa_{t-1}, 1) in mu (location family; ``building_block_weights``).
+    ``dir_gate`` (B,): the direction gate g (1 = forward)."""},
+)
 
 
 @dataclass(frozen=True)
@@ -109,20 +101,13 @@ class DecoderState:
 
 
 def _stack_trace(steps: list[AttnStep], dir_gate: Tensor | None, cfg: ModelConfig) -> AttentionTrace:
-    def stack(name: str) -> Tensor | None:
-        first = getattr(steps[0], name)
-        return None if first is None else torch.stack([getattr(s, name) for s in steps], dim=1)
-
-    step, rho = stack("step"), stack("rho")
+    stacked = stack_steps(steps)
+    step, rho = stacked["step"], stacked["rho"]
     blocks = None
     if step is not None and rho is not None:
         blocks = building_block_weights(cfg.attention.reference, step, rho)  # (B, T, 3)
-    return AttentionTrace(
-        weights=torch.stack([s.weights for s in steps], dim=1),
-        mu=stack("mu"), sigma=stack("sigma"), step=step, mix_gate=stack("mix_gate"),
-        location_weights=stack("location_weights"), content_weights=stack("content_weights"),
-        blocks=blocks, dir_gate=dir_gate,
-    )
+    traced = {name: value for name, value in stacked.items() if name in AttentionTrace.__dataclass_fields__}
+    return AttentionTrace(**traced, blocks=blocks, dir_gate=dir_gate)
 
 
 class Seq2Seq(nn.Module):

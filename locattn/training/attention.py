@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from locattn.models.attention.base import diagnostics
 from locattn.training.results import ATTENTION_JSON, ATTENTION_PNG
 
 
@@ -63,12 +64,13 @@ def attention_record(
         "source_offset": int(getattr(model, "source_offset", 0)),
         "weights": np.round(weights.float().cpu().numpy(), 4).tolist(),
     }
-    for key in ("mu", "sigma", "step", "mix_gate", "blocks"):  # blocks: (T, 3)
+    recorded = {name: d for name, d in diagnostics().items() if d.traced and d.recorded}
+    for key in [name for name, d in recorded.items() if d.recorded_with is None] + ["blocks"]:  # blocks: (T, 3)
         value = getattr(tr, key, None)
         record[key] = None if value is None else _trace_list(value[0, :n])
-    if getattr(tr, "content_weights", None) is not None:  # Mix: both halves, (T, L) each
-        record["location_weights"] = _trace_list(tr.location_weights[0, :n])
-        record["content_weights"] = _trace_list(tr.content_weights[0, :n])
+    for key, d in recorded.items():  # e.g. a Mix's both halves, (T, L) each, when it has them
+        if d.recorded_with is not None and getattr(tr, d.recorded_with, None) is not None:
+            record[key] = _trace_list(getattr(tr, key)[0, :n])
     dir_gate = getattr(tr, "dir_gate", None)
     record["dir_gate"] = None if dir_gate is None else float(dir_gate.reshape(-1)[0])
     return record

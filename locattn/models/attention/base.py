@@ -8,9 +8,10 @@ Dubois's weighter state) travel in an explicit ``state`` value, never on ``self`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Sequence
 
+import torch
 from torch import Tensor, nn
 
 
@@ -34,28 +35,81 @@ class SourceMemory:
     """(B,) float 1 / max(1, L_b - 1)."""
 
 
+ROW = "(B,)"
+"""Shape of a diagnostic with one value per row and step (a trace holds it as (B, T))."""
+MAP = "(B, L)"
+"""Shape of a diagnostic over the attention axis (a trace holds it as (B, T, L))."""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """What the model and the run do with one optional :class:`AttnStep` field (its
+    :func:`diagnostic` declaration): the field is the one place a per-step diagnostic is added.
+
+    ``shape``: per step, :data:`ROW` or :data:`MAP` (checked on a plugin's dry batch,
+    :mod:`locattn.models.attention.check`), or another shape, not checked. ``traced``: stacked
+    over the steps into the model's ``AttentionTrace`` under the same name. ``recorded``: written
+    to a run's ``attention.json`` (``locattn.training.attention``), as null when the attender
+    has none; ``recorded_with``: written only when that other diagnostic is set (and then
+    after the always-written ones)."""
+
+    shape: str
+    traced: bool = True
+    recorded: bool = True
+    recorded_with: str | None = None
+
+
+def diagnostic(shape: str, *, traced: bool = True, recorded: bool = True, recorded_with: str | None = None) -> Any:
+    """An optional :class:`AttnStep` field (default None) declared a :class:`Diagnostic`."""
+    return field(default=None, metadata={"diagnostic": Diagnostic(shape, traced, recorded, recorded_with)})
+
+
 @dataclass(frozen=True)
 class AttnStep:
     """One step's attention and diagnostics; diagnostics are None where the family has none."""
 
     weights: Tensor
     """(B, L) final attention alpha_t (rows sum to 1 over valid positions, 0 on padding)."""
-    mu: Tensor | None = None
+    mu: Tensor | None = diagnostic(ROW)
     """(B,) centre of the location Gaussian."""
-    sigma: Tensor | None = None
+    sigma: Tensor | None = diagnostic(ROW)
     """(B,) its standard deviation."""
-    step: Tensor | None = None
+    step: Tensor | None = diagnostic(ROW)
     """(B,) activated step (in units of stepsize)."""
-    mix_gate: Tensor | None = None
+    mix_gate: Tensor | None = diagnostic(ROW)
     """(B,) weight m of the location attention in a Mix attender."""
-    location_weights: Tensor | None = None
+    location_weights: Tensor | None = diagnostic(MAP, recorded_with="content_weights")
     """(B, L) location-only attention lambda (location family)."""
-    content_weights: Tensor | None = None
+    content_weights: Tensor | None = diagnostic(MAP, recorded_with="content_weights")
     """(B, L) content-only attention softmax(scores) of a Mix attender (alpha = m·lambda +
     (1 - m)·content)."""
-    rho: Tensor | None = None
+    rho: Tensor | None = diagnostic("(B, n_rho)", traced=False, recorded=False)
     """(B, n_rho) raw building-block logits rho_t of a location attender; the weights they give
-    the blocks (1/(L-1), pa_{t-1}, 1) are :func:`locattn.models.attention.location.building_block_weights`."""
+    the blocks (1/(L-1), pa_{t-1}, 1) are :func:`locattn.models.attention.location.building_block_weights`
+    (the trace's ``blocks``)."""
+
+
+def diagnostics() -> dict[str, Diagnostic]:
+    """Every optional :class:`AttnStep` field, in declaration order: name -> :class:`Diagnostic`."""
+    return {f.name: f.metadata["diagnostic"] for f in fields(AttnStep) if "diagnostic" in f.metadata}
+
+
+def traced_fields() -> list[tuple[str, Any, Any]]:
+    """The per-step fields of an attention trace, as ``dataclasses.make_dataclass`` takes them:
+    ``weights`` (B, T, L), then each traced diagnostic (:func:`diagnostics`), None by default."""
+    return [("weights", Tensor)] + [(name, "Tensor | None", field(default=None))
+                                    for name, d in diagnostics().items() if d.traced]
+
+
+def stack_steps(steps: Sequence[AttnStep]) -> dict[str, Tensor | None]:
+    """``weights`` and every diagnostic of ``steps`` (one :class:`AttnStep` per decoding step)
+    stacked on a new step axis 1, (B, ...) -> (B, T, ...); None for a diagnostic the first step
+    does not set."""
+    out: dict[str, Tensor | None] = {"weights": torch.stack([s.weights for s in steps], dim=1)}
+    for name in diagnostics():
+        first = getattr(steps[0], name)
+        out[name] = None if first is None else torch.stack([getattr(s, name) for s in steps], dim=1)
+    return out
 
 
 class Attender(nn.Module):

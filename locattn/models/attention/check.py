@@ -18,14 +18,14 @@ import torch
 from torch import Tensor, nn
 
 from locattn import registry
-from locattn.models.attention.base import AttnStep, SourceMemory
+from locattn.models.attention.base import MAP, ROW, AttnStep, SourceMemory, diagnostics
 from locattn.models.attention.replicas import call_replicas, join_rows
 
 B, L = 2, 5
 """The dry batch: two sources, attention length 5 (the second row padded after 3)."""
-ROW_FIELDS = ("mu", "sigma", "step", "mix_gate")
+ROW_FIELDS = tuple(name for name, d in diagnostics().items() if d.shape == ROW)
 """AttnStep diagnostics of shape (B,)."""
-MAP_FIELDS = ("location_weights", "content_weights")
+MAP_FIELDS = tuple(name for name, d in diagnostics().items() if d.shape == MAP)
 """AttnStep diagnostics of shape (B, L)."""
 
 
