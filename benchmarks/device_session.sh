@@ -94,8 +94,8 @@ else
     pids=()
 fi
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-    timeout 240 python3 -m pytest -m gpu tests/test_graphed.py tests/test_packed_decode.py \
-        tests/test_regressor_fused.py -p no:cacheprovider -p no:logging --tb=short -q -rA > /tmp/logs/gpu_tests.txt 2>&1
+    timeout 240 python3 -m pytest -m gpu tests/locattn/test_graphed.py tests/locattn/test_packed_decode.py \
+        tests/locattn/test_regressor_fused.py -p no:cacheprovider -p no:logging --tb=short -q -rA > /tmp/logs/gpu_tests.txt 2>&1
     echo "gpu tests exit $?"; grep -E "^(E |FAILED|PASSED|[0-9]+ (passed|failed))" /tmp/logs/gpu_tests.txt | tail -40
 fi
 for p in "${pids[@]}"; do wait "$p"; echo "worker $p exit $?"; done

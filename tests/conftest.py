@@ -15,7 +15,7 @@ import pytest
 
 # The suite runs from worktrees with uncommitted code by design: every launch and resume (in this
 # process and in the drivers it starts) takes --allow-dirty (study.driver.launch.ALLOW_DIRTY_ENV).
-# tests/test_record_trust.py unsets it to test the refusal itself.
+# tests/e2e/test_record_trust.py unsets it to test the refusal itself.
 os.environ["LOCATTN_ALLOW_DIRTY"] = "1"
 
 

@@ -1,5 +1,5 @@
-"""Helpers for tests that kill a real `locattn train` process (tests/test_resume.py,
-tests/test_compiled.py)."""
+"""Helpers for tests that kill a real `locattn train` process (tests/locattn/test_resume.py,
+tests/locattn/test_compiled.py)."""
 
 from __future__ import annotations
 

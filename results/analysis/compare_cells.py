@@ -20,7 +20,7 @@ Fisher's exact test of the success counts, and the Wilcoxon signed-rank test of 
 differences (paired by seed, as the tables' ties are), each with its Holm-adjusted p-value over
 the splits (the family a claim like "A beats B at every length" is read against).
 With ``--out``, the file's first line names the command that made it, and
-``tests/test_results.py`` remakes every committed ``results/analysis/*.md`` from its first line.
+``tests/paper/test_results.py`` remakes every committed ``results/analysis/*.md`` from its first line.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the analysis scripts share: their command line's common arguments, and their output, to
 stdout or to a file headed by the command that made it
-(``<!-- made by: python results/analysis/<script> <args> -->``), which ``tests/test_results.py``
+(``<!-- made by: python results/analysis/<script> <args> -->``), which ``tests/paper/test_results.py``
 reruns for every committed ``results/analysis/*.md``."""
 
 from __future__ import annotations

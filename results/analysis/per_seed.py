@@ -8,7 +8,7 @@ Per cell (in the record's order, or the order of ``--cells``): each finished see
 ``test.<split>.<metric>`` (percent, joined by " / "), the median over seeds per split, and per
 split how many seeds reached the threshold. Seeds without a finished run show "–".
 With ``--out``, the file's first line names the command that made it, and
-``tests/test_results.py`` remakes every committed ``results/analysis/*.md`` from its first line.
+``tests/paper/test_results.py`` remakes every committed ``results/analysis/*.md`` from its first line.
 """
 
 from __future__ import annotations

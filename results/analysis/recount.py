@@ -9,7 +9,7 @@ seeds of a campaign's records itself, applies each metric's tolerance as written
 reports.agreement.TOLERANCE_RULES, picks each cell's largest budget, and counts. Only the
 declarations are shared: which records make a campaign (agreement_summary.QUICK, POOLED,
 SUPERSEDED), the records' budgets (their study.json), and which table shows an accuracy.
-``tests/test_writeup.py`` checks that both give the same counts and Holm families.
+``tests/paper/test_writeup.py`` checks that both give the same counts and Holm families.
 
 Prints one line per table and column: ``table column nt_within/nt within/compared``, then each
 table's Holm family size.

@@ -10,7 +10,7 @@ blocks (results/analysis/writeup.py).
     python results/analysis/regenerate.py --manifest # also add to the manifest every table a
                                                      # record's runs fill (agreement_summary.py)
 
-``tests/test_results.py`` checks the first two steps byte for byte, ``tests/test_writeup.py``
+``tests/paper/test_results.py`` checks the first two steps byte for byte, ``tests/paper/test_writeup.py``
 the third. Nothing is written under ``--check``.
 """
 

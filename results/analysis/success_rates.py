@@ -6,7 +6,7 @@ earns under the project's rule (reports/agreement.py).
         [--only-disagreeing] [--out FILE.md]
 
 With ``--out``, the file's first line is an HTML comment naming the command that made it;
-``tests/test_results.py`` remakes every ``results/analysis/success_rates-*.md`` from it.
+``tests/paper/test_results.py`` remakes every ``results/analysis/success_rates-*.md`` from it.
 
 Per cell with a published number: our median, the paper's, k/n seeds at or above the
 threshold with its Clopper-Pearson 95 % interval, the paper's success count as its median of
@@ -18,7 +18,7 @@ this budget".
 
 ``--with`` (repeatable) reads another record with it as one (reports.build.collect over
 several records): for a record of more seeds of the same runs (the ``gpu_seeds20`` profiles:
-the ``gpu`` runs with seeds 5-19, tests/test_fidelity.py). Runs merge by identity (cell,
+the ``gpu`` runs with seeds 5-19, tests/paper/test_fidelity.py). Runs merge by identity (cell,
 hparams, seed): one that two records hold equal is taken once, one they hold unequal is refused
 in one line; a cell is shown with the seeds it has in any of them.
 """

@@ -14,7 +14,7 @@ and says how many of its cells do. The verdict words are decided in one place,
 ``agreement_summary.cell_verdict``.
 
 results/analysis/regenerate.py runs it last, after every committed table and analysis is
-rebuilt; ``tests/test_writeup.py`` fails when a block differs from this script's output.
+rebuilt; ``tests/paper/test_writeup.py`` fails when a block differs from this script's output.
 """
 
 from __future__ import annotations
