@@ -84,7 +84,8 @@ class ParamPack:
         if len(runs) > 1 and hasattr(attender, "pack_switches") and None not in cfgs:  # per-replica switches
             a = [c.model.attention for c in cfgs]
             attender.pack_switches([x.step for x in a], [x.location_norm for x in a],
-                                   [x.step_temperature for x in a])
+                                   [x.step_temperature for x in a], references=[x.reference for x in a],
+                                   pa_froms=[x.pa_from for x in a])
         replicated = attender is not None and not getattr(self.model, "attender_stacked", True)
         self.switches = [(f"attender.{n}", b) for n, b in attender.named_buffers()
                          if n.startswith("replica_")] if attender is not None and not replicated else []
@@ -102,12 +103,26 @@ class ParamPack:
                 _set_param(self.model, full, b)
                 self.buffers.append((full, b))
         self.stacked: list[torch.nn.Parameter] = []
+        self.own: dict[str, list[tuple[slice, ...]]] = {}
+        """name -> per replica, its own part of the stacked slice, for a parameter whose shape
+        differs between replicas (the step head under different ``reference``s): the stacked one
+        has the widest shape, a narrower replica's slice zero-padded beyond its own part."""
         for name in self.names:
-            s = torch.nn.Parameter(torch.stack([p[name].detach() for p in self.replica_params]))
+            own = [p[name].detach() for p in self.replica_params]
+            if len({t.shape for t in own}) > 1:
+                widest = [max(sizes) for sizes in zip(*(t.shape for t in own))]
+                s = torch.nn.Parameter(own[0].new_zeros(len(own), *widest))
+                self.own[name] = [tuple(slice(0, n) for n in t.shape) for t in own]
+                with torch.no_grad():
+                    for k, t in enumerate(own):
+                        s[k][self.own[name][k]] = t
+            else:
+                s = torch.nn.Parameter(torch.stack(own))
             _set_param(self.model, name, s)
             self.stacked.append(s)
             for k, p in enumerate(self.replica_params):
-                p[name].data = s.data[k]  # the solo parameter is now a view of its slice
+                part = self.own.get(name)  # the solo parameter is now a view of its slice
+                p[name].data = s.data[k] if part is None else s.data[k][part[k]]
 
     def release(self) -> None:
         """Give every solo parameter its own storage again (checkpoints save only its slice), and
@@ -129,8 +144,9 @@ class ParamPack:
     def distribute_grads(self) -> None:
         for i, name in enumerate(self.names):
             g = self.stacked[i].grad
+            part = self.own.get(name)
             for k, p in enumerate(self.replica_params):
-                p[name].grad = None if g is None else g[k]
+                p[name].grad = None if g is None else g[k] if part is None else g[k][part[k]]
 
 
 def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:

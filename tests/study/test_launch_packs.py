@@ -66,10 +66,10 @@ def by_run(study_dir: Path) -> dict[tuple[str, str], dict]:
     return out
 
 
-def test_the_plan_packs_the_switch_cells_and_leaves_step2_alone(tmp_path: Path) -> None:
-    """-Step 2 (a gated reference: two more step-head rows) cannot join; the other three pack,
-    and no run's key changes (the same runs as the cells' own packs)."""
-    grid = {"task": ["copy"], "variant": ["onestep", "onestep_no_step2", *PACKABLE[1:]]}
+def test_the_plan_packs_the_switch_cells_and_leaves_mix_alone(tmp_path: Path) -> None:
+    """Mix OneStepAttn (a content scorer and a mix gate: parameters of its own) cannot join; the
+    other three pack, and no run's key changes (the same runs as the cells' own packs)."""
+    grid = {"task": ["copy"], "variant": ["onestep", "mix_onestep", *PACKABLE[1:]]}
     spec = load_spec(write_spec(tmp_path, "t4", grid=grid, pack_seeds=True), None)
     assert spec.cell_packs() == [(0, 2, 3), (1,)] and spec.n_trials() == len(spec.grid_trials()) == 2
     assert [[c.cell for c in t.cells] for t in spec.grid_trials()] == [
@@ -84,7 +84,7 @@ def test_the_plan_packs_the_switch_cells_and_leaves_step2_alone(tmp_path: Path) 
         solo = solo_runs[key]
         assert run_identity(narrowed.run_config(key)) == run_identity(solo.run_config(key))
         assert (narrowed.cell, narrowed.variant, narrowed.overrides) == (solo.cell, solo.variant, solo.overrides)
-    one_cell = descriptors(spec)[1]  # -Step 2 alone: its trial file reads as before (no cells)
+    one_cell = descriptors(spec)[1]  # Mix alone: its trial file reads as before (no cells)
     assert "cells" not in one_cell.to_dict() and "packed_cells" not in one_cell.to_dict()
     assert "\npacks " not in plain.plan()
     graphed = load_spec(write_spec(tmp_path, "t4", grid=grid, pack_seeds=True,

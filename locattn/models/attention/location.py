@@ -179,25 +179,40 @@ class LocationAttender(Attender):
             self.mix_gate = None
             self.content = None
         self.pa_from_location = pa_from == "location"
+        self._pa_source = self._pa_from_location if self.pa_from_location else self._pa_from_weights
+        self._heads = self._heads_one
         # a pack of replicas with different switches (:meth:`pack_switches`); None: one value
-        for name in ("replica_step", "replica_norm", "replica_step_temperature"):
+        for name in ("replica_step", "replica_norm", "replica_step_temperature", "replica_reference",
+                     "replica_pa_from"):
             self.register_buffer(name, None, persistent=False)
         self._step_kinds: tuple[str, ...] = ()
         self._norm_kinds: tuple[str, ...] = ()
+        self._reference_kinds: tuple[str, ...] = ()
 
-    def pack_switches(self, steps: list[str], norms: list[str], step_temperatures: list[float]) -> None:
+    def pack_switches(self, steps: list[str], norms: list[str], step_temperatures: list[float],
+                      references: list[str] | None = None, pa_froms: list[str] | None = None) -> None:
         """Give a packed attender (K replicas stacked, :class:`~locattn.training.epoch.ParamPack`)
-        each replica's own step activation, ``location_norm`` and ``step_temperature``: switches
-        that leave every parameter's shape equal. A switch whose K values differ becomes a (K,)
-        buffer; ``forward`` then computes each activation or normalisation present and keeps,
-        row by row, the replica's own (``torch.where``: the row's value and gradient are those
-        of its solo run to the bit). Steps: :data:`PACKABLE_STEPS` (MonoAttn has a parameter of
-        its own). Raises ``ValueError`` naming the switch and value."""
+        each replica's own step activation, ``location_norm``, ``step_temperature``, ``reference``
+        and ``pa_from``. A switch whose K values differ becomes a (K,) buffer; ``forward`` then
+        computes each activation, normalisation, mu or pa source present and keeps, row by row,
+        the replica's own (``torch.where``: the row's value and gradient are those of its solo
+        run to the bit).
+
+        ``reference`` changes the step head's row count (1 + :data:`N_RHO`: 2 for ``previous``,
+        3 ``initial``, 4 ``gated``): the packed ``heads.weight`` is (K, widest, d), a narrower
+        replica's slice zero-padded below its own rows (``ParamPack`` hands it back only its own
+        rows' gradient). Each replica's head output is computed by a product of its own width,
+        ``heads.weight[:, :width]``, since a product with more output rows rounds differently
+        (a (B, d) x (d, 4) product's first two columns are not those of (B, d) x (d, 2) on MKL).
+
+        Steps: :data:`PACKABLE_STEPS` (MonoAttn has a parameter of its own, ``mono_gate``).
+        Raises ``ValueError`` naming the switch and value."""
         if len(set(steps)) > 1:
             bad = [s for s in steps if s not in PACKABLE_STEPS]
             if bad:
                 raise ValueError(f"model.attention.step={bad[0]!r} cannot share a pack with other steps; "
-                                 f"packable steps: {list(PACKABLE_STEPS)}")
+                                 f"packable steps: {list(PACKABLE_STEPS)} (mono has a parameter of its own, "
+                                 "attention.mono_gate)")
             self._step_kinds = tuple(dict.fromkeys(steps))
             self.replica_step = torch.tensor([self._step_kinds.index(s) for s in steps])
             self._step = self._step_per_replica
@@ -207,6 +222,17 @@ class LocationAttender(Attender):
             self._normalise = self._norm_per_replica
         if len(set(step_temperatures)) > 1:
             self.replica_step_temperature = torch.tensor(step_temperatures, dtype=torch.float32)
+        if references is not None and len(set(references)) > 1:
+            bad = [r for r in references if r not in N_RHO]
+            if bad:
+                raise ValueError(f"model.attention.reference={bad[0]!r}; valid: {list(N_RHO)}")
+            self._reference_kinds = tuple(dict.fromkeys(references))
+            self.replica_reference = torch.tensor([self._reference_kinds.index(r) for r in references])
+            self._mu = self._mu_per_replica
+            self._heads = self._heads_per_width
+        if pa_froms is not None and len(set(pa_froms)) > 1:
+            self.replica_pa_from = torch.tensor([p == "location" for p in pa_froms])
+            self._pa_source = self._pa_source_per_replica
 
     def _step_per_replica(self, x: Tensor) -> Tensor:
         code = per_row(self.replica_step, x.shape[0], 0)  # (B,)
@@ -225,6 +251,45 @@ class LocationAttender(Attender):
                 log_density, memory)
             out = value if i == 0 else torch.where(code == i, value, out)
         return out
+
+    def _heads_per_width(self, l_t: Tensor) -> Tensor:
+        """(K*B, widest) head outputs of replicas of different widths (:meth:`pack_switches`):
+        each replica's rows from the product of its own width, zero-padded to the widest."""
+        weight = self.heads.weight  # (K, widest, d), packed
+        widest = weight.shape[1]
+        code = per_row(self.replica_reference, l_t.shape[0], 0).unsqueeze(1)  # (K*B, 1)
+        out = linear(l_t, weight)  # (K*B, widest)
+        for i, kind in enumerate(self._reference_kinds):
+            width = 1 + N_RHO[kind]
+            if width < widest:
+                own = F.pad(linear(l_t, weight[:, :width]), (0, widest - width))  # (K*B, widest)
+                out = torch.where(code == i, own, out)
+        return out
+
+    def _heads_one(self, l_t: Tensor) -> Tensor:
+        return linear(l_t, self.heads.weight, self.heads.bias)  # (B, 1 + n_rho)
+
+    def _mu_per_replica(self, step: Tensor, rho: Tensor, pa: Tensor, stepsize: Tensor, t: int) -> Tensor:
+        code = per_row(self.replica_reference, step.shape[0], 0)  # (B,)
+        out = step
+        for i, kind in enumerate(self._reference_kinds):
+            value = {"previous": self._mu_previous, "gated": self._mu_gated, "initial": self._mu_initial}[kind](
+                step, rho, pa, stepsize, t)
+            out = value if i == 0 else torch.where(code == i, value, out)
+        return out
+
+    # -- the weights pa_t is taken from: lambda (PR) or alpha
+    @staticmethod
+    def _pa_from_location(lam: Tensor, weights: Tensor) -> Tensor:
+        return lam
+
+    @staticmethod
+    def _pa_from_weights(lam: Tensor, weights: Tensor) -> Tensor:
+        return weights
+
+    def _pa_source_per_replica(self, lam: Tensor, weights: Tensor) -> Tensor:
+        location = per_row(self.replica_pa_from, lam.shape[0], 0).unsqueeze(1)  # (B, 1)
+        return torch.where(location, lam, weights)
 
     # -- step activations
     def _beta(self, x: Tensor) -> Tensor | float:
@@ -307,7 +372,7 @@ class LocationAttender(Attender):
                 state.weighter,
             )  # (B, C)
             l_t = weighter
-        heads = linear(l_t, self.heads.weight, self.heads.bias)  # (B, 1 + n_rho)
+        heads = self._heads(l_t)  # (B, 1 + n_rho); a pack of several widths: (B, widest)
         sigma = (torch.relu(heads[:, 0]) + self.sigma_min) / memory.lengths  # (B,)
         rho = heads[:, 1:]  # (B, n_rho)
         step = self._step(rho[:, 0])  # (B,)
@@ -325,7 +390,7 @@ class LocationAttender(Attender):
             content = torch.softmax(scores, dim=-1)  # (B, L)
             m = mix_gate.unsqueeze(1)
             weights = m * lam + (1.0 - m) * content
-        pa_source = lam if self.pa_from_location else weights
+        pa_source = self._pa_source(lam, weights)
         pa = (pa_source * memory.positions).sum(-1)  # (B,)
         out = AttnStep(
             weights=weights, mu=mu, sigma=sigma, step=step, mix_gate=mix_gate,
