@@ -1,0 +1,246 @@
+"""Every ablation of a cell in one pack: Table 4's OneStepAttn, -Step 2 (``reference: gated``, two
+more step-head rows), -Step 3 and -Sigmoid x 2 seeds train as one packed model, each replica
+equal to its solo run to the bit (per-epoch losses, final parameters, optimizer state); an
+interrupted variant pack resumes exactly, packed or solo, from either kind of checkpoint; a
+spec of that cell plans one trial and ``study export`` writes one packed trial; Table 7's Mix
+arms pack where their parameter sets agree, and the rest is refused in one line naming why.
+
+The default-tier checks drive :class:`~locattn.training.seq2seq.Seq2SeqRun` objects through the
+training pass and the per-epoch bookkeeping (dev scores, checkpoint) without test decoding and
+the attention figure, which cost most of a tiny whole run; the launch through a real local Ray
+is in the ``slow`` tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from locattn.config import make_run_config, run_identity
+from locattn.packable import CANNOT_PACK, check_packable, pack_groups
+from locattn.tasks import load_task
+from locattn.training.epoch import packed_train_epoch, solo_train_epoch
+from locattn.training.files import CHECKPOINT_DIR
+from locattn.training.recorders import NullRecorder
+from locattn.training.seq2seq import Seq2SeqRun
+
+ONESTEP_ROW = ["onestep", "onestep_no_step2", "onestep_no_step3", "onestep_no_sigmoid"]
+"""Table 4's OneStep row: the variants of one cell that differ only in ablation switches."""
+SEEDS = (0, 1)
+EPOCHS = 2
+OVERRIDES = {"task.train_size": 72, "task.dev_size": 16, "task.test_size": 8, "task.test_lengths": [15],
+             "optim.epochs": EPOCHS}
+"""72 examples: batches of 32, 32 and 8, so full and partial batches, and batches of different
+lengths that train in subsets of the pack (each with its own switches)."""
+
+
+def configs(tmp: Path, variants: list[str] = ONESTEP_ROW, seeds: tuple[int, ...] = SEEDS, **extra) -> list:
+    over = {**OVERRIDES, "task.test_lengths": tuple(OVERRIDES["task.test_lengths"]), "num_threads": 1,
+            "cache_dir": str(tmp / "cache"), **extra}
+    return [make_run_config(task="copy", variant=v, seed=s, overrides=over) for v in variants for s in seeds]
+
+
+def new_runs(cfgs: list, root: Path) -> list[Seq2SeqRun]:
+    torch.set_num_threads(cfgs[0].num_threads)  # as train() and train_packed() do
+    data = load_task(cfgs[0].task, cache_dir=cfgs[0].cache_dir)
+    return [Seq2SeqRun(c, data, root / f"{c.variant}-{c.seed}") for c in cfgs]
+
+
+def epoch(runs: list[Seq2SeqRun], bookkeeping: bool = True) -> list[float]:
+    """One epoch of ``runs`` as one pack (one run: its solo pass), then each run's bookkeeping
+    (dev scores, scheduler, checkpoint), as ``train_packed`` and ``train`` do."""
+    for r in runs:
+        r.epoch += 1
+    losses = packed_train_epoch(runs, runs[0].epoch) if len(runs) > 1 else [solo_train_epoch(runs[0])]
+    if bookkeeping:
+        for r, loss in zip(runs, losses):
+            r.end_epoch(loss, 0.0, NullRecorder())
+    return losses
+
+
+def restored(run: Seq2SeqRun, root: Path) -> Seq2SeqRun:
+    """The run as a new process sees it: a fresh object continued from its checkpoint on disk."""
+    fresh = Seq2SeqRun(run.cfg, run.data, root)
+    fresh.restore(run.out_dir / CHECKPOINT_DIR)
+    return fresh
+
+
+def assert_same_state(a: Seq2SeqRun, b: Seq2SeqRun) -> None:
+    """Equal parameters and AdamW state, to the bit (a narrower replica's state has its own
+    shape: the packed head's padding rows never reach it)."""
+    pa, pb = a.model.state_dict(), b.model.state_dict()
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert pa[name].shape == pb[name].shape and torch.equal(pa[name], pb[name]), (a.cfg.variant, name)
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        sa, sb = a.optimizer.state[p], b.optimizer.state[q]
+        assert sa.keys() == sb.keys()
+        for key in sa:
+            assert torch.equal(sa[key], sb[key]), (a.cfg.variant, key)
+
+
+def strip(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in history]
+
+
+@pytest.fixture(scope="module")
+def solo(tmp_path_factory) -> list[Seq2SeqRun]:
+    """The 8 runs of the OneStep row trained alone, epoch by epoch with their bookkeeping."""
+    root = tmp_path_factory.mktemp("solo")
+    runs = new_runs(configs(root), root)
+    for r in runs:
+        for _ in range(EPOCHS):
+            epoch([r])
+    return runs
+
+
+def test_the_onestep_row_is_one_pack_and_each_replica_is_its_solo_run(solo, tmp_path: Path) -> None:
+    cfgs = configs(tmp_path)
+    check_packable(cfgs)
+    assert pack_groups(cfgs) == [list(range(8))]
+    runs = new_runs(cfgs, tmp_path)
+    widths = {r.cfg.variant: r.model.attender.heads.weight.shape[0] for r in runs}
+    assert widths == {"onestep": 2, "onestep_no_step2": 4, "onestep_no_step3": 2, "onestep_no_sigmoid": 2}
+    for _ in range(EPOCHS):
+        epoch(runs)
+    for s, p in zip(solo, runs):
+        assert run_identity(p.cfg) == run_identity(s.cfg)
+        assert strip(p.history) == strip(s.history), p.cfg.variant
+        assert_same_state(s, p)
+    assert len({r.history[-1]["train_loss"] for r in runs}) == 8  # eight different runs
+
+
+def test_an_interrupted_variant_pack_resumes_exactly_packed_or_solo(solo, tmp_path: Path) -> None:
+    """The four variants (seed 0) trained epoch 1 as a pack, then every run continued by a fresh
+    object from its checkpoint: the pack resumed as a pack, -Step 2's packed checkpoint resumed
+    solo, and OneStepAttn's solo checkpoint resumed inside the pack; each equals the
+    uninterrupted solo run."""
+    twins = {r.cfg.variant: r for r in solo if r.cfg.seed == 0}
+    cut = new_runs(configs(tmp_path, seeds=(0,)), tmp_path / "cut")
+    epoch(cut)
+    again = [restored(r, tmp_path / "again" / r.out_dir.name) for r in cut]
+    epoch(again)
+    for r in again:
+        assert strip(r.history) == strip(twins[r.cfg.variant].history), r.cfg.variant
+        assert_same_state(twins[r.cfg.variant], r)
+    step2 = next(r for r in cut if r.cfg.variant == "onestep_no_step2")  # packed checkpoint -> solo
+    alone = restored(step2, tmp_path / "alone")
+    epoch([alone])
+    assert strip(alone.history) == strip(twins["onestep_no_step2"].history)
+    assert_same_state(twins["onestep_no_step2"], alone)
+    first = new_runs(configs(tmp_path, ["onestep"], (0,)), tmp_path / "first")[0]  # solo checkpoint -> pack
+    epoch([first])
+    assert cut[0].cfg.variant == "onestep"
+    mixed = [restored(first, tmp_path / "mixed0")] + [restored(r, tmp_path / f"mixed{k}")
+                                                     for k, r in enumerate(cut[1:], start=1)]
+    epoch(mixed)
+    for r in mixed:
+        assert strip(r.history) == strip(twins[r.cfg.variant].history), r.cfg.variant
+        assert_same_state(twins[r.cfg.variant], r)
+
+
+def test_the_mix_arms_pack_where_their_parameters_agree(tmp_path: Path) -> None:
+    """Mix OneStepAttn, its PR arm (``pa_from: location``) and Mix RMonoAttn PR (a ReLU step) share
+    a pack, each equal to its solo run (one epoch, training pass); Mix MonoAttn PR (a gate
+    parameter of its own) packs alone."""
+    table7 = ["mix_onestep", "mix_onestep_pr", "mix_mono_pr", "mix_rmono_pr"]
+    assert pack_groups(configs(tmp_path, table7, (0,))) == [[0, 1, 3], [2]]
+    cfgs = configs(tmp_path, ["mix_onestep", "mix_onestep_pr", "mix_rmono_pr"], (0,))
+    packed = new_runs(cfgs, tmp_path / "packed")
+    alone = new_runs(cfgs, tmp_path / "alone")
+    losses = epoch(packed, bookkeeping=False)
+    assert losses == [epoch([r], bookkeeping=False)[0] for r in alone]
+    for s, p in zip(alone, packed):
+        assert_same_state(s, p)
+
+
+@pytest.mark.parametrize("variants, reason", [
+    (["onestep", "mix_onestep"], CANNOT_PACK["model.attention.mode"]),
+    (["mix_onestep_pr", "mix_mono_pr"], CANNOT_PACK["model.attention.mono_gate_init"]),
+], ids=["mix-beside-location", "mono-beside-mix"])
+def test_variants_that_cannot_pack_are_refused_in_one_line_naming_why(tmp_path: Path, variants, reason) -> None:
+    with pytest.raises(ValueError) as err:
+        check_packable(configs(tmp_path, variants, (0,)))
+    line = str(err.value)
+    assert "\n" not in line and reason in line and "packed runs may differ only in" in line
+    mono = configs(tmp_path, ["onestep"], (1,), **{"model.attention.step": "mono"})
+    with pytest.raises(ValueError, match=r"mono has a parameter of its own, attention.mono_gate"):
+        check_packable(configs(tmp_path, ["onestep"], (0,)) + mono)
+
+
+def write_spec(tmp_path: Path, name: str, **body) -> Path:
+    spec = {"name": name, "grid": {"task": ["copy"], "variant": ONESTEP_ROW}, "seeds": len(SEEDS),
+            "resources": {"cpus": 1}, "max_failures": 0, "profiles": {"smoke": {}}, "default_profile": "smoke",
+            "overrides": OVERRIDES, **body}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_a_spec_of_the_onestep_row_plans_one_trial_and_exports_one_pack(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("mlflow")
+    from study.cli import main as study
+    from study.spec import load_spec
+
+    path = write_spec(tmp_path, "t4", pack=["seeds"])
+    spec = load_spec(path, None)
+    assert spec.cell_packs() == [(0, 1, 2, 3)] and spec.n_trials() == 1 and spec.n_runs() == 8
+    assert ("  - pack 1: task=copy,variant=onestep + task=copy,variant=onestep_no_step2 + "
+            "task=copy,variant=onestep_no_step3 + task=copy,variant=onestep_no_sigmoid "
+            "(4 cells x 2 runs = 8 runs per trial)") in spec.plan()
+    assert load_spec(write_spec(tmp_path, "t4plain"), None).n_trials() == 8  # a spec that does not pack
+    export = tmp_path / "export"
+    assert study(["export", str(path), "--root", str(tmp_path / "s"), "--out", str(export)]) == 0
+    assert "exported 1 trials (8 runs)" in capsys.readouterr().out
+    (trial,) = json.loads((export / "manifest.json").read_text())["trials"]
+    assert trial["packed"] and len(trial["runs"]) == 8
+    from locattn.config import run_config_from_dict
+
+    cfgs = [run_config_from_dict(r["config"]) for r in trial["runs"]]
+    check_packable(cfgs)  # the offline worker trains them as one pack (locattn.offline)
+    assert sorted((c.variant, c.seed) for c in cfgs) == sorted((v, s) for v in ONESTEP_ROW for s in SEEDS)
+
+
+@pytest.mark.slow
+def test_the_onestep_row_launches_as_one_ray_trial_each_run_equal_to_solo(solo, tmp_path: Path, capsys) -> None:
+    """A real local Ray and MLflow store: the 4 variants x 2 seeds train in one Tune trial, and
+    each run's record (identity, every epoch's losses and dev scores) is its solo run's."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    pytest.importorskip("ray")
+    pytest.importorskip("mlflow")
+    import ray
+    from record import layout, schema
+    from study.launch import launch
+    from study_helpers import start_private_ray, trial_run_rows
+
+    started = start_private_ray()
+    try:
+        path = write_spec(tmp_path, "t4", pack=["seeds"])
+        root = tmp_path / "s"
+        dry = launch(path, root=root, dry_run=True)
+        assert dry["n_trials"] == 1 and dry["n_runs"] == 8
+        assert "trials   1 Tune trials, 8 MLflow runs" in capsys.readouterr().out
+        summary = launch(path, root=root, progress_seconds=60)
+        assert summary["trials"] == 1 and summary["errors"] == 0
+    finally:
+        if started:
+            ray.shutdown()
+    study_dir = root / "t4-smoke"
+    rows = trial_run_rows(study_dir / "mlflow.db")
+    assert len(rows) == 8
+    by_run = {(r.cfg.variant, str(r.cfg.seed)): r for r in solo}
+    trials = set()
+    for row in rows:
+        tags = row["tags"]
+        twin = by_run[(tags[schema.VARIANT], tags[schema.SEED])]
+        folder = study_dir / layout.RUNS_DIR / tags[schema.RUN_KEY]
+        assert json.loads((folder / layout.RESULT_FILE).read_text())["run_identity"] == run_identity(twin.cfg)
+        trials.add(tuple(json.loads((folder / layout.TRIAL_FILE).read_text())["tune_trials"]))
+        for key in ("train_loss", "dev_loss", "dev_score"):
+            assert row["metrics"][key] == [(h["epoch"], h[key]) for h in twin.history], (tags[schema.VARIANT], key)
+    assert len(trials) == 1 and len(next(iter(trials))) == 1  # one Tune trial trained all eight
