@@ -3,23 +3,20 @@ more step-head rows), -Step 3 and -Sigmoid x 2 seeds train as one packed model, 
 equal to its solo run to the bit (per-epoch losses, final parameters, optimizer state); an
 interrupted variant pack resumes exactly, packed or solo, from either kind of checkpoint; a
 spec of that cell plans one trial and ``study export`` writes one packed trial; Table 7's Mix
-arms pack where their parameter sets agree, and the rest is refused in one line naming why.
+arms pack where their parameter sets agree, and the rest is refused in one line naming why
+(the launch and export of that cell: tests/study/test_pack_variants_study.py).
 
 The default-tier checks drive :class:`~locattn.training.seq2seq.Seq2SeqRun` objects through the
 training pass and the per-epoch bookkeeping (dev scores, checkpoint) without test decoding and
-the attention figure, which cost most of a tiny whole run; the launch through a real local Ray
-is in the ``slow`` tier.
+the attention figure, which cost most of a tiny whole run.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from locattn.config import make_run_config, run_identity
 from locattn.packable import CANNOT_PACK, check_packable, pack_groups
@@ -171,76 +168,3 @@ def test_variants_that_cannot_pack_are_refused_in_one_line_naming_why(tmp_path: 
     mono = configs(tmp_path, ["onestep"], (1,), **{"model.attention.step": "mono"})
     with pytest.raises(ValueError, match=r"mono has a parameter of its own, attention.mono_gate"):
         check_packable(configs(tmp_path, ["onestep"], (0,)) + mono)
-
-
-def write_spec(tmp_path: Path, name: str, **body) -> Path:
-    spec = {"name": name, "grid": {"task": ["copy"], "variant": ONESTEP_ROW}, "seeds": len(SEEDS),
-            "resources": {"cpus": 1}, "max_failures": 0, "profiles": {"smoke": {}}, "default_profile": "smoke",
-            "overrides": OVERRIDES, **body}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def test_a_spec_of_the_onestep_row_plans_one_trial_and_exports_one_pack(tmp_path: Path, capsys) -> None:
-    pytest.importorskip("mlflow")
-    from study.cli import main as study
-    from study.spec import load_spec
-
-    path = write_spec(tmp_path, "t4", pack=["seeds"])
-    spec = load_spec(path, None)
-    assert spec.cell_packs() == [(0, 1, 2, 3)] and spec.n_trials() == 1 and spec.n_runs() == 8
-    assert ("  - pack 1: task=copy,variant=onestep + task=copy,variant=onestep_no_step2 + "
-            "task=copy,variant=onestep_no_step3 + task=copy,variant=onestep_no_sigmoid "
-            "(4 cells x 2 runs = 8 runs per trial)") in spec.plan()
-    assert load_spec(write_spec(tmp_path, "t4plain"), None).n_trials() == 8  # a spec that does not pack
-    export = tmp_path / "export"
-    assert study(["export", str(path), "--root", str(tmp_path / "s"), "--out", str(export)]) == 0
-    assert "exported 1 trials (8 runs)" in capsys.readouterr().out
-    (trial,) = json.loads((export / "manifest.json").read_text())["trials"]
-    assert trial["packed"] and len(trial["runs"]) == 8
-    from locattn.config import run_config_from_dict
-
-    cfgs = [run_config_from_dict(r["config"]) for r in trial["runs"]]
-    check_packable(cfgs)  # the offline worker trains them as one pack (locattn.offline)
-    assert sorted((c.variant, c.seed) for c in cfgs) == sorted((v, s) for v in ONESTEP_ROW for s in SEEDS)
-
-
-@pytest.mark.slow
-def test_the_onestep_row_launches_as_one_ray_trial_each_run_equal_to_solo(solo, tmp_path: Path, capsys) -> None:
-    """A real local Ray and MLflow store: the 4 variants x 2 seeds train in one Tune trial, and
-    each run's record (identity, every epoch's losses and dev scores) is its solo run's."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    pytest.importorskip("ray")
-    pytest.importorskip("mlflow")
-    import ray
-    from record import layout, schema
-    from study.launch import launch
-    from study_helpers import start_private_ray, trial_run_rows
-
-    started = start_private_ray()
-    try:
-        path = write_spec(tmp_path, "t4", pack=["seeds"])
-        root = tmp_path / "s"
-        dry = launch(path, root=root, dry_run=True)
-        assert dry["n_trials"] == 1 and dry["n_runs"] == 8
-        assert "trials   1 Tune trials, 8 MLflow runs" in capsys.readouterr().out
-        summary = launch(path, root=root, progress_seconds=60)
-        assert summary["trials"] == 1 and summary["errors"] == 0
-    finally:
-        if started:
-            ray.shutdown()
-    study_dir = root / "t4-smoke"
-    rows = trial_run_rows(study_dir / "mlflow.db")
-    assert len(rows) == 8
-    by_run = {(r.cfg.variant, str(r.cfg.seed)): r for r in solo}
-    trials = set()
-    for row in rows:
-        tags = row["tags"]
-        twin = by_run[(tags[schema.VARIANT], tags[schema.SEED])]
-        folder = study_dir / layout.RUNS_DIR / tags[schema.RUN_KEY]
-        assert json.loads((folder / layout.RESULT_FILE).read_text())["run_identity"] == run_identity(twin.cfg)
-        trials.add(tuple(json.loads((folder / layout.TRIAL_FILE).read_text())["tune_trials"]))
-        for key in ("train_loss", "dev_loss", "dev_score"):
-            assert row["metrics"][key] == [(h["epoch"], h[key]) for h in twin.history], (tags[schema.VARIANT], key)
-    assert len(trials) == 1 and len(next(iter(trials))) == 1  # one Tune trial trained all eight
