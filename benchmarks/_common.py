@@ -65,7 +65,7 @@ def best(timings: list[Timing]) -> Timing:
 def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any], argv: list[str] | None = None,
                what: str = "") -> argparse.Namespace:
     """``parser.parse_args(argv)`` plus ``--quick``: a tiny configuration that runs the same code
-    path end to end in seconds (the ``bench`` test tier, tests/benchmarks/test_benchmarks_quick.py).
+    path end to end in seconds (the ``bench`` test tier, test_benchmarks_quick.py).
 
     ``--quick`` replaces the *defaults* of the arguments named in ``quick`` (dest -> value); a
     flag given on the command line still wins. ``what`` says what the tiny configuration is.

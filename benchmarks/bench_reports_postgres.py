@@ -1,7 +1,7 @@
 """Benchmark: `reports build` on synthetic study stores of 10,000 runs in PostgreSQL.
 
 The Postgres twin of bench_reports.py. Starts a throwaway PostgreSQL on a free 127.0.0.1 port
-(Debian's package; tests/test_postgres_store.postgres_server), lets MLflow create its schema and
+(Debian's package; ``postgres_server`` of test_postgres_store.py), lets MLflow create its schema and
 the experiments there, and fills it with the same synthetic studies bench_reports.py writes to
 SQLite (one per spec that regenerates a table; written to SQLite first with reports.synth, then
 copied row for row). Then times the `reports build` command (a fresh process per study: imports

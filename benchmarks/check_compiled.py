@@ -6,7 +6,7 @@ Per case: a tiny run (64 training examples, batch 16, one thread) on each path, 
 inductor cache unless ``TORCHINDUCTOR_CACHE_DIR`` says otherwise, printing the wall time (the
 compiled one includes compiling) and each epoch's training loss, then the largest difference.
 A case whose compiled run fails prints the error and the check goes on. Exit status 1 when any
-case failed. ``tests/locattn/test_compiled.py`` holds the tolerances for Copy/OneStepAttn; this script is
+case failed. ``test_compiled.py`` holds the tolerances for Copy/OneStepAttn; this script is
 how further variants were checked (README, "Performance").
 """
 

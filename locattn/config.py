@@ -537,7 +537,7 @@ def _regressor(flat: Mapping[str, Any]) -> bool:
 #: :func:`identity_dict` leaves such a field out while it holds that legacy value or does not
 #: apply, so a committed record keeps its run identities (and resumes) exactly when its runs
 #: would compute the same thing; any other value is another run.
-#: A new identity field must be added here (``tests/locattn/test_identity.py`` fails otherwise).
+#: A new identity field must be added here (``test_identity.py`` fails otherwise).
 LEGACY_VALUES: Mapping[str, tuple[Any, Any]] = types.MappingProxyType({
     "task.dev_from_long1": (0, None),
     "task.data_version": (1, None),  # derived from the task, not a field (tasks.config.DATA_VERSIONS)

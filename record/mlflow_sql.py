@@ -1,6 +1,6 @@
 """The adapter to MLflow's SQL store: every SQL statement the project runs against MLflow's
 tables, and every private name of MLflow it uses, live here and nowhere else
-(``tests/docs/test_architecture.py`` enforces it). :mod:`record.store` is the door the rest of the
+(``test_architecture.py`` enforces it). :mod:`record.store` is the door the rest of the
 project uses; this module is what stands behind it.
 
 Why SQL at all, rather than MLflow's public client: ``MlflowClient.search_runs`` loads every

@@ -14,7 +14,7 @@ recomputing h_t (two multiply-adds and a leak) instead of storing it, for batche
 :data:`FUSED_MIN_POSITIONS` positions (shorter ones gain nothing and run op by op). Lengths of
 50-10000 make h hundreds of megabytes per batch, so eager is memory-bound; fused is 2-3x faster
 on a CPU (benchmarks/bench_regressor.py) and its gradients are closer to a float64 computation
-than eager's (tests/locattn/test_regressor_fused.py).
+than eager's (test_regressor_fused.py).
 
 Initialisation (``ModelConfig.regressor_init``): ``paper`` follows their sec. 2.1: a weight
 matrix

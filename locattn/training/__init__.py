@@ -1,6 +1,6 @@
 """One training run, in floors: a module imports only modules on lower floors.
 
-Read them in this order (``tests/docs/test_architecture.py`` checks the order):
+Read them in this order (``test_architecture.py`` checks the order):
 
 0. ``files``: the names of the files a run writes (imports nothing).
 1. ``results``: what a run produces (:class:`RunResult`), how it fails

@@ -27,7 +27,7 @@ per replica. Within this path a packed replica equals its solo run bit for bit (
 shapes, per-element operations and float64 per-replica sums). Against the eager path it is
 another sample of the same training: dropout masks are drawn at the padded shape, so the runs
 agree (to 1e-4 in the first epoch's loss) only while every batch reaches the split's longest
-lengths (``tests/locattn/test_graphed.py``).
+lengths (``test_graphed.py``).
 
 ``train_path: compiled`` (operational, as for the eager step) runs the step's forward and loss
 as one torch.compile graph (its backward another) and the stacked AdamW update as a third:
@@ -42,7 +42,7 @@ step's graphs are per pack size, and compiling them again for the smaller pack c
 a GPU (:func:`pads_shrinking_packs`) the step keeps its size instead: a stopped replica's slot
 stays in the pack, frozen (learning rate 0, so its weights do not move; never copied out, its
 losses never read), and the other replicas train as in the smaller pack, to the bit on the
-uncompiled path (``tests/locattn/test_graphed.py``). On a CPU the frozen slots' compute costs about what
+uncompiled path (``test_graphed.py``). On a CPU the frozen slots' compute costs about what
 a recompile saves, so the pack is rebuilt.
 
 On CPU (or with ``capture=False``) the very same step runs without capture: that fallback is

@@ -16,7 +16,7 @@ the packed forward and loss on the ``meta`` device (shapes only, no data, no com
 training split's longest source and target and the batch size, with
 ``torch.autograd.graph.saved_tensors_hooks``; the transients are :data:`TRANSIENT_FACTOR` times
 the saved tensors (fitted on a CPU against torch's ``MemTracker`` peak of real steps:
-``benchmarks/bench_gpu_session.py --memory-check``, ``tests/test_memory_model.py``). What grows
+``benchmarks/bench_gpu_session.py --memory-check``, ``test_memory_model.py``). What grows
 with K is linear in K (every replica has the same shapes), so
 
     bytes(K) = fixed + K x per_replica

@@ -15,7 +15,7 @@ schedule, patience, epochs, dev scoring) and, on the eager path, the ablation sw
   not mix; dropout masks come from a per-(seed, epoch) generator in both solo and packed training;
 * a replica that stops early (or raises ``NonFiniteLossError``) leaves the pack; the others go on.
 
-The result per replica equals its solo run bit for bit (``tests/locattn/test_packed.py``).
+The result per replica equals its solo run bit for bit (``test_packed.py``).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def resume_command(study_dir: Path, max_concurrent: int | None, address: str | N
             + (f" --address {address}" if address else ""))
 
 
-#: Set by the test suite (tests/conftest.py), whose worktrees are dirty by design: the same as
+#: Set by the test suite (its conftest.py), whose worktrees are dirty by design: the same as
 #: ``--allow-dirty`` for every launch and resume. Not for studies whose numbers are kept.
 ALLOW_DIRTY_ENV = "LOCATTN_ALLOW_DIRTY"
 

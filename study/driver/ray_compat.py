@@ -1,6 +1,6 @@
 """The adapter to Ray's private names: every use of ``ray._private`` (and of any other private
 module or attribute of Ray) in the project lives here, each with the reason Ray's public API does
-not serve (``tests/docs/test_architecture.py`` enforces it). Checked with Ray 2.60; a Ray that moved
+not serve (``test_architecture.py`` enforces it). Checked with Ray 2.60; a Ray that moved
 one of these names breaks here, in one place.
 
 Nothing here imports Ray at import time: ``study --help`` and ``study status`` stay light.

@@ -10,7 +10,7 @@ Only lossless conversions are made: a value that does not fit its field (``1.5``
 ``'abc'`` for a float, a non-finite number) is left as given, for the config checks to refuse with
 their own message. A value of a field the config does not know (a plugin's ``options``, a
 misspelt path) is left as given. A value already of its field's type is returned as it is, so
-every committed spec keeps its cell ids and run keys (``tests/study/test_run_keys.py``).
+every committed spec keeps its cell ids and run keys (``test_run_keys.py``).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ _ABLATION = {
     "additionalProperties": False,
 }
 #: The shape of each top-level key's value. A key of :data:`study.spec.checks.TOP_KEYS` missing
-#: here still gets its description and accepts any value (tests/study/test_spec_schema.py names it).
+#: here still gets its description and accepts any value (test_spec_schema.py names it).
 SHAPES: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"},
     "description": {"type": "string"},

@@ -40,7 +40,13 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "section sign": re.compile("§"),
     # a doc page by path, or the out-of-tree reference notes
     "doc path": re.compile(r"\bdocs/[\w./-]*\.md\b|\bREFERENCE\.md\b|\bREFERENCE\s+(?:§|sec)"),
+    # a test by its folder: tests/ is regrouped now and then; a test file's name is unique
+    # across tests/ and stays (``test_graphed.py``, checked by test_cited_test_files_exist)
+    "test path": re.compile(r"\btests/\w[\w./]*"),
 }
+
+#: A test file named in a comment or docstring (by its name alone, unique across tests/).
+CITED_TEST = re.compile(r"(?<![\w./])(test_\w+\.py)\b")
 
 #: (file relative to the repository, pattern name): the exceptions, each with its reason.
 ALLOWED: dict[tuple[str, str], str] = {}
@@ -91,6 +97,17 @@ def test_no_history_in_comments_or_docstrings():
                        + "\n".join(found))
 
 
+def test_cited_test_files_exist():
+    tests = {p.name for p in (REPO / "tests").rglob("test_*.py")}
+    sources = {p: p.read_text(encoding="utf-8") for p in scanned_files()}
+    missing = [f"{p.relative_to(REPO)}:{line}: {m.group(1)}"
+               for p, source in sources.items() if CITED_TEST.search(source)
+               for line, _, text in commentary(source)
+               for m in CITED_TEST.finditer(text) if m.group(1) not in tests]
+    assert not missing, "comments/docstrings name test files that tests/ does not hold:\n" + (
+        "\n".join(missing))
+
+
 def test_allowlist_entries_are_still_needed():
     for (path, name), why in ALLOWED.items():
         source = (REPO / path).read_text(encoding="utf-8")
@@ -113,7 +130,7 @@ class C:
 
 def f():
     # fixes #41
-    """Function docstring."""
+    """Function docstring; tests/locattn/test_graphed.py checks it."""
 '''
 
 
@@ -123,8 +140,8 @@ def test_scanner_catches_each_pattern():
     assert {name for name, hits in by_name.items() if hits} == set(PATTERNS), found
     lines = {int(f.split(":")[1]) for f in found}
     # module docstring, a trailing comment, a "#:" comment, a class and an attribute docstring,
-    # a comment inside a function
-    assert lines == {1, 2, 3, 7, 10, 14}, found
+    # a comment inside a function and its docstring
+    assert lines == {1, 2, 3, 7, 10, 14, 15}, found
     assert sum(": issue number: " in f for f in found) == 2  # "issue 43" and "#41"
     assert sum(": doc path: " in f for f in found) == 2  # docs/performance.md, REFERENCE §3
 
@@ -136,5 +153,7 @@ SCHEMA = "https://json-schema.org/draft/2020-12/schema"  # JSON Schema draft 202
 HINT = "see docs/howto/gpu.md, issue 12, 2026-11-29, §4"
 COLOUR = "#222"  # an HTML entity &#41; is no issue
 REVISION = "dc11669786a5"  # alembic head ``dc11669786a5``
+LIMIT = 3  # cfg.test_limit; test_graphed.py checks it
 '''
     assert problems(clean) == []
+    assert [m.group(1) for m in CITED_TEST.finditer(clean)] == ["test_graphed.py"]
