@@ -1,9 +1,11 @@
 """Names of the MLflow run record: tags, statuses and metric keys, written by ``study`` and read
 by ``reports``.
 
-Imports only :mod:`locattn.renamed` (standard library).
+Imports only :mod:`locattn.renamed` and :mod:`locattn.registry` (standard library): the metric
+keys a run records are the registry's (:func:`locattn.register_metric`), named here, not listed.
 """
 
+from locattn import registry
 from locattn.renamed import RENAMED_FIELDS
 
 ROLE = "locattn.role"
@@ -60,9 +62,27 @@ MLFLOW_STATUS_FALLBACK = {"killed": STATUS_FAILED, "scheduled": STATUS_RUNNING}
 # seconds of the steps that did (train_path=compiled).
 EPOCH_METRICS = ("train_loss", "dev_loss", "dev_score", "dev_seq_acc", "lr", "epoch_seconds",
                  "test_loss", "test_score", "mix_gate", "compiles", "compile_seconds")
+_METRICS = registry.entries("metric", discover=False).values()  # the built-ins (a plugin's is per split)
 # best_selection_score: the best value of the checkpoint-selection signal (dev accuracy, or minus
-# the dev loss under optim.select_on=dev_loss; higher is better).
-FINAL_METRICS = ("best_selection_score", "best_epoch", "epochs_run", "epochs_to_100")
+# the dev loss under optim.select_on=dev_loss; higher is better). Then each registered metric
+# recorded once per run (record="run": epochs_to_100).
+FINAL_METRICS = ("best_selection_score", "best_epoch", "epochs_run") + tuple(
+    str(e.meta["key"]) for e in _METRICS if e.meta["record"] == "run")
+
+
+def _headline_metrics() -> tuple[str, ...]:
+    """Per task kind, in registration order, the key of its first registered accuracy recorded
+    per split for every task."""
+    first: dict[str, str] = {}
+    for e in _METRICS:
+        if e.meta["accuracy"] and e.meta["record"] == "split" and e.meta["tasks"] is None:
+            first.setdefault(str(e.meta["task_kind"]), str(e.meta["key"]))
+    return tuple(first.values())
+
+
+#: The headline metric of a test split, the first of these a run holds: each task kind's first
+#: registered accuracy (``seq_acc``; for regression tasks ``accuracy``).
+HEADLINE_METRICS = _headline_metrics()
 
 #: Metric keys that records hold under a former name: former -> current. A reader of the record
 #: sees only the current names (:func:`record.store.read_rows` renames as it reads), and a spec

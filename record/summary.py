@@ -5,7 +5,7 @@ has several points, and the chosen one is the point with the best median
 ``best_selection_score`` (never test), then the smallest median ``best_epoch``, then the
 smallest hparams JSON. ``study status`` prints these numbers, the writer logs them on the
 cell's MLflow run (so that the UI's grouped view shows the table's number), and ``reports``
-applies the same rule with polars. Standard library only.
+applies the same rule with polars.
 
 **Non-finite values: the one rule.** A NaN or ±inf metric value (a diverged run leaves them) is
 not a measurement. Every statistic over seeds (median, mean, IQR, std, k of n, a Wilcoxon pair)
@@ -13,6 +13,8 @@ and every ranking over such statistics (the chosen point, the best row of a colu
 over the finite values only; a point or cell with no finite value ranks last. A seed whose value
 is not finite is *diverged*: it is not counted in n, and every view says so (``n = 2 of 3,
 1 diverged``). :func:`is_measurement` is the test; nothing else decides it.
+
+Standard library and :mod:`record.schema` (the headline metrics, :data:`HEADLINE_METRICS`) only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Mapping, Sequence
+
+from record.schema import HEADLINE_METRICS  # noqa: F401 - re-exported: the readers' summary names
 
 SELECTION_KEY = "best_selection_score"
 """The final metric that chooses a cell's point: the best value of the run's checkpoint-selection
@@ -33,8 +37,6 @@ DIVERGED_KEY = "seeds_diverged"
 """Metric of a cell run: finished seeds of its chosen point with a non-finite value."""
 SOLVED_AT = 90.0
 """A seed "solved" a cell at this accuracy (%) or more (the tables' default ``--solved``)."""
-HEADLINE_METRICS = ("seq_acc", "accuracy")
-"""The headline metric of a test split: sequence accuracy, or accuracy (regression tasks)."""
 PERCENT_SUFFIX = " pct"
 """A cell run's headline of a test split in percent is ``<split> pct`` (``len15 pct``): short
 enough for a column head of MLflow's runs table, whose metric names cannot hold ``%``."""

@@ -42,7 +42,7 @@ from reports.intervals import bootstrap_interval
 from reports.store import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from record import schema
-from record.summary import BEST_EPOCH_KEY, SELECTION_KEY, is_measurement
+from record.summary import BEST_EPOCH_KEY, HEADLINE_METRICS, SELECTION_KEY, is_measurement
 
 ALPHA = 0.05
 # Two-sided exact Wilcoxon signed-rank: the smallest attainable p is 2 / 2**n, which is below
@@ -631,9 +631,6 @@ def _canon(h: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Per-cell summary of any study (a search study, a study that declares no paper table)
-
-#: The headline metric of a summary: sequence accuracy, or accuracy for regression tasks.
-HEADLINE_METRICS = ("seq_acc", "accuracy")
 
 
 @dataclass(frozen=True, kw_only=True)

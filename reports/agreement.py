@@ -27,12 +27,6 @@ TOLERANCE = 10.0
 verdict, :func:`verdict`; a table's cells use their metric's registered tolerance)."""
 
 
-#: Record keys of the registered accuracy metrics at import (the built-ins'): derived from the
-#: registry for older callers; :func:`locattn.registry.is_accuracy` also knows a plugin's.
-ACCURACY_METRICS = tuple(str(e.meta["key"]) for e in registry.entries("metric", discover=False).values()
-                         if e.meta["accuracy"])
-
-
 class _Rules(Mapping[str, str]):
     """{metric record key: its agreement tolerance in words}, read from the metric registry
     (:func:`locattn.register_metric`'s ``tolerance``): a live view, so a plugin metric appears."""

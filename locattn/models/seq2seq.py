@@ -51,9 +51,11 @@ The rule depends only on shapes, so teacher forcing and stepwise decoding agree.
 
 AttentionTrace = make_dataclass(
     "AttentionTrace",
-    traced_fields() + [("blocks", "Tensor | None", field(default=None)), ("dir_gate", "Tensor | None", field(default=None))],
+    traced_fields() + [("blocks", "Tensor | None", field(default=None)),
+                       ("dir_gate", "Tensor | None", field(default=None))],
     frozen=True,
-    namespace={"__module__": __name__, "__doc__": """Per-step attention diagnostics. Fields are None where the attender has no such quantity.
+    namespace={"__module__": __name__, "__doc__": """Per-step attention diagnostics. Fields are None
+    where the attender has no such quantity.
 
     ``weights`` (B, T, L): the final attention; axis L starts at ``Seq2Seq.source_offset`` for
     source token 0. Then each traced :class:`AttnStep` diagnostic under its own name, stacked
