@@ -143,7 +143,7 @@ def check_records(folder: Path, cal: Calibration) -> None:
     epoch's wall time, as recorded) against this model's and the old flat model's epoch cost."""
     import statistics
 
-    from reports.store import read_runs, resolve_source  # here: polars, only for --check-records
+    from reports.runset import read_runs, resolve_source  # here: polars, only for --check-records
 
     print(f"check against committed records in {folder} (measured: median wall epoch_seconds of "
           "the last epoch, 2 trials at a time on this 2-core machine; model: one thread, no load)")

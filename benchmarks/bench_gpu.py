@@ -35,7 +35,7 @@ the device (``h100`` for an H100, :func:`study.cost.calibration.device_key`) and
 device's rows of the same cell and K, other rows kept: the pack's training and dev-scoring wall
 seconds per epoch, divided by K, per 1,000 tokens; test = the pack's replayed greedy decode of
 the dev split, the same way; startup = the first epoch's extra seconds (graph capture) / K.
-``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/cost/run.py).
+``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/cost/pricing.py).
 A GPU session fills the README's H100 column with (then ``bench_cost.py --readme-table``)::
 
     python benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate \
@@ -70,7 +70,7 @@ from locattn.training.graphed import GraphedStep, graphed_dev_scores  # noqa: E4
 from locattn.variants import list_variants  # noqa: E402
 from study.cost.calibration import (CALIBRATION_FILE, Calibration, Rate, calibration_from_dict,  # noqa: E402
                                calibration_to_dict, device_key, merge_rates)
-from study.cost.run import split_ktok, variant_family  # noqa: E402
+from study.cost.pricing import split_ktok, variant_family  # noqa: E402
 
 
 def sync(device: torch.device) -> None:

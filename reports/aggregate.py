@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 
 from reports.intervals import bootstrap_interval
-from reports.store import ReportsError, RunSet
+from reports.runset import ReportsError, RunSet
 from reports.tables import LEGACY_PROTOCOL, TEST_SELECTED_PROTOCOL, Column, TableDef
 from record import schema
 from record.summary import BEST_EPOCH_KEY, HEADLINE_METRICS, SELECTION_KEY, is_measurement

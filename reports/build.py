@@ -19,14 +19,14 @@ from reports.aggregate import (BEST_EPOCH_KEY, DEFAULT_SOLVED, SELECTION_KEY, Ce
                                aggregate, cell_summaries, headline_keys)
 from reports.exhibits import build_exhibits
 from reports.figures import study_figures
-from reports.grid import GRID_ID, render_grid
-from reports.labels import StudyLabels, paper_label
+from reports.variant_grid import GRID_ID, render_grid
+from reports.row_labels import StudyLabels, paper_label
 from reports.paper import load_paper_numbers
 from reports.render import (LAYOUTS, RENDERERS, Provenance, RecordProvenance, render_summary, shown_frame,
                             standalone_latex)
 # RecordConflict and RecordSource: collect's API, importable from here beside it
-from reports.store import (RecordConflict, RecordSource, ReportsError, RunSet, Source, expand_sources,
-                           read_records, resolve_record)
+from reports.runset import (RecordConflict, RecordSource, ReportsError, RunSet, Source, expand_sources,
+                            read_records, resolve_record)
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES, TableDef, get_table, study_tables
 from record import schema
 
@@ -126,16 +126,16 @@ def collect(
 ) -> Built:
     """Read the runs once and aggregate every requested table.
 
-    ``source``: one record or several, merged by run identity (:func:`reports.store.read_records`):
+    ``source``: one record or several, merged by run identity (:func:`reports.runset.read_records`):
     a study directory (``results/record/<name>/``), a store file, a tracking URI (with
-    ``study``), a :class:`~reports.store.RecordSource`, a campaign file (``.yaml``: its
+    ``study``), a :class:`~reports.runset.RecordSource`, a campaign file (``.yaml``: its
     ``records:``), or a sequence of these. ``study``: the experiment of a single source.
     ``tables``: table ids; None: a campaign file's ``tables``, else those the records' parent
     runs declare (``locattn.tables``). A table named here is built from every run that fits its
     rows and columns, whatever the records declare. Each cell's ``seed_records`` says which
     record each seed came from.
-    Raises :class:`~reports.store.ReportsError` (one line: a missing record, a bad campaign file,
-    an unknown table) and its :class:`~reports.store.RecordConflict` (two records hold one run
+    Raises :class:`~reports.runset.ReportsError` (one line: a missing record, a bad campaign file,
+    an unknown table) and its :class:`~reports.runset.RecordConflict` (two records hold one run
     identity unequal)."""
     if stat is not None and stat not in STATS:
         raise ReportsError(f"unknown --stat {stat!r}; valid: {', '.join(STATS)}")
@@ -393,7 +393,7 @@ def build_reports(
     study that names none (a search study) gets ``summary.<ext>``: per cell the chosen
     hyperparameters, their median dev score and the medians of the headline metric; when its
     parent run recorded its labels (``locattn.labels``), also ``grid.<ext>``, the variant x task
-    grid under those labels (:mod:`reports.grid`).
+    grid under those labels (:mod:`reports.variant_grid`).
     ``layout``: with ``compare``, ``tables`` (ours, paper, difference as separate tables) or
     ``cells`` ("ours / paper" in each cell of one table).
     ``strict``: raise :class:`IncompleteError` (and write nothing) when a cell is missing or

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from locattn.cliparse import Parser, closest_path, parse
 from record.store import ARCHIVE_SUFFIX
-from reports.store import CAMPAIGN_KEYS, STORE_FILE, ReportsError, is_campaign, read_runs, resolve_source
+from reports.runset import CAMPAIGN_KEYS, STORE_FILE, ReportsError, is_campaign, read_runs, resolve_source
 from reports.tables import EXHIBITS, STATS, SUMMARY_ID, TABLES
 
 
@@ -148,7 +148,7 @@ def run_build(args: argparse.Namespace, prog: str = "reports build") -> int:
         return 2
     tables = [t for arg in args.table for t in _split(arg)] if args.table else None
     one, study = sources[0]
-    from reports.store import RecordSource, expand_sources  # polars: off --help, as build_reports
+    from reports.runset import RecordSource, expand_sources  # polars: off --help, as build_reports
 
     given = [s if is_campaign(s) else RecordSource(s, name) for s, name in sources]
     summary: list[str] = []

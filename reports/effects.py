@@ -34,10 +34,10 @@ import numpy as np
 
 from reports.build import collect
 from reports.aggregate import ALPHA, MIN_TESTABLE_PAIRS, Cell, TableResult, holm_adjust, wilcoxon_pair
-from reports.labels import paper_label
+from reports.row_labels import paper_label
 from reports.intervals import BOOTSTRAP_SEED, CONFIDENCE, RESAMPLES, bootstrap_interval
 from reports.render import LATEX_PLACEMENT, MISSING, Labeler, Provenance, latex_escape
-from reports.store import ReportsError
+from reports.runset import ReportsError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,7 +34,7 @@ from reports.figures import save_figure
 from reports.render import Provenance, latex_escape
 from record import store
 from record.layout import ARTIFACTS_DIR, ATTENTION_JSON, EXAMPLES_JSON
-from reports.store import ReportsError, RunSet
+from reports.runset import ReportsError, RunSet
 from reports.tables import EXHIBITS
 from record import schema
 from record.summary import SELECTION_KEY

@@ -26,8 +26,8 @@ from locattn.labels import task_label
 from locattn.plot import axis_ticks
 from record import schema
 from reports.aggregate import SELECTION_KEY, aggregate, finite_metrics
-from reports.labels import StudyLabels
-from reports.store import read_runs, resolve_source
+from reports.row_labels import StudyLabels
+from reports.runset import read_runs, resolve_source
 from reports.tables import DUBOIS_INTERP_SPLITS, get_table
 
 if TYPE_CHECKING:

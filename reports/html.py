@@ -30,10 +30,10 @@ from record.layout import UI_FILE
 from record.store import experiment_id
 from reports.aggregate import DEFAULT_SOLVED, CellSummary
 from reports.build import collect
-from reports.grid import Grid, grid_layout
-from reports.labels import StudyLabels
+from reports.variant_grid import Grid, grid_layout
+from reports.row_labels import StudyLabels
 from reports.render import MISSING, Provenance, seeds_text
-from reports.store import ReportsError
+from reports.runset import ReportsError
 from reports.tables import SUMMARY_ID
 
 HTML_FILE = "report.html"
@@ -98,7 +98,7 @@ class CellMark:
 
 def summary_grid(summaries: list[CellSummary], keys: list[str]) -> Grid:
     """A row per cell id and a column per test split: the grid of a study whose cells differ in
-    more than task and variant (:func:`reports.grid.grid_layout` gives None)."""
+    more than task and variant (:func:`reports.variant_grid.grid_layout` gives None)."""
     return Grid(head=["Cell", *(k.removeprefix("test.") for k in keys)], keys=list(keys),
                 rows=[(s.cell, [s] * len(keys)) for s in summaries])
 
@@ -192,7 +192,7 @@ def write_html(source: str | Path, study: str | None, out_dir: str | Path, *, ui
     MLflow UI at ``ui`` when the store is SQLite (its experiment id is read here); otherwise the
     page says how to find a cell's runs. ``served_first`` (``--html`` without an address): the
     address ``study ui`` serves the study folder on now, when it does (:func:`served_ui`), else
-    ``ui``. Raises :class:`reports.store.ReportsError` as ``build_reports`` does."""
+    ``ui``. Raises :class:`reports.runset.ReportsError` as ``build_reports`` does."""
     served = served_ui(source) if served_first else None
     ui = served or ui
     solved = DEFAULT_SOLVED if solved_at is None else solved_at
@@ -230,7 +230,7 @@ def live_html(source: str | Path, study: str | None, *, ui: str, marks: Mapping[
     (``marks``: cell id -> (running, stale) seeds), a ``status`` line (the study's counts, the time it was read) and a reload
     every ``refresh`` seconds; the cells link into the MLflow UI at ``ui``, the address
     ``study ui`` serves. A study with no run recorded yet is a page that says so and reloads.
-    Raises :class:`reports.store.ReportsError` for a source that cannot be read."""
+    Raises :class:`reports.runset.ReportsError` for a source that cannot be read."""
     solved = DEFAULT_SOLVED if solved_at is None else solved_at
     try:
         built = collect(source, study, [SUMMARY_ID], solved_at=solved)

@@ -955,7 +955,7 @@ def render_summary(summaries: list[CellSummary], keys: list[str], provenance: Pr
 
 def text_table(head: list[str], rows: list[list[str]], provenance: Provenance, caption: str,
                tag: str, fmt: str, *, n_left: int) -> str:
-    """Header and text rows (:func:`summary_rows`, :func:`reports.grid.grid_rows`) as LaTeX
+    """Header and text rows (:func:`summary_rows`, :func:`reports.variant_grid.grid_rows`) as LaTeX
     (``fmt`` ``latex``: labelled ``tab:<tag>``, scaled to the line) or else Markdown, after the
     provenance comments: the first ``n_left`` columns left-aligned, the others right-aligned."""
     if fmt == "latex":

@@ -185,8 +185,8 @@ def write_bulk_sql(db_path: str | Path, study: str, runs: Iterable[SynthRun], *,
 
 def runset_from_synth(study: str, runs: Sequence[SynthRun], *, tables: Sequence[str] = (),
                       param_keys: Sequence[str] = (), t0_ms: int = 1_700_000_000_000):
-    """An in-memory :class:`~reports.store.RunSet` with the same columns the readers produce."""
-    from reports.store import runs_from_rows  # polars: only when an in-memory store is built
+    """An in-memory :class:`~reports.runset.RunSet` with the same columns the readers produce."""
+    from reports.runset import runs_from_rows  # polars: only when an in-memory store is built
 
     run_rows, tag_rows, param_rows, metric_rows = [], [], [], []
     parent = uuid.UUID(int=1).hex

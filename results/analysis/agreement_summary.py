@@ -71,7 +71,7 @@ from reports.agreement import (ALPHA, NONTRIVIAL, PAPER_SEEDS, TOLERANCE,
 from reports.build import Built, collect, used_runs
 from reports.paper import PaperValue, load_paper_numbers
 from reports.render import paper_diff
-from reports.store import RecordConflict, read_runs, resolve_source
+from reports.runset import RecordConflict, read_runs, resolve_source
 from reports.tables import TABLES, TableDef
 
 RECORDS = Path(__file__).resolve().parents[1] / "record"

@@ -20,7 +20,7 @@ import polars as pl
 
 from made_by import analysis_parser, emit, split_list  # results/analysis/made_by.py, beside this script
 from record import schema
-from reports.store import read_runs, resolve_source
+from reports.runset import read_runs, resolve_source
 
 def seed_values(record: Path, splits: list[str], metric: str, cells: list[str] | None
                 ) -> tuple[list[int], dict[str, dict[int, list[float | None]]]]:

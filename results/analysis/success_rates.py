@@ -31,10 +31,10 @@ from made_by import analysis_parser, emit  # results/analysis/made_by.py, beside
 from agreement_summary import is_accuracy_metric, verdict_word  # beside this script
 from reports.agreement import VERDICTS, success_test
 from reports.build import collect
-from reports.labels import paper_label
+from reports.row_labels import paper_label
 from reports.paper import load_paper_numbers
 from reports.render import paper_diff
-from reports.store import RecordConflict
+from reports.runset import RecordConflict
 
 
 def rows(record: Path, table: str, *, budget: str, threshold: float,

@@ -30,7 +30,7 @@ import polars as pl
 
 import agreement_summary as agr  # results/analysis/agreement_summary.py, beside this script
 from reports.agreement import ALPHA, VERDICTS, best_rows
-from reports.labels import paper_label
+from reports.row_labels import paper_label
 from reports.tables import TABLES
 
 ROOT = Path(__file__).resolve().parents[2]

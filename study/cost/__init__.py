@@ -18,7 +18,7 @@ The epochs are the budget, so the cost is an upper bound (no early stopping). Th
 running study (:func:`eta_seconds`) scales the model by what the study's own epochs measure
 (:func:`blend_ratio`), and charges only what is left.
 
-The parts, lowest first: :mod:`study.cost.calibration` (the table), :mod:`study.cost.run` (the
+The parts, lowest first: :mod:`study.cost.calibration` (the table), :mod:`study.cost.pricing` (the
 model), :mod:`study.cost.eta` (a running study's ETA). This package's ``__init__`` prints a dry-run's cost lines
 (:func:`plan_lines`) and re-exports the public names of the parts. Imports ``locattn`` only (no
 Ray, no MLflow): ``study.spec`` builds its dry-run plan from here.
@@ -33,8 +33,8 @@ from study.cost.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate
                                calibration_to_dict, device_key, load_calibration, merge_rates)
 from study.cost.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
                        study_eta, trial_left)
-from study.cost.run import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
-                           cost_task, gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
+from study.cost.pricing import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
+                                cost_task, gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
 __all__ = [
     "CALIBRATION_FILE", "CFQ_ASSUMED_TOKENS", "CFQ_SIZES", "DEVICES", "PRIOR_EPOCHS", "SAMPLE_EXAMPLES",

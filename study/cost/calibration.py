@@ -28,7 +28,7 @@ class Rate:
     task: str
     """Task key."""
     family: str
-    """Variant family (:func:`study.cost.run.variant_family`)."""
+    """Variant family (:func:`study.cost.pricing.variant_family`)."""
     train: float
     """Training seconds per 1,000 training tokens (forward, backward, optimizer step)."""
     dev: float

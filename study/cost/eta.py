@@ -1,4 +1,4 @@
-"""A running study's ETA: the cost model's remaining work per trial (:mod:`study.cost.run`),
+"""A running study's ETA: the cost model's remaining work per trial (:mod:`study.cost.pricing`),
 scaled by the epochs the study itself has measured (:func:`blend_ratio`), and charged only for
 what is left. The progress line (:mod:`study.recording.progress`) prints it.
 """
@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from locattn.config import make_run_config
 from study.cost.calibration import Calibration, load_calibration
-from study.cost.run import RunCost, run_cost
+from study.cost.pricing import RunCost, run_cost
 
 #: Pseudo-epochs of weight the model's prediction keeps against a study's measured epochs.
 PRIOR_EPOCHS = 4.0

@@ -1,23 +1,23 @@
 """Which train path a new study's runs take when ``--train-path`` is not given.
 
 A compiled run (``train_path: compiled``) pays a fixed cost, its compile, and then trains each
-epoch faster than eager. :data:`study.cost.run.COMPILED_WHOLE_RUNS` holds what whole
+epoch faster than eager. :data:`study.cost.pricing.COMPILED_WHOLE_RUNS` holds what whole
 ``locattn train`` processes measured for a task and variant at one or more training sizes
 (``benchmarks/bench_whole_run.py``): the CPU seconds a cold compile adds to eager's fixed cost,
 and the compiled epoch's CPU seconds over eager's. A cell takes the measurement of its
-training size (:func:`study.cost.run.compiled_whole_run`), and breaks even after
+training size (:func:`study.cost.pricing.compiled_whole_run`), and breaks even after
 
     n* = cold extra / (eager epoch x (1 - ratio))
 
 epochs of a single run that compiles cold, with the eager epoch priced by the cost model at the
-cell's own data size (:func:`study.cost.run.run_cost`). The launcher picks ``compiled`` for a new
+cell's own data size (:func:`study.cost.pricing.run_cost`). The launcher picks ``compiled`` for a new
 study when the fewest epochs any of its runs can train reach the largest n* of its cells (n*
 rounded up): a run stops at the budget's ``optim.epochs`` or, at its earliest, when early stopping
 ends it (:func:`fewest_epochs`). That is conservative twice over: a study's trials on one machine
 share its inductor cache, so only the first run of a shape compiles, and runs that improve train
 longer. Eager otherwise, and always for GPU trials (their path is the graphed step), for specs
 with a cell not measured (another variant or task, or a model, batch size, teacher forcing or
-training lengths other than those measured: :func:`study.cost.run.compiled_whole_run`), and where
+training lengths other than those measured: :func:`study.cost.pricing.compiled_whole_run`), and where
 no C++ compiler is found (inductor's CPU kernels need g++).
 
 The choice is saved in ``study.json`` like a chosen ``--train-path``, so resumes keep it; it is
@@ -33,7 +33,7 @@ from typing import Any
 
 from locattn.config import DEFAULT_TRAIN_PATH, make_run_config
 from study.cost.calibration import Calibration, load_calibration
-from study.cost.run import CompiledRun, compiled_whole_run, run_cost
+from study.cost.pricing import CompiledRun, compiled_whole_run, run_cost
 
 @dataclass(frozen=True)
 class PathChoice:

@@ -492,7 +492,7 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
     (the point with the best median dev score), its hparams and seed count; opening again
     writes no second cell run; reports and the run counts see only the trial runs."""
     from record.writer import RecordWriter
-    from reports.store import read_runs
+    from reports.runset import read_runs
     from study.recording.naming import cell_name
 
     lr1, lr3 = {"optim.lr": 1e-3}, {"optim.lr": 3e-3}
@@ -545,7 +545,7 @@ def test_a_real_study_nests_its_seeds_under_a_cell_run_with_their_medians(tmp_pa
     run."""
     from mlflow.tracking import MlflowClient
 
-    from reports.store import read_runs
+    from reports.runset import read_runs
     from tests.study_helpers import launch_tiny
 
     proc, root = launch_tiny(tmp_path)

@@ -327,12 +327,12 @@ def test_the_floor_checker_flags_study_and_reports_importing_each_other(tmp_path
     (tmp_path / "reports").mkdir()
     probes = {"study.x": tmp_path / "study" / "x.py", "reports.y": tmp_path / "reports" / "y.py",
               "record.z": tmp_path / "record_z.py"}
-    probes["study.x"].write_text("def f():\n    from reports.store import read_runs\n")
+    probes["study.x"].write_text("def f():\n    from reports.runset import read_runs\n")
     probes["reports.y"].write_text("import study.driver.launch\nfrom record import schema\n")
     probes["record.z"].write_text("from study.spec import run_key\n")
     bad = _package_violations(probes)
     assert [b.split(": ", 1)[1] for b in bad] == [
-        "study imports reports.store", "reports imports study.driver.launch", "record imports study.spec"]
+        "study imports reports.runset", "reports imports study.driver.launch", "record imports study.spec"]
 
 
 # ---------------------------------------------------------------------------- the store's one door

@@ -17,7 +17,7 @@ from record.summary import DIVERGED_KEY
 from record.writer import RecordWriter
 from reports.aggregate import CellSummary, aggregate, cell_summaries
 from reports.render import notes, summary_rows
-from reports.store import read_runs
+from reports.runset import read_runs
 from reports.synth import SynthRun, write_with_client
 from reports.tables import get_table
 from study.recording.cell_results import cell_results, format_results
@@ -100,10 +100,10 @@ def test_a_diverged_seed_is_left_out_and_said(tmp_path: Path, bad: float) -> Non
 
 
 def test_the_grid_says_a_diverged_seed_as_the_summary_does_and_fits_the_line() -> None:
-    """reports.grid's cells are the summary's numbers, text included: "(0/2, 1 diverged)", not
+    """reports.variant_grid's cells are the summary's numbers, text included: "(0/2, 1 diverged)", not
     a bare "(0/2)"; its LaTeX is scaled to the line as the summary's is (--standalone's fit)."""
-    from reports.grid import grid_rows, render_grid
-    from reports.labels import StudyLabels
+    from reports.variant_grid import grid_rows, render_grid
+    from reports.row_labels import StudyLabels
     from reports.render import Provenance
 
     s = CellSummary(cell="task=copy,variant=onestep", hparams="{}", n_points=1, dev=50.0,
@@ -243,7 +243,7 @@ def test_a_study_folder_reads_its_own_artifacts_wherever_it_lies(tmp_path: Path,
 def test_a_grid_axis_a_paper_table_does_not_know_is_refused_not_merged(tmp_path: Path, axis: str,
                                                                       arms: tuple[str, str]) -> None:
     from reports.build import collect
-    from reports.store import ReportsError
+    from reports.runset import ReportsError
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = [SynthRun(task="copy", variant="onestep", seed=s, n_seeds=2, params={axis: arm},

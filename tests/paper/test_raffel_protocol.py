@@ -292,7 +292,7 @@ def test_variable_length_report_names_how_it_chose_the_learning_rate(tmp_path, p
 
 def test_report_refuses_mixed_protocols(store) -> None:
     from reports.build import collect
-    from reports.store import ReportsError
+    from reports.runset import ReportsError
 
     with pytest.raises(ReportsError, match=r"raffel_table1: the runs mix eval.regression_protocol "
                                            r"values \['dev', 'paper'\]"):
@@ -302,7 +302,7 @@ def test_report_refuses_mixed_protocols(store) -> None:
 @pytest.mark.parametrize("study, acc", [("paper", 100.0), ("dev", 99.0)])
 def test_raffel_figure_plots_the_chosen_learning_rate(store, study, acc) -> None:
     from reports.figures import raffel_frame
-    from reports.store import read_runs
+    from reports.runset import read_runs
 
     rs = read_runs(f"sqlite:///{store / 'mlflow.db'}", study,
                    metric_keys=["best_selection_score", "epochs_to_100"], metric_prefixes=["test."],

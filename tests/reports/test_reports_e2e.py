@@ -16,7 +16,7 @@ import pytest
 
 from reports.build import build_reports
 from reports.cli import main
-from reports.store import ReportsError, read_runs
+from reports.runset import ReportsError, read_runs
 from reports.synth import SynthRun, create_empty_store, write_with_client
 
 SPLITS = ("len15", "len30", "len100")

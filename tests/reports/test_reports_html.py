@@ -191,9 +191,9 @@ def test_study_report_html_writes_the_page_into_the_study_folder(tmp_path: Path,
 
 def test_cells_told_apart_by_another_axis_get_a_row_each_under_their_cell_id() -> None:
     from reports.aggregate import CellSummary
-    from reports.grid import grid_layout
+    from reports.variant_grid import grid_layout
     from reports.html import render_html, summary_grid
-    from reports.labels import StudyLabels
+    from reports.row_labels import StudyLabels
     from reports.render import Provenance
 
     cell = "model.attention.step=relu,task=copy,variant=onestep"

@@ -17,7 +17,7 @@ from record.layout import META_FILE, STORE_FILE
 from record.store import unpack
 from reports.build import collect, tables_of_study, used_runs
 from reports.cli import main as reports_main
-from reports.store import RecordConflict, RecordSource, read_runs, resolve_source
+from reports.runset import RecordConflict, RecordSource, read_runs, resolve_source
 from reports.synth import SynthRun, write_bulk_sql
 from tests.locattn.test_cli import run_main
 

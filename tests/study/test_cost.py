@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from locattn.config import make_run_config
-from study import cost, slices
-from study.cost import run as runcost
+from study import cost
+from study.plan import slices
+from study.cost import pricing as runcost
 from study.cost import (Calibration, CellCost, Rate, RunCost, TrialProgress, blend_ratio, eta_seconds,
                         format_eta, run_cost, run_shape, trial_left, variant_family)
 from study.spec import load_spec
@@ -109,7 +110,7 @@ def test_a_train_path_is_priced_by_its_own_rows_else_by_eager_ones_and_says_so(t
                                  "--train-path compiled: +")
     assert rc.startup == pytest.approx(eager.startup + runcost.COMPILE_LOAD_CPU_SECONDS)  # its graph's load
     # ... unless whole runs of its task's shapes and its graph were measured: eager's rows times the
-    # measured compiled/eager epoch ratio (study.cost.run.COMPILED_WHOLE_RUNS)
+    # measured compiled/eager epoch ratio (study.cost.pricing.COMPILED_WHOLE_RUNS)
     onestep = replace(cfg("reverse_copy", "onestep_no_step2", **{"optim.epochs": 1}), train_path="compiled")
     ratio = runcost.compiled_whole_run(onestep).epoch_ratio  # Copy's, at the largest size measured
     assert ratio == max(r.epoch_ratio for r in runcost.COMPILED_WHOLE_RUNS[("copy", "onestep")]

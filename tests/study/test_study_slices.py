@@ -20,7 +20,8 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
 from record import schema  # noqa: E402
-from study import cost, slices  # noqa: E402
+from study import cost  # noqa: E402
+from study.plan import slices  # noqa: E402
 from study.driver.process import limit_text  # noqa: E402
 from study.driver.launch import launch  # noqa: E402
 from study.spec import load_spec  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 from locattn.config import OptimConfig, make_run_config
 from study.cost import load_calibration
 from study.cost.paths import break_even_epochs, choose_train_path, fewest_epochs
-from study.cost.run import COMPILED_WHOLE_RUNS, CompiledRun, compiled_whole_run, run_cost
+from study.cost.pricing import COMPILED_WHOLE_RUNS, CompiledRun, compiled_whole_run, run_cost
 from study.driver.launch import launch
 from study.spec import load_spec
 

@@ -1,5 +1,5 @@
 """The variant x task grid of a study that names no paper table: rows are variants and columns
-are (task, test split), every one under its registered label (:class:`reports.labels.StudyLabels`),
+are (task, test split), every one under its registered label (:class:`reports.row_labels.StudyLabels`),
 so a plugin's rows sit beside the built-ins' as in a paper table.
 
 Each cell is the summary's number (:func:`reports.aggregate.cell_summaries`): the median over the
@@ -13,7 +13,7 @@ import io
 from dataclasses import dataclass, field
 
 from reports.aggregate import CellSummary
-from reports.labels import StudyLabels
+from reports.row_labels import StudyLabels
 from reports.render import MISSING, Provenance, seeds_text, text_table
 
 GRID_ID = "grid"

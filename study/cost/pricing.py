@@ -222,7 +222,7 @@ def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
     if rate is not None and rate.path != path:
         shape = replace(shape, assumed="; ".join(filter(None, [shape.assumed, (
             f"--train-path {path}: epochs priced at eager rates times the compiled/eager epoch ratio of whole "
-            "runs measured on the task's shapes (COMPILED_WHOLE_RUNS, study/cost/run.py)" if scaled is not None
+            "runs measured on the task's shapes (COMPILED_WHOLE_RUNS, study/cost/pricing.py)" if scaled is not None
             else f"--train-path {path} priced at eager rates (no {path} row for task {task})")])))
     if rate is None:
         if flat_seconds_per_1k_examples is None:

@@ -82,7 +82,7 @@ class RunSet:
 
     def recorded_labels(self) -> list[str]:
         """The ``locattn.labels`` tags of the study's parent runs, as recorded at launch (none in
-        a store from before); :meth:`reports.labels.StudyLabels.from_tags` reads them."""
+        a store from before); :meth:`reports.row_labels.StudyLabels.from_tags` reads them."""
         if "labels" not in self.runs.columns:
             return []
         return self.runs.filter(pl.col("role") == schema.ROLE_STUDY)["labels"].drop_nulls().to_list()
