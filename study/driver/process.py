@@ -27,7 +27,7 @@ from study.plan import slices
 from study.recording.folder import StudyError
 from study.recording.status import pid_alive
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Tries to start a private local Ray when its GCS fails to start: two Rays starting at once on one
 #: host (a study beside a test run) can pick the same free port, and the second's GCS then fails
 #: ("Failed to start GCS"); a second try picks other ports. Any other start failure is not retried.

@@ -688,3 +688,11 @@ def test_the_study_type_checker_flags_a_dict_meta(tmp_path):
                     "def h(*, study_meta: Mapping[str, Any] | None = None) -> None: ...\n")
     assert _untyped_study_params("study.probe", path) == [
         f"{path}:1: f(meta: dict[str, Any])", f"{path}:3: h(study_meta: Mapping[str, Any] | None)"]
+
+
+def test_the_drivers_repository_root_is_the_repositorys():
+    """The driver puts the repository root on its Ray workers' ``PYTHONPATH`` and starts Ray from
+    it: a path climbed from ``__file__`` must follow the module into its sub-package."""
+    from study.driver.process import REPO_ROOT
+
+    assert (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "study" / "cli.py").is_file(), REPO_ROOT
