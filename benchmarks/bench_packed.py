@@ -10,9 +10,13 @@ seed-epochs per core-second for both, the ratio (target >= 3 at K = 5), the larg
 difference of the per-replica mean training losses (they are the same runs: it exits 1 when one
 is above 1e-6), and peak RSS. ``--quick``: K = 2 on 200 training examples.
 
-``--ablation onestep,onestep_no_step3,onestep_no_sigmoid`` (Copy variants that differ only in
-switches, :data:`locattn.packed.SWITCH_FIELDS`) adds one line: the variants' K seeds each as one
-pack per variant against all of them as one pack (training pass, seed-epochs per core-second).
+``--ablation onestep,onestep_no_step2,onestep_no_step3,onestep_no_sigmoid`` (Copy variants that
+differ only in switches, :data:`locattn.packed.SWITCH_FIELDS`) adds two lines: the variants' K
+seeds each trained solo, as one pack per variant and as one pack of all of them (training pass,
+seed-epochs per core-second); then ``--whole-runs`` of ``--epochs`` epochs each, ``train`` one
+run after another against ``train_packed`` of all of them (dev scoring, test scoring, the
+attention figure included: what a trial costs), CPU and wall seconds, and whether every run's
+history and test metrics are equal.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ablation", default=None, help="Copy variants packed together (comma-separated)")
+    parser.add_argument("--whole-runs", action="store_true", help="with --ablation: also whole runs, solo vs packed")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of each --whole-runs run")
     args = parse_args(parser, {"k": 2, "train_size": 200}, argv)
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
@@ -105,8 +111,12 @@ def ablation_line(args: argparse.Namespace, tmp: Path) -> float:
             r.epoch = 1
         return runs
 
-    apart_t, one_t = [], []
+    solo_t, apart_t, one_t = [], [], []
     for rep in range(args.repeats):
+        runs = fresh()
+        with timed() as t:
+            solo = [r.train_epoch() for r in runs]
+        solo_t.append(t)
         runs = fresh()
         with timed() as t:
             apart = [x for v in range(len(variants)) for x in packed_train_epoch(runs[v * args.k:(v + 1) * args.k], 1)]
@@ -115,14 +125,43 @@ def ablation_line(args: argparse.Namespace, tmp: Path) -> float:
         with timed() as t:
             one = packed_train_epoch(runs, 1)
         one_t.append(t)
-    a, o = best(apart_t), best(one_t)
+    s, a, o = best(solo_t), best(apart_t), best(one_t)
     n = len(cfgs)
-    diff = max(abs(x - y) for x, y in zip(apart, one))
-    print(f"ablation copy/{'+'.join(variants)} x {args.k} seeds: {len(variants)} packs cpu {a.cpu:.2f} s "
+    diff = max(abs(x - y) for x, y in zip(apart + solo, one + one))
+    print(f"ablation copy/{'+'.join(variants)} x {args.k} seeds: {n} solo cpu {s.cpu:.2f} s (wall {s.wall:.2f}) -> "
+          f"{n / (s.cpu * args.threads):.3f} seed-epochs/core-s | {len(variants)} packs cpu {a.cpu:.2f} s "
           f"(wall {a.wall:.2f}) -> {n / (a.cpu * args.threads):.3f} seed-epochs/core-s | one pack cpu "
           f"{o.cpu:.2f} s (wall {o.wall:.2f}) -> {n / (o.cpu * args.threads):.3f} seed-epochs/core-s | "
-          f"x{a.cpu / o.cpu:.2f} | max |loss apart - together| {diff:.2e}", flush=True)
+          f"x{s.cpu / o.cpu:.2f} over solo, x{a.cpu / o.cpu:.2f} over packs per variant | "
+          f"max |loss solo or apart - together| {diff:.2e}", flush=True)
+    if args.whole_runs:
+        diff = max(diff, whole_runs_line(args, tmp, cfgs))
     return diff
+
+
+def whole_runs_line(args: argparse.Namespace, tmp: Path, cfgs: list) -> float:
+    """Whole runs of ``cfgs`` (``--epochs`` each): ``train`` one after another against one
+    ``train_packed``; 0 when every run's history (without its seconds) and test metrics are
+    equal, else infinity."""
+    from dataclasses import replace
+
+    from locattn.packed import train_packed
+    from locattn.train import train
+
+    cfgs = [replace(c, optim=replace(c.optim, epochs=args.epochs)) for c in cfgs]
+    with timed() as s:
+        solo = [train(c, tmp / f"w{i}") for i, c in enumerate(cfgs)]
+    with timed() as p:
+        packed = train_packed(cfgs, [tmp / f"wp{i}" for i in range(len(cfgs))])
+
+    def key(r) -> tuple:
+        return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in r.history], r.test
+
+    same = all(key(a) == key(b) for a, b in zip(solo, packed))
+    print(f"whole runs ({args.epochs} epochs, dev 200, test 10): {len(cfgs)} solo cpu {s.cpu:.2f} s "
+          f"(wall {s.wall:.2f}) | one pack cpu {p.cpu:.2f} s (wall {p.wall:.2f}) | x{s.cpu / p.cpu:.2f} cpu, "
+          f"x{s.wall / p.wall:.2f} wall | every run equal: {same}", flush=True)
+    return 0.0 if same else float("inf")
 
 
 if __name__ == "__main__":
