@@ -35,7 +35,10 @@ the device (``h100`` for an H100, :func:`study.cost.calibration.device_key`) and
 device's rows of the same cell and K, other rows kept: the pack's training and dev-scoring wall
 seconds per epoch, divided by K, per 1,000 tokens; test = the pack's replayed greedy decode of
 the dev split, the same way; startup = the first epoch's extra seconds (graph capture) / K.
-``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/cost/pricing.py).
+With ``--train-path compiled`` the rows carry ``path: compiled`` (startup then holds the
+compile): they price ``--train-path compiled`` runs, the eager rows stay.
+``study launch --dry-run`` then prices graphed GPU packs per seed-epoch (study/cost/pricing.py), at
+the pack size the memory model lets a trial's runs reach on that device (study/cost/packs.py).
 A GPU session fills the README's H100 column with (then ``bench_cost.py --readme-table``)::
 
     python benchmarks/bench_gpu.py --ks 1,8,64,256 --calibrate \
@@ -141,12 +144,15 @@ def run_reference(path: Path, data: Any, device: torch.device, batch_size: int) 
 
 
 def calibration_row(device: str, task: str, family: str, K: int, *, train_ktok: float, dev_ktok: float,
-                    train_s: float, dev_s: float, decode_s: float, first_extra_s: float) -> Rate:
+                    train_s: float, dev_s: float, decode_s: float, first_extra_s: float,
+                    path: str = "eager") -> Rate:
     """One cost-model row from one pack of ``K`` runs: per run (the pack's wall seconds / K) and
     per 1,000 tokens. ``train_s``/``dev_s``: wall seconds of one epoch's training pass and dev
     scoring; ``decode_s``: one replayed greedy decode of the dev split (the test rate);
-    ``first_extra_s``: what the first epoch took beyond a timed one (graph capture)."""
-    return Rate(device=device, task=task, family=family, pack=K,
+    ``first_extra_s``: what the first epoch took beyond a timed one (graph capture, and on the
+    ``compiled`` ``path`` the compile). A ``compiled`` row prices runs of ``--train-path
+    compiled`` only; the eager rows stay."""
+    return Rate(device=device, task=task, family=family, pack=K, path=path,
                 train=train_s / K / train_ktok, dev=dev_s / K / dev_ktok, test=decode_s / K / dev_ktok,
                 startup=max(0.0, first_extra_s) / K)
 
@@ -264,7 +270,7 @@ def bench_case(task: str, variant: str, args: argparse.Namespace, device: torch.
         rows.append(calibration_row(
             key, task, variant_family(cfg0.model), K, train_ktok=train_ktok, dev_ktok=dev_ktok,
             train_s=sum(t.wall for t in trains) / args.epochs, dev_s=sum(d.wall for d in devs) / args.epochs,
-            decode_s=decode_s, first_extra_s=first.wall - seconds / args.epochs))
+            decode_s=decode_s, first_extra_s=first.wall - seconds / args.epochs, path=args.train_path))
         if on_row is not None:
             on_row(rows[-1])
         del step, runs
@@ -298,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-path", default="eager", choices=["eager", "compiled"],
                         help="compiled: the graphed step's forward, backward and update under "
                              "torch.compile, captured as one CUDA graph (replica 0's losses then "
-                             "differ across K by rounding: reported, not a failure)")
+                             "differ across K by rounding: reported, not a failure); with --calibrate "
+                             "its rows carry path compiled and price --train-path compiled runs only")
     args = parse_args(parser, {"ks": "1,8", "train_size": 200, "dev_size": 40, "epochs": 1}, argv,
                       what="K = 1, 8 on 200 train / 40 dev examples")
     cases = [tuple(c.split("/", 1)) for c in args.cases.split(",") if c]
@@ -307,10 +314,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--cases {'/'.join(case)}: not TASK/VARIANT (tasks: {', '.join(list_tasks())}; "
                          "variants: `locattn variants`)")
     device = torch.device(args.device)
-    if args.calibrate is not None and args.train_path != "eager":
-        print("--calibrate prices the graphed step as studies run it (--train-path eager); a compiled "
-              "row would replace it", file=sys.stderr)
-        return 2
     if args.calibrate is not None and device.type != "cuda":
         print("--calibrate needs a CUDA device: the uncaptured graphed step on a CPU says nothing about a "
               "GPU (CPU rows come from benchmarks/bench_cost.py)", file=sys.stderr)

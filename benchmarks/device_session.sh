@@ -18,7 +18,7 @@
 # GPU_TESTS=0 skips the tests; RUNS_FROM=DIR seeds the workers' /tmp/runs with a carried folder
 # of run folders (their checkpoints), so runs stopped in an earlier session continue.
 # BENCH_PATH=compiled times step 2 with the graphed step compiled (`bench_gpu.py --train-path
-# compiled`: inductor's kernels inside the captured graph; no calibration rows then);
+# compiled`: inductor's kernels inside the captured graph; its calibration rows carry path compiled);
 # TRAIN_PATH=compiled trains the workers' runs that way (`locattn.offline --train-path`); a worker
 # that fails on it goes on eager from its checkpoints. logs/gpu_util.csv samples the GPU's use
 # every 30 s while the workers run.
@@ -51,8 +51,7 @@ BENCH_KS=${BENCH_KS-1,8,64}
 bench() {  # $1: the longest it may take
     step "2. bench_gpu copy/onestep, K = $BENCH_KS, train path ${BENCH_PATH:-eager}"
     # (on the H200, K = 1, 8, 64 took about 200 s with the solo trial; K = 256 did not fit in 210)
-    local cal=(--calibrate /tmp/logs/cost_calibration.json)
-    [ "${BENCH_PATH:-eager}" != eager ] && cal=()
+    local cal=(--calibrate /tmp/logs/cost_calibration.json)  # compiled rows carry path compiled
     timeout "$1" python3 benchmarks/bench_gpu.py --ks "$BENCH_KS" --profile --epochs "${BENCH_EPOCHS:-2}" \
         --train-path "${BENCH_PATH:-eager}" "${cal[@]}" --cases copy/onestep 2>&1 | tee /tmp/logs/bench_gpu.txt
     echo "bench_gpu exit ${PIPESTATUS[0]}"

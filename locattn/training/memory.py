@@ -149,16 +149,14 @@ def pack_memory(cfg: Any, vocab_size: int, ids: dict[str, int], shape: tuple[int
     with torch.device("meta"):
         solo = build_model(cfg.model, vocab_size, **ids, total_batches=1)
     params = sum(p.numel() for p in solo.parameters())
-    saved = []
-    for K in (1, 2):
-        pack = ParamPack([SimpleNamespace(model=solo, cfg=cfg)] * K)
-        model = pack.model.train()
-        model._check = lambda *a, **k: None
-        src = torch.zeros(K * B, S, dtype=torch.long, device="meta")
-        src_len = torch.full((K * B,), S, dtype=torch.long, device="meta")
-        tgt = torch.zeros(K * B, T, dtype=torch.long, device="meta")
-        saved.append(saved_tensor_bytes(model, src, src_len, F.pad(tgt[:, 1:], (1, 0)), tgt, ids["pad_id"], K))
-    per_saved = max(saved[1] - saved[0], math.ceil(saved[1] / 2))
+    K = 2  # a pack of two: anything not replicated per replica is then counted for both
+    pack = ParamPack([SimpleNamespace(model=solo, cfg=cfg)] * K)
+    model = pack.model.train()
+    model._check = lambda *a, **k: None
+    src = torch.zeros(K * B, S, dtype=torch.long, device="meta")
+    src_len = torch.full((K * B,), S, dtype=torch.long, device="meta")
+    tgt = torch.zeros(K * B, T, dtype=torch.long, device="meta")
+    per_saved = math.ceil(saved_tensor_bytes(model, src, src_len, F.pad(tgt[:, 1:], (1, 0)), tgt, ids["pad_id"], K) / K)
     fixed = (n_train + 1) * (S + T + 1) * 8  # int64 sources, targets and lengths on the device
     return PackMemory(params=params, state_bytes=STATE_COPIES * 4 * params,
                       capture_bytes=CAPTURE_COPIES * 4 * params, data_bytes=data_bytes, saved_bytes=per_saved,

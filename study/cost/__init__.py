@@ -33,14 +33,15 @@ from study.cost.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate
                                calibration_to_dict, device_key, load_calibration, merge_rates)
 from study.cost.eta import (PRIOR_EPOCHS, StudyEta, TrialProgress, blend_ratio, eta_key, eta_seconds, format_eta,
                        study_eta, trial_left)
+from study.cost.packs import DEVICE_MEMORY, local_cuda_memory, pack_cap, pack_lines
 from study.cost.pricing import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
-                                cost_task, gpu_pack, gpu_unpriced, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
+                                cost_task, gpu_pack, gpu_unpriced, priced_pack, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
 __all__ = [
     "CALIBRATION_FILE", "CFQ_ASSUMED_TOKENS", "CFQ_SIZES", "DEVICES", "PRIOR_EPOCHS", "SAMPLE_EXAMPLES",
     "Calibration", "CellCost", "Rate", "RunCost", "Shape", "StudyEta", "TrialProgress", "blend_ratio",
     "calibration_from_dict", "calibration_to_dict", "cell_costs", "cost_task", "device_key", "eta_key", "eta_seconds",
-    "format_eta", "gpu_pack", "gpu_unpriced", "load_calibration", "merge_rates", "plan_lines", "run_cost", "run_shape", "split_ktok", "study_eta", "study_seconds",
+    "format_eta", "gpu_pack", "pack_cap", "pack_lines", "priced_pack", "gpu_unpriced", "load_calibration", "merge_rates", "plan_lines", "run_cost", "run_shape", "split_ktok", "study_eta", "study_seconds",
     "trial_left", "variant_family", "wall_seconds",
 ]
 
@@ -54,6 +55,8 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path
     lines = []
     devices = {**DEVICES, **{d: f"one {d.upper()}" for d in cal.devices() if d not in DEVICES}}
     on_path = f", --train-path {train_path}" if train_path not in (None, "eager") else ""
+    sized = {**{d: DEVICE_MEMORY[d] for d in devices if d in DEVICE_MEMORY}, **local_cuda_memory()}
+    lines.extend(pack_lines(spec, sized))
     for device, label in devices.items():
         label += on_path
         cells = cell_costs(spec, cal, device, train_path)
@@ -70,7 +73,7 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path
         hours = f" = {total / 3600:,.1f} {unit}-hours" if total >= 360 else ""
         if gpu:
             packs = sorted({r.pack for r in cal.rates if r.device == device
-                            and (gpu_pack(spec) is None or r.pack <= gpu_pack(spec))})
+                            and (priced_pack(spec, device) is None or r.pack <= priced_pack(spec, device))})
             lines.append(
                 f"cost     ~{_duration(total)} {unit} time{hours} ({label}; per seed-epoch of graphed "
                 f"packs of {packs[-1]} runs{'' if spec.gpus > 0 else ', were the runs so trained'}; upper "
@@ -119,7 +122,7 @@ def _gpu_why(spec: Any, cal: Calibration, device: str) -> str:
         why = gpu_unpriced(spec, make_run_config(task=cell.task, variant=cell.variant, overrides=cell.overrides))
         if why:
             return why
-    return f"no row of a pack of at most {gpu_pack(spec)} runs"
+    return f"no row of a pack of at most {priced_pack(spec, device)} runs"
 
 
 _HOW = {"measured": "measured", "task": "from the task's other families",

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 #: The committed calibration table (``benchmarks/bench_cost.py --out`` rewrites it).
 CALIBRATION_FILE = Path(__file__).with_name("cost_calibration.json")
 #: Devices a plan prices. A device with no row in the table is printed as unmeasured.
-DEVICES = {"cpu": "this CPU, one core per run", "h100": "one NVIDIA H100"}
+DEVICES = {"cpu": "this CPU, one core per run", "h100": "one NVIDIA H100", "h200": "one NVIDIA H200"}
 
 
 @dataclass(frozen=True, kw_only=True)

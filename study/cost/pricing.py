@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 from locattn.config import make_run_config
 from locattn.models.config import packable_families
 from study.cost.calibration import Calibration
+from study.cost.packs import pack_cap
 
 #: CFQ's official split sizes (``query_complexity_split``), used when its files are absent.
 CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
@@ -173,11 +174,21 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
         # A huge generated split is sampled (SAMPLE_EXAMPLES) and its tokens scaled up, so that a
         # plan never builds millions of examples; SCAN and Lookup ignore the sizes.
         scale = {k: max(1.0, getattr(task, f"{k}_size") / SAMPLE_EXAMPLES) for k in ("train", "dev", "test")}
-        data = load_task(replace(task, **{f"{k}_size": min(getattr(task, f"{k}_size"), SAMPLE_EXAMPLES)
-                                          for k in scale}))
+        data = sample_data(task)
     return Shape(train=scale["train"] * split_ktok(data.splits["train"]),
                  dev=scale["dev"] * split_ktok(data.splits["dev"]),
                  test=scale["test"] * sum(split_ktok(data.splits[n]) for n in data.test_splits))
+
+
+@lru_cache(maxsize=64)
+def sample_data(task: Any) -> Any:
+    """A generated task's data with every split at most :data:`SAMPLE_EXAMPLES` examples (what a
+    plan prices and sizes packs from; built once per task config). SCAN and Lookup ignore the
+    sizes."""
+    from locattn.tasks import load_task  # builds data, which `study --help` never needs
+
+    return load_task(replace(task, **{f"{k}_size": min(getattr(task, f"{k}_size"), SAMPLE_EXAMPLES)
+                                      for k in ("train", "dev", "test")}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,6 +280,16 @@ def gpu_pack(spec: Any) -> int | None:
     return per_trial * max(1, int(1.0 / spec.gpus + 1e-9)) if spec.gpus < 1 else per_trial
 
 
+def priced_pack(spec: Any, device: str) -> int | None:
+    """The pack size a GPU's rows price ``spec``'s runs at: :func:`gpu_pack`, capped where the
+    memory model says a trial's runs do not fit ``device`` as one pack
+    (:func:`study.cost.packs.pack_cap`: they train as several packs of the largest K that fits)."""
+    pack, cap = gpu_pack(spec), pack_cap(spec, device)
+    if cap is None:
+        return pack
+    return cap if pack is None else min(pack, cap)
+
+
 def gpu_unpriced(spec: Any, cfg: Any) -> str:
     """Why a GPU's rows (graphed packs, ``benchmarks/bench_gpu.py --calibrate``) cannot price
     the cell of ``cfg`` in ``spec``, or "" when they can: the model must pack, and a GPU spec
@@ -298,7 +319,7 @@ def cell_costs(spec: Any, cal: Calibration, device: str = "cpu", train_path: str
         if device != "cpu":
             if gpu_unpriced(spec, cfg):
                 return None
-            cost = run_cost(cfg, cal, device, None, gpu_pack(spec))
+            cost = run_cost(cfg, cal, device, None, priced_pack(spec, device))
             if cost is None:
                 return None
             out.append(CellCost(cell=cell.cell, runs=per_cell, cost=cost))
