@@ -17,14 +17,23 @@ Paths (what a study's trial runs, per pack of K seeds of one cell):
 1. **Equality**, per path, on a small split (200 examples): a pack of 2 seeds against each seed
    trained alone (a pack of one), one epoch; the largest relative difference of the epoch losses.
    Eager and graphed on a CPU are bit-equal (a failure exits 1); on a GPU, and on the compiled
-   path, a pack may round otherwise: the difference is reported.
-2. **Throughput**, per path and K: one first epoch (graph capture and compile included, reported
+   path, a pack may round otherwise: the difference is reported. On CUDA, per graphed path, the
+   captured graph against the same step uncaptured (two epochs of a pack of 2): bit-equal, or the
+   script exits 1 (the check the compiled path failed on an H200 before it was lowered under
+   deterministic algorithms, :func:`locattn.training.graphed.deterministic_compile`).
+2. **Memory**: the memory model of the cell's pack (:mod:`locattn.training.memory`: MiB a
+   replica, fixed bytes, the largest K that fits the device), and on CUDA the measured growth per
+   replica of one uncaptured step (:func:`locattn.training.graphed.measure_bytes_per_replica`)
+   beside it. The device's memory is its reported total on CUDA, ``--device-memory`` GiB
+   otherwise (none: nothing is skipped for memory).
+3. **Throughput**, per path and K: one first epoch (graph capture and compile included, reported
    apart), then one timed training epoch; seed-epochs/s = K / that epoch's wall seconds (training
-   pass only: dev scoring and test decoding are not timed here; ``bench_gpu.py`` times them).
-   On CUDA the largest K that fits is measured first (:func:`locattn.training.graphed.
-   measure_bytes_per_replica`, :func:`~locattn.training.graphed.pick_pack_size`); a K above it is
-   replaced by that K, and the row says so. A K whose estimated time (from the previous K of the
-   path, scaled by K) would pass the deadline is skipped, and the row says so.
+   pass only: dev scoring and test decoding are not timed here; ``bench_gpu.py`` times them). A
+   K the memory model says does not fit (the graphed pack's model, on every path: an eager pack
+   holds the same weights, moments and data) is skipped, and the row says why; the largest K that
+   fits is measured in its place unless it was measured already. A K whose estimated time (the
+   previous K's rate scaled by K, plus its compile on the compiled path) would pass the deadline
+   is skipped, and the row says so. On CUDA each row has its peak memory beside the model's.
 
 Every row goes to ``--out`` as soon as it is measured (a session cut short keeps what it
 measured), with the machine line, the device, the torch version and the command. ``--deadline``
@@ -53,7 +62,8 @@ from locattn.config import make_run_config  # noqa: E402
 from locattn.packed import packed_train_epoch  # noqa: E402
 from locattn.tasks import list_tasks, load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
-from locattn.training.graphed import GraphedStep, measure_bytes_per_replica, pick_pack_size  # noqa: E402
+from locattn.training.graphed import GraphedStep, measure_bytes_per_replica  # noqa: E402
+from locattn.training.memory import run_pack_memory  # noqa: E402
 from locattn.variants import list_variants  # noqa: E402
 
 PATHS = ("eager", "graphed", "compiled")
@@ -74,7 +84,7 @@ class Pack:
     """K runs (seeds 0..K-1) of one cell on one path, and their training epoch."""
 
     def __init__(self, task: str, variant: str, path: str, K: int, train_size: int, device: torch.device,
-                 tmp: Path, data: Any = None, seeds: list[int] | None = None) -> None:
+                 tmp: Path, data: Any = None, seeds: list[int] | None = None, capture: bool | None = None) -> None:
         seeds = list(range(K)) if seeds is None else seeds
         cfgs = [make_run_config(task=task, variant=variant, seed=s, overrides=overrides(path, train_size, device))
                 for s in seeds]
@@ -82,7 +92,7 @@ class Pack:
         tag = "-".join(map(str, seeds)) if len(seeds) <= 4 else f"k{len(seeds)}"
         self.runs = [Seq2SeqRun(c, self.data, tmp / f"{path}-{tag}-{c.seed}") for c in cfgs]
         self.path, self.device = path, device
-        self.step = GraphedStep(self.runs) if path != "eager" else None
+        self.step = GraphedStep(self.runs, capture=capture) if path != "eager" else None
 
     def epoch(self, n: int) -> list[float]:
         """One training pass of every run (epoch ``n``); per run its mean loss. Synchronised."""
@@ -92,6 +102,11 @@ class Pack:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return out
+
+
+def row_gib(report: dict[str, Any]) -> float:
+    """The device's memory in GiB, as the report's memory row gives it."""
+    return next(r["device_gib"] for r in report["rows"] if r["kind"] == "memory")
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -115,14 +130,38 @@ def equality(task: str, variant: str, path: str, device: torch.device, tmp: Path
             "must_be_equal": exact, "ok": (diff == 0.0) if exact else True}
 
 
-def largest_k(task: str, variant: str, train_size: int, device: torch.device, tmp: Path) -> tuple[int, str]:
-    """The largest graphed pack of this cell that fits the device now, and how that was found."""
-    run = Pack(task, variant, "graphed", 1, train_size, device, tmp).runs[0]
-    per, fixed = measure_bytes_per_replica(run)
-    free, total = torch.cuda.mem_get_info(device)
-    k = pick_pack_size(free, per, fixed_bytes=fixed)
-    return k, (f"{per / 2**20:.1f} MiB per replica, {fixed / 2**20:.0f} MiB fixed, "
-               f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free: largest K {k}")
+def replay(task: str, variant: str, path: str, device: torch.device, tmp: Path) -> dict[str, Any]:
+    """CUDA only: a pack of seeds 0 and 1 whose step is captured and replayed against the same
+    pack's step run uncaptured, two epochs on 200 examples: bit-equal or not ok."""
+    losses = []
+    for capture in (False, True):
+        pack = Pack(task, variant, path, 2, 200, device, tmp / f"replay-{capture}", capture=capture)
+        losses.append(pack.epoch(1) + pack.epoch(2))
+    diff = rel_diff(losses[1], losses[0])
+    return {"kind": "replay", "path": path, "uncaptured": losses[0], "captured": losses[1],
+            "max_rel_diff": diff, "must_be_equal": True, "ok": diff == 0.0}
+
+
+def memory(task: str, variant: str, train_size: int, device: torch.device, device_gib: float | None,
+           tmp: Path) -> tuple[Any, int | None, dict[str, Any]]:
+    """(the cell's memory model, the largest K that fits or None, the memory row)."""
+    run = Pack(task, variant, "graphed", 1, train_size, device, tmp / "memory").runs[0]
+    mem = run_pack_memory(run.cfg, run.data)
+    total = None
+    if device.type == "cuda":
+        total = torch.cuda.mem_get_info(device)[1]
+    elif device_gib is not None:
+        total = int(device_gib * 2**30)
+    row: dict[str, Any] = {"kind": "memory", "model_mib_per_replica": round(mem.per_replica / 2**20, 2),
+                           "model_fixed_mib": round(mem.fixed / 2**20, 2), "shape": list(mem.shape)}
+    fit = None
+    if total is not None:
+        fit = mem.largest_k(total)
+        row.update(device_gib=round(total / 2**30, 2), largest_k=fit)
+    if device.type == "cuda":
+        per, fixed = measure_bytes_per_replica(run)
+        row.update(measured_mib_per_replica=round(per / 2**20, 2), measured_fixed_mib=round(fixed / 2**20, 2))
+    return mem, fit, row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--deadline", type=float, default=450.0, help="seconds for the whole script")
     parser.add_argument("--out", type=Path, default=Path("gpu_session.json"))
-    args = parse_args(parser, {"ks": "1,2", "paths": "eager,graphed", "train_size": 200, "deadline": 300.0},
-                      argv, what="a CPU dry run: K = 1, 2, eager and graphed, 200 examples")
+    parser.add_argument("--device-memory", type=float, default=None, metavar="GIB",
+                        help="the device's memory in GiB where it cannot be asked (a CPU): K the memory "
+                             "model says do not fit are skipped (CUDA: the device's reported total)")
+    args = parse_args(parser, {"ks": "1,2,4096", "paths": "eager,graphed", "train_size": 200, "deadline": 300.0,
+                               "device_memory": 0.05},
+                      argv, what="a CPU dry run: K = 1, 2, 4096 (skipped by the memory model), eager and "
+                                 "graphed, 200 examples")
     start = time.perf_counter()
     task, _, variant = args.case.partition("/")
     if task not in list_tasks() or variant not in list_variants():
@@ -146,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"--paths {','.join(bad)}: not a path ({', '.join(PATHS)})")
     ks = [int(k) for k in args.ks.split(",") if k]
+    if not ks or min(ks) < 1:
+        parser.error(f"--ks {args.ks}: pack sizes are positive integers")
+    if args.device_memory is not None and args.device_memory <= 0:
+        parser.error(f"--device-memory {args.device_memory:g}: GiB, above 0")
     device = torch.device(args.device)
     torch.set_num_threads(1)
     report: dict[str, Any] = {
@@ -173,21 +221,35 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"kind": "equality", "path": path, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
             failed |= not row["ok"]
             add(row)
-        fit: int | None = None
-        if device.type == "cuda" and any(p != "eager" for p in paths):
-            fit, how = largest_k(task, variant, args.train_size, device, tmp)
-            add({"kind": "memory", "largest_k": fit, "how": how})
+        if device.type == "cuda":
+            for path in (p for p in paths if p != "eager"):
+                try:
+                    row = replay(task, variant, path, device, tmp)
+                except Exception as exc:
+                    row = {"kind": "replay", "path": path, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                failed |= not row["ok"]
+                add(row)
+        mem, fit, row = memory(task, variant, args.train_size, device, args.device_memory, tmp)
+        add(row)
         for path in paths:
             per_seed_epoch: float | None = None  # seconds of the last measured epoch per replica
+            compile_s = 0.0  # the last first epoch's extra seconds (capture, compile)
+            done: set[int] = set()
             for K in ks:
                 left = args.deadline - (time.perf_counter() - start)
-                row: dict[str, Any] = {"kind": "throughput", "path": path, "K": K}
-                if fit is not None and path != "eager" and K > fit:
-                    row["note"] = f"K={K} does not fit: measured K={fit} instead"
+                row = {"kind": "throughput", "path": path, "K": K}
+                if fit is not None and K > fit:
+                    why = mem.why(K, int(row_gib(report) * 2**30))
+                    if fit in done or fit in ks:
+                        row["skipped"] = f"{why}; K={fit} {'measured' if fit in done else 'measured on its own'}"
+                        add(row)
+                        continue
+                    row["note"] = f"{why}: measured K={fit} instead"
                     K = row["K"] = fit
-                if per_seed_epoch is not None and per_seed_epoch * K * 2.5 > left:
-                    row["skipped"] = (f"about {per_seed_epoch * K * 2.5:.0f} s needed (two epochs at the "
-                                      f"previous K's rate), {left:.0f} s left")
+                need = (per_seed_epoch * K * 2.5 + compile_s) if per_seed_epoch is not None else 0.0
+                if need > left:
+                    row["skipped"] = (f"about {need:.0f} s needed (two epochs at the previous K's rate"
+                                      f"{', and its compile' if compile_s else ''}), {left:.0f} s left")
                     add(row)
                     continue
                 try:
@@ -202,11 +264,14 @@ def main(argv: list[str] | None = None) -> int:
                     row["error"] = f"{type(exc).__name__}: {exc}"
                     add(row)
                     break
-                per_seed_epoch = wall / K
+                done.add(K)
+                per_seed_epoch, compile_s = wall / K, max(0.0, first - wall)
                 row.update(first_epoch_s=round(first, 3), epoch_s=round(wall, 3),
                            seed_epochs_per_s=round(K / wall, 3))
+                if path != "eager":
+                    row["model_gib"] = round(mem.bytes(K) / 2**30, 3)
                 if device.type == "cuda":
-                    row["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                    row["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
                     torch.cuda.reset_peak_memory_stats(device)
                 add(row)
                 del pack
@@ -214,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {len(report['rows'])} rows to {args.out} in {report['wall_s']} s", flush=True)
     if failed:
-        print("FAILED: a pack's losses differ from its solo runs where they must be equal (rows above)",
-              file=sys.stderr)
+        print("FAILED: a pack's losses differ from its solo runs, or a captured graph's from its "
+              "uncaptured step, where they must be equal (rows above)", file=sys.stderr)
         return 1
     return 0
 

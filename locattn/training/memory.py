@@ -98,7 +98,7 @@ class PackMemory:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**30:.2g} GiB"
 
 
 def _mib(n: float) -> str:

@@ -71,9 +71,12 @@ CASES = [
     ("bench_gpu_session.py", "--out", (), [
         r'^\{"kind": "equality", "path": "eager", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
         r'^\{"kind": "equality", "path": "graphed", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
+        r'^\{"kind": "memory", "model_mib_per_replica": [0-9.]+, .*"device_gib": 0\.05, "largest_k": 2',
         rf'^\{{"kind": "throughput", "path": "graphed", "K": 2, "first_epoch_s": {F}, "epoch_s": {F}, '
         rf'"seed_epochs_per_s": {F}',
-        r"^wrote 6 rows to ",
+        r'^\{"kind": "throughput", "path": "graphed", "K": 4096, "skipped": "a pack of 4,096 needs ~[0-9.]+ GiB '
+        r'by the memory model .*the largest K that fits is 2; K=2 measured"',
+        r"^wrote 9 rows to ",
     ]),
     ("bench_kernels.py", None, (), [
         r"^copy/onestep eager    K=1    kernels per training batch:\s+[1-9]\d* \(batch 32 x src \d+ x tgt \d+;",
