@@ -38,6 +38,10 @@ import torch.nn.functional as F
 
 STATE_COPIES = 8
 """Float32 copies of a replica's parameters a graphed pack keeps on the device (see above)."""
+PROBED_COPIES = 4
+"""Of those, the copies a pack of one run repeated holds per replica (the stacked slice, its
+gradient and moments): what :func:`~locattn.training.graphed.measure_bytes_per_replica`'s probe
+sees grow; the solo model, its moments and best model are the one run's, counted once."""
 CAPTURE_COPIES = 3
 """More copies while the CUDA graph is recorded: the stacked parameters and both moments, saved
 before the warm-up step and put back after it (:meth:`GraphedStep._graph`)."""
@@ -188,5 +192,5 @@ def split_bytes(examples: Any) -> int:
     return n * (S + T + 1) * 8
 
 
-__all__ = ["CAPTURE_COPIES", "HEADROOM", "PackMemory", "STATE_COPIES", "split_bytes", "TRANSIENT_FACTOR", "pack_memory", "run_pack_memory",
+__all__ = ["CAPTURE_COPIES", "HEADROOM", "PROBED_COPIES", "PackMemory", "STATE_COPIES", "split_bytes", "TRANSIENT_FACTOR", "pack_memory", "run_pack_memory",
            "saved_tensor_bytes"]

@@ -113,7 +113,14 @@ def pack_size(cfg: RunConfig, n_runs: int, memory: Callable[[], tuple[int, int, 
             "packs to the share, or pass max_pack", UserWarning, stacklevel=3)
         return n_runs
     free, total, per, fixed = memory()
-    return min(n_runs, pick_pack_size(free, per, fixed_bytes=fixed, total_bytes=total, share=cfg.gpu_share))
+    k = min(n_runs, pick_pack_size(free, per, fixed_bytes=fixed, total_bytes=total, share=cfg.gpu_share))
+    if k < n_runs:  # the largest pack that fits, and why, in one line
+        warnings.warn(
+            f"{n_runs} runs of {cfg.task.name}/{cfg.variant} do not fit one pack on {cfg.device} "
+            f"({per / 2**20:.1f} MiB a replica, {fixed / 2**20:.0f} MiB fixed, {free / 2**30:.1f} GiB free of "
+            f"{total / 2**30:.1f}, share {cfg.gpu_share:g}, 10 % headroom): they train as "
+            f"{-(-n_runs // k)} packs of at most {k}, one after another", UserWarning, stacklevel=3)
+    return k
 
 
 def _device_memory(cfg: RunConfig, data: Any, out_dir: Path) -> tuple[int, int, int, int]:
