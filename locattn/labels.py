@@ -1,29 +1,24 @@
-"""Paper names of the tasks, written once (Ray Chowdhury & Caragea 2023; Dubois et al. 2020;
-Raffel & Ellis 2016).
+"""The paper name of a task, torch-free: read from the task registry, where each task registers
+its label (the built-ins' in :mod:`locattn.tasks.config`, a plugin's with its
+:func:`locattn.register_task`).
 
-A module of its own, importing only the standard-library :mod:`locattn.registry`, so that ``reports`` can title figures and tables with the
-papers' names without importing :mod:`locattn.tasks` (which imports torch). The variants' paper
-names are :data:`locattn.variants.PAPER_LABELS`.
+A module of its own, importing only the standard-library :mod:`locattn.registry`, so that
+``reports`` can title figures and tables with the papers' names without importing
+:mod:`locattn.tasks`' loaders (which import torch). The variants' paper names are
+:data:`locattn.variants.PAPER_LABELS`.
 """
+
+from typing import Mapping
 
 from locattn import registry
 
-#: Task key -> the paper's name for it. ``locattn.tasks.TASK_LABELS`` is this dict.
-TASK_LABELS: dict[str, str] = {
-    "copy": "Copy", "reverse_copy": "Reverse Copy", "recopy": "ReCopy",
-    "reverse_recopy": "Reverse ReCopy", "inv_recopy": "Inv ReCopy",
-    "inv_reverse_recopy": "Inv Reverse ReCopy", "dedupe": "DeDupe", "posretrieve": "PosRetrieve",
-    "lookup": "Lookup", "reverse_lookup": "Reverse Lookup", "noisy_lookup": "Noisy Lookup",
-    "scan": "SCAN (length split)", "cfq": "CFQ (length split)",
-    "raffel_add": "Addition (Raffel & Ellis)", "raffel_mul": "Multiplication (Raffel & Ellis)",
-}
+#: Task key -> its paper name: a live view of the registered tasks (the built-ins first).
+TASK_LABELS: Mapping[str, str] = registry.View("task")
 
 
 def task_label(key: str) -> str:
-    """The paper's name of a task key (a plugin's: its registered label); the key itself when it
-    has none."""
-    if key in TASK_LABELS:
-        return TASK_LABELS[key]
+    """The paper's name of a task key (its registered label); the key itself when no task is
+    registered under it."""
     try:
         return registry.get("task", key).label
     except registry.UnknownNameError:

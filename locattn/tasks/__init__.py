@@ -14,13 +14,9 @@ access of one of its names.
 from importlib import import_module
 from typing import Any
 
-from locattn import labels as _labels
 from locattn import registry
 from locattn.tasks.config import RAFFEL, TASK_DEFAULTS, TaskConfig
-
-#: Paper names of the built-in tasks: written once, in the torch-free :mod:`locattn.labels`
-#: (a plugin task's label is its registered one: ``locattn.labels.task_label``).
-TASK_LABELS = _labels.TASK_LABELS
+from locattn.tasks.config import TASK_LABELS  # noqa: F401 - re-exported: the built-in tasks' paper names
 
 _LAZY = ("NO_ATTN", "Batch", "Example", "TaskData", "Vocab", "check_example", "encode_examples",
          "limit_test_splits", "load_builtin", "load_task", "ALGORITHMIC", "LOOKUP")

@@ -11,26 +11,29 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from locattn import registry
-from locattn.labels import TASK_LABELS
 
-#: Every task key ``load_task`` accepts, in the order ``list_tasks()`` reports them.
-TASK_KEYS: tuple[str, ...] = (
-    "copy",
-    "reverse_copy",
-    "recopy",
-    "reverse_recopy",
-    "inv_recopy",
-    "inv_reverse_recopy",
-    "dedupe",
-    "posretrieve",
-    "lookup",
-    "reverse_lookup",
-    "noisy_lookup",
-    "scan",
-    "cfq",
-    "raffel_add",
-    "raffel_mul",
-)
+#: Every built-in task key ``load_task`` accepts -> the paper's name for it (Ray Chowdhury &
+#: Caragea 2023; Dubois et al. 2020; Raffel & Ellis 2016), in the order ``list_tasks()`` reports
+#: them. A plugin task's name is its registered label (:func:`locattn.labels.task_label`).
+TASK_LABELS: dict[str, str] = {
+    "copy": "Copy",
+    "reverse_copy": "Reverse Copy",
+    "recopy": "ReCopy",
+    "reverse_recopy": "Reverse ReCopy",
+    "inv_recopy": "Inv ReCopy",
+    "inv_reverse_recopy": "Inv Reverse ReCopy",
+    "dedupe": "DeDupe",
+    "posretrieve": "PosRetrieve",
+    "lookup": "Lookup",
+    "reverse_lookup": "Reverse Lookup",
+    "noisy_lookup": "Noisy Lookup",
+    "scan": "SCAN (length split)",
+    "cfq": "CFQ (length split)",
+    "raffel_add": "Addition (Raffel & Ellis)",
+    "raffel_mul": "Multiplication (Raffel & Ellis)",
+}
+#: Every built-in task key, in that order.
+TASK_KEYS: tuple[str, ...] = tuple(TASK_LABELS)
 #: Version of each task's examples: bumped when the same TaskConfig starts to yield different
 #: data (a generator fix), so runs on the old and the new data never share a run identity
 #: (``locattn.config.identity_dict`` adds it as ``task.data_version`` from version 2 on).

@@ -6,7 +6,8 @@ module reads it from there.
   tolerances and accuracy flags come from the registry);
 - a per-step attention diagnostic: its ``AttnStep`` field (``diagnostic(...)`` in
   ``locattn/models/attention/base.py``): the model's trace, the plugin dry-batch check and the
-  run's ``attention.json`` follow it (checked by adding one to a scratch copy of the module).
+  run's ``attention.json`` follow it (checked by adding one to a scratch copy of the module);
+- a task: its ``register_task`` call (``locattn/tasks/config.py`` for a built-in, label included).
 """
 
 from __future__ import annotations
@@ -182,3 +183,24 @@ def test_the_trace_and_the_check_are_made_from_the_attnstep_declarations():
         ["weights"] + [n for n, d in declared.items() if d.traced] + ["blocks", "dir_gate"])
     assert check.ROW_FIELDS == ("mu", "sigma", "step", "mix_gate")
     assert check.MAP_FIELDS == ("location_weights", "content_weights")
+
+
+def test_a_task_registered_once_is_named_everywhere_by_its_label(capsys):
+    """A task's paper name is its registration's label (the built-ins' in
+    locattn/tasks/config.py): task_label, locattn.labels.TASK_LABELS, list_tasks and the
+    ``locattn tasks`` read it, with no second table of labels."""
+    from locattn.cli import main
+    from locattn.labels import TASK_LABELS, task_label
+    from locattn.tasks import list_tasks
+    from locattn.tasks.config import TASK_KEYS
+
+    assert task_label("raffel_add") == "Addition (Raffel & Ellis)" and task_label("no_such_task") == "no_such_task"
+    registry.register_task("scratch_task", "locattn.tasks.load:load_algorithmic", label="Scratch Task")
+    try:
+        assert task_label("scratch_task") == "Scratch Task" and TASK_LABELS["scratch_task"] == "Scratch Task"
+        assert list_tasks()[: len(TASK_KEYS)] == list(TASK_KEYS) and "scratch_task" in list_tasks()
+        assert main(["tasks"]) == 0
+        assert ["scratch_task", "Scratch", "Task"] in [line.split() for line in capsys.readouterr().out.splitlines()]
+    finally:
+        registry.unregister("task", "scratch_task")
+    assert "scratch_task" not in TASK_LABELS and task_label("scratch_task") == "scratch_task"
