@@ -57,7 +57,8 @@ from record.layout import StudyPaths, is_study_dir, study_paths
 from record.store import sqlite_path
 from study.driver import ray_compat
 from study.plan import preflight, slices
-from study.driver.process import StudyLock, early_signals, hold_signals
+from study.driver.process import StudyLock
+from study.driver.signals import early_signals, hold_signals
 from study.recording.folder import load_meta, migrate, take_credentials
 from study.driver.launch import launch, resume
 from study.recording.meta import DriverOptions
@@ -383,7 +384,7 @@ def take_signals(args: argparse.Namespace) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _end_dry_run)
     elif args.cmd in ("launch", "resume"):
-        hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.process.Interrupt)
+        hold_signals()  # a Ctrl-C from now on stops the study cleanly (study.driver.signals.Interrupt)
     else:  # the other commands handle signals as they did before _stop_while_starting
         for sig, previous in _STARTING.items():
             signal.signal(sig, previous)

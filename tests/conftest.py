@@ -131,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-#: The signals a study driver takes over (study.driver.process.hold_signals, Interrupt).
+#: The signals a study driver takes over (study.driver.signals.hold_signals, Interrupt).
 HELD = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -140,7 +140,7 @@ def restore_signal_handlers():
     """Put back the SIGINT/SIGTERM handlers a test found: a test that runs ``study.cli.main``
     in-process (``launch``, ``resume``) calls ``hold_signals``, which would otherwise leave
     Ctrl-C swallowed for the rest of the pytest run, and later tests would see its handlers.
-    A signal such a hold remembered (``study.driver.process.early_signals``) is forgotten too: a later
+    A signal such a hold remembered (``study.driver.signals.early_signals``) is forgotten too: a later
     in-process launch would take it as its own and stop before its trials."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -150,6 +150,6 @@ def restore_signal_handlers():
     for sig, handler in before.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
-    driver = sys.modules.get("study.driver.process")  # (not imported here: most tests never load it)
+    driver = sys.modules.get("study.driver.signals")  # (not imported here: most tests never load it)
     if driver is not None:
         driver.early_signals.clear()

@@ -23,8 +23,8 @@ from record.store import FULL, READ_ONLY, is_server, redact, split_credentials, 
 from study.plan import slices
 from study.cost import study_eta
 from study.cost.paths import choose_train_path  # a new study's train path when none is given
-from study.driver.process import (Interrupt, RayStart, StudyLock, check_gpus, deadline as make_deadline, init_ray,
-                                  limit_text, quiet_tune, stop_ray)
+from study.driver.process import RayStart, StudyLock, check_gpus, init_ray, quiet_tune, stop_ray
+from study.driver.signals import Interrupt, deadline as make_deadline, limit_text
 from study.recording.folder import (StudyError, load_meta, new_study_paths, one_line_os_error, reach_database, relocate,
                                     spec_from_meta, take_credentials, write_meta)
 from study.recording.meta import DEFAULT_TRAIN_PATH, DriverOptions, StudyMeta

@@ -633,7 +633,7 @@ def test_a_store_deleted_after_tunes_last_step_stops_in_one_line_and_resumes(ray
     last one took the driver's final writes without an error, and the study ended "4 of 4 runs
     finished" with its record nowhere (bench_chaos --cycles 20). The store is deleted here as
     Tune's fit returns: the driver says so in one line and `study resume` re-records the runs."""
-    from study.driver.process import Interrupt
+    from study.driver.signals import Interrupt
     from study.recording.folder import StudyError
 
     spec = write_spec(tmp_path, "gone", grid={"task": ["copy"], "variant": ["onestep"]}, seeds=2,

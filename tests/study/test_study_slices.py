@@ -22,7 +22,7 @@ pytest.importorskip("mlflow")
 from record import schema  # noqa: E402
 from study import cost  # noqa: E402
 from study.plan import slices  # noqa: E402
-from study.driver.process import limit_text  # noqa: E402
+from study.driver.signals import limit_text  # noqa: E402
 from study.driver.launch import launch  # noqa: E402
 from study.spec import load_spec  # noqa: E402
 from tests.study_helpers import trial_run_rows  # noqa: E402
