@@ -12,24 +12,27 @@ from locattn.models.config import PACKABLE_STEPS, packable_families
 
 SWITCH_FIELDS = ("variant", "model.attention.step", "model.attention.location_norm",
                  "model.attention.step_temperature", "model.attention.reference",
-                 "model.attention.pa_from")
+                 "model.attention.pa_from", "model.attention.mono_gate_init", "model.attention.mono_gate_on")
 """Model switches in which the runs of one eager pack may differ besides :data:`PACKABLE_FIELDS`:
-location attention's step activation (among :data:`locattn.models.config.PACKABLE_STEPS`),
-``location_norm``, ``step_temperature``, ``reference`` and ``pa_from``. Each replica keeps its
-own value in the packed model (``LocationAttender.pack_switches``); ``reference`` changes only
-the step head's row count (2, 3 or 4 rows), and the packed head carries the widest replica's
-rows. Table 4's OneStepAttn, -Step 2, -Step 3 and -Sigmoid pack together, and Table 7's Mix
-OneStepAttn, its PR arm and Mix RMonoAttn (PR) do; MonoAttn (a gate parameter of its own) and
-Mix beside a plain location model (a content scorer and a mix gate) do not: see
+location attention's step activation (any of :data:`locattn.models.config.PACKABLE_STEPS`),
+``location_norm``, ``step_temperature``, ``reference``, ``pa_from`` and MonoAttn's gate
+(``mono_gate_init``, ``mono_gate_on``). Each replica keeps its own value in the packed model
+(``LocationAttender.pack_switches``). Two of them change the parameters: ``reference`` the step
+head's row count (2, 3 or 4 rows; the packed head carries the widest replica's rows) and
+``step: mono`` a gate parameter the other steps lack (the packed model holds it for every
+replica); a replica's parameters, gradients and optimizer state stay its own
+(``ParamPack``). Table 4's OneStepAttn, -Step 2, -Step 3 and -Sigmoid pack together, and
+Table 7's Mix OneStepAttn, Mix OneStepAttn PR, Mix MonoAttn PR and Mix RMonoAttn PR do; Mix
+beside a plain location model (a content scorer and a mix gate) does not: see
 :data:`CANNOT_PACK`."""
 CANNOT_PACK = {
     "model.attention.mode": "Mix has parameters a plain location model lacks (its content scorer "
                             "and mix gate), so mix and location runs have different parameter sets",
+    "model.attention.direction": "direction: mixed adds a direction gate (parameters a forward-direction "
+                                 "model lacks)",
     "model.attention.family": "attention families have different parameter sets",
     "model.attention.controller": "the linear and GRU controllers have different parameter sets",
     "model.attention.content_score": "content scorers have different parameter sets",
-    "model.attention.mono_gate_init": "only MonoAttn has the gate it initialises, which packs alone",
-    "model.attention.mono_gate_on": "only MonoAttn has the gate it places, which packs alone",
 }
 """Why runs that differ in one of these fields cannot share a pack: the reason their refusal
 names (a field not listed is refused without one)."""
@@ -66,8 +69,7 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
         steps = {c.model.attention.step for c in cfgs}
         if len(steps) > 1 and not steps <= set(PACKABLE_STEPS):
             raise ValueError(f"packed runs differ in model.attention.step {sorted(steps)}; steps that pack "
-                             f"together: {list(PACKABLE_STEPS)} (mono has a parameter of its own, "
-                             "attention.mono_gate, that the other steps lack)")
+                             f"together: {list(PACKABLE_STEPS)}")
     if cfgs[0].model.kind != "seq2seq" or family not in packable_families():
         raise ValueError(
             f"model.kind={cfgs[0].model.kind!r}, attention.family={family!r} cannot be packed; "
@@ -82,9 +84,9 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
 def pack_groups(cfgs: Sequence[RunConfig]) -> list[list[int]]:
     """Indices of ``cfgs`` grouped into packs, in order: each config joins the first group that
     :func:`check_packable` accepts with it, else starts its own. E.g. Table 4's OneStepAttn, -Step 2,
-    -Step 3 and -Sigmoid -> ``[[0, 1, 2, 3]]`` on the eager step; Table 7's Mix OneStepAttn, Mix
-    OneStepAttn PR, Mix MonoAttn PR and Mix RMonoAttn PR -> ``[[0, 1, 3], [2]]``; every config
-    alone where none packs."""
+    -Step 3 and -Sigmoid -> ``[[0, 1, 2, 3]]`` on the eager step, and so Table 7's Mix OneStepAttn,
+    Mix OneStepAttn PR, Mix MonoAttn PR and Mix RMonoAttn PR; OneStepAttn and Mix OneStepAttn ->
+    ``[[0], [1]]``; every config alone where none packs."""
     try:  # the common case, one check: all of them pack
         check_packable(cfgs)
         return [list(range(len(cfgs)))]

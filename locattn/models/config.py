@@ -39,9 +39,9 @@ Mode = Literal["location", "mix"]
 PaFrom = Literal["attention", "location"]
 Reference = Literal["previous", "gated", "initial"]
 StepActivation = Literal["sigmoid", "softstair", "raw", "mono", "relu"]
-PACKABLE_STEPS = ("sigmoid", "softstair", "raw", "relu")
-"""Step activations that may differ between the replicas of one pack (no parameter of their own;
-``mono`` has one)."""
+PACKABLE_STEPS = ("sigmoid", "softstair", "raw", "relu", "mono")
+"""Step activations that may differ between the replicas of one pack (``mono`` brings its gate
+parameter, which the packed model holds for every replica and only MonoAttn's replicas use)."""
 Controller = Literal["linear", "gru"]
 ControllerInit = Literal["torch", "dubois"]
 RegressorInit = Literal["paper", "torch"]

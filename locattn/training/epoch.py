@@ -77,15 +77,17 @@ class ParamPack:
         noise, solo.noise = solo.noise, None  # generators are not copied
         self.model = copy.deepcopy(solo)
         solo.noise = noise
-        self.names = [n for n, _ in runs[0].model.named_parameters()]
         self.replica_params = [dict(r.model.named_parameters()) for r in runs]
+        self.names = list(dict.fromkeys(n for p in self.replica_params for n in p))
+        """Every replica's parameter names; a name only some replicas have (MonoAttn's gate in a
+        pack with other steps) is stacked with zeros in the others' slots, which never read it."""
         attender = getattr(self.model, "attender", None)
         cfgs = [getattr(r, "cfg", None) for r in runs]  # a bare model holder has none: one cell
         if len(runs) > 1 and hasattr(attender, "pack_switches") and None not in cfgs:  # per-replica switches
             a = [c.model.attention for c in cfgs]
             attender.pack_switches([x.step for x in a], [x.location_norm for x in a],
                                    [x.step_temperature for x in a], references=[x.reference for x in a],
-                                   pa_froms=[x.pa_from for x in a])
+                                   pa_froms=[x.pa_from for x in a], mono_gate_ons=[x.mono_gate_on for x in a])
         replicated = attender is not None and not getattr(self.model, "attender_stacked", True)
         self.switches = [(f"attender.{n}", b) for n, b in attender.named_buffers()
                          if n.startswith("replica_")] if attender is not None and not replicated else []
@@ -108,7 +110,9 @@ class ParamPack:
         differs between replicas (the step head under different ``reference``s): the stacked one
         has the widest shape, a narrower replica's slice zero-padded beyond its own part."""
         for name in self.names:
-            own = [p[name].detach() for p in self.replica_params]
+            held = [p[name].detach() for p in self.replica_params if name in p]
+            own = [p[name].detach() if name in p else held[0].new_zeros(()).expand_as(held[0])
+                   for p in self.replica_params]
             if len({t.shape for t in own}) > 1:
                 widest = [max(sizes) for sizes in zip(*(t.shape for t in own))]
                 s = torch.nn.Parameter(own[0].new_zeros(len(own), *widest))
@@ -121,6 +125,8 @@ class ParamPack:
             _set_param(self.model, name, s)
             self.stacked.append(s)
             for k, p in enumerate(self.replica_params):
+                if name not in p:
+                    continue
                 part = self.own.get(name)  # the solo parameter is now a view of its slice
                 p[name].data = s.data[k] if part is None else s.data[k][part[k]]
 
@@ -128,7 +134,7 @@ class ParamPack:
         """Give every solo parameter its own storage again (checkpoints save only its slice), and
         a solo run the buffers its pass changed (the ``dubois_code`` attender's batch count)."""
         for p in self.replica_params:
-            for name in self.names:
+            for name in p:
                 p[name].data = p[name].data.clone()
                 p[name].grad = None
         if self.buffers:  # each replica's own slice of the stacked buffers, as its pass left them
@@ -146,7 +152,8 @@ class ParamPack:
             g = self.stacked[i].grad
             part = self.own.get(name)
             for k, p in enumerate(self.replica_params):
-                p[name].grad = None if g is None else g[k] if part is None else g[k][part[k]]
+                if name in p:
+                    p[name].grad = None if g is None else g[k] if part is None else g[k][part[k]]
 
 
 def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """Every ablation of a cell in one pack: Table 4's OneStepAttn, -Step 2 (``reference: gated``, two
 more step-head rows), -Step 3 and -Sigmoid x 2 seeds train as one packed model, each replica
 equal to its solo run to the bit (per-epoch losses, final parameters, optimizer state); an
-interrupted variant pack resumes exactly, packed or solo, from either kind of checkpoint; a
-spec of that cell plans one trial and ``study export`` writes one packed trial; Table 7's Mix
-arms pack where their parameter sets agree, and the rest is refused in one line naming why
+interrupted variant pack resumes exactly, packed or solo, from either kind of checkpoint;
+Table 7's four Mix arms (MonoAttn's gate parameter included) are one pack too, and variants
+whose parameter sets differ otherwise are refused in one line naming why
 (the launch and export of that cell: tests/study/test_pack_variants_study.py).
 
 The default-tier checks drive :class:`~locattn.training.seq2seq.Seq2SeqRun` objects through the
@@ -141,15 +141,16 @@ def test_an_interrupted_variant_pack_resumes_exactly_packed_or_solo(solo, tmp_pa
         assert_same_state(twins[r.cfg.variant], r)
 
 
-def test_the_mix_arms_pack_where_their_parameters_agree(tmp_path: Path) -> None:
-    """Mix OneStepAttn, its PR arm (``pa_from: location``) and Mix RMonoAttn PR (a ReLU step) share
-    a pack, each equal to its solo run (one epoch, training pass); Mix MonoAttn PR (a gate
-    parameter of its own) packs alone."""
+def test_table7s_mix_arms_are_one_pack_each_replica_its_solo_run(tmp_path: Path) -> None:
+    """Mix OneStepAttn, its PR arm (``pa_from: location``), Mix MonoAttn PR (a gate parameter of
+    its own, which the other replicas' slots hold as a zero they never read) and Mix RMonoAttn PR
+    (a ReLU step) share a pack, each equal to its solo run (one epoch, training pass)."""
     table7 = ["mix_onestep", "mix_onestep_pr", "mix_mono_pr", "mix_rmono_pr"]
-    assert pack_groups(configs(tmp_path, table7, (0,))) == [[0, 1, 3], [2]]
-    cfgs = configs(tmp_path, ["mix_onestep", "mix_onestep_pr", "mix_rmono_pr"], (0,))
+    cfgs = configs(tmp_path, table7, (0,))
+    assert pack_groups(cfgs) == [[0, 1, 2, 3]]
     packed = new_runs(cfgs, tmp_path / "packed")
     alone = new_runs(cfgs, tmp_path / "alone")
+    assert [r.model.attender.mono_gate is not None for r in alone] == [False, False, True, False]
     losses = epoch(packed, bookkeeping=False)
     assert losses == [epoch([r], bookkeeping=False)[0] for r in alone]
     for s, p in zip(alone, packed):
@@ -158,13 +159,10 @@ def test_the_mix_arms_pack_where_their_parameters_agree(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("variants, reason", [
     (["onestep", "mix_onestep"], CANNOT_PACK["model.attention.mode"]),
-    (["mix_onestep_pr", "mix_mono_pr"], CANNOT_PACK["model.attention.mono_gate_init"]),
-], ids=["mix-beside-location", "mono-beside-mix"])
+    (["onestep", "locattn"], CANNOT_PACK["model.attention.direction"]),
+], ids=["mix-beside-location", "mixed-direction-beside-forward"])
 def test_variants_that_cannot_pack_are_refused_in_one_line_naming_why(tmp_path: Path, variants, reason) -> None:
     with pytest.raises(ValueError) as err:
         check_packable(configs(tmp_path, variants, (0,)))
     line = str(err.value)
     assert "\n" not in line and reason in line and "packed runs may differ only in" in line
-    mono = configs(tmp_path, ["onestep"], (1,), **{"model.attention.step": "mono"})
-    with pytest.raises(ValueError, match=r"mono has a parameter of its own, attention.mono_gate"):
-        check_packable(configs(tmp_path, ["onestep"], (0,)) + mono)

@@ -166,8 +166,8 @@ def test_a_diverging_replica_fails_alone(tmp_path: Path) -> None:
 
 
 def test_only_one_cell_can_be_packed(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="model.attention.step"):
-        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mono", seed=1)])
+    with pytest.raises(ValueError, match="model.attention.mode"):
+        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mix_onestep", seed=1)])
     with pytest.raises(ValueError, match="optim.batch_size"):
         check_packable([cfg(tmp_path), cfg(tmp_path, seed=1, **{"optim.batch_size": 16})])
     check_packable([cfg(tmp_path, "relative"), cfg(tmp_path, "relative", seed=1)])  # all families pack
@@ -235,8 +235,8 @@ def test_an_ablation_pack_equals_each_solo_run(tmp_path: Path) -> None:
 def test_packs_refuse_switches_that_change_a_shape_or_the_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"differs from cfgs\[0\] in \['model.attention.mode'\] \(.*content scorer"):
         check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mix_onestep")])
-    with pytest.raises(ValueError, match=r"step \['mono', 'sigmoid'\]; steps that pack together"):
-        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "onestep", 1, **{"model.attention.step": "mono"})])
+    with pytest.raises(ValueError, match=r"in \['model.attention.direction'\] \(.*direction gate"):
+        check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "locattn", 1)])
     with pytest.raises(ValueError, match=r"train_path=eager and optim.train_step=eager.*'graphed'"):
         check_packable([cfg(tmp_path, "onestep", **{"optim.train_step": "graphed"}),
                         cfg(tmp_path, "onestep_no_step3", **{"optim.train_step": "graphed"})])

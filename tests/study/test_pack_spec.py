@@ -16,7 +16,7 @@ from study.trial.trainable import TrialDescriptor
 
 BASE = {
     "name": "t",
-    "grid": {"task": ["copy"], "variant": ["onestep", "mono"]},
+    "grid": {"task": ["copy"], "variant": ["onestep", "mix_onestep"]},
     "hparams": {"optim.lr": [1e-3, 3e-4], "optim.batch_size": [16, 32]},
     "seeds": 3,
     "profiles": {"smoke": {"overrides": {"optim.epochs": 1}}},

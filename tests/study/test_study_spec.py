@@ -203,7 +203,7 @@ def test_parse_seeds_names_the_bad_value(text, fault) -> None:
 
 
 def test_pack_seeds_expands_one_trial_per_point(tmp_path: Path) -> None:
-    body = {**BASE, "grid": {"task": ["copy"], "variant": ["onestep", "mono"]},
+    body = {**BASE, "grid": {"task": ["copy"], "variant": ["onestep", "mix_onestep"]},  # cells that do not pack
             "hparams": {"optim.lr": [1e-3, 3e-4]}, "seeds": 3, "pack_seeds": True}
     s = load_spec(write(tmp_path, body), "smoke")
     trials = s.grid_trials()

@@ -190,7 +190,8 @@ class LocationAttender(Attender):
         self._reference_kinds: tuple[str, ...] = ()
 
     def pack_switches(self, steps: list[str], norms: list[str], step_temperatures: list[float],
-                      references: list[str] | None = None, pa_froms: list[str] | None = None) -> None:
+                      references: list[str] | None = None, pa_froms: list[str] | None = None,
+                      mono_gate_ons: list[str] | None = None) -> None:
         """Give a packed attender (K replicas stacked, :class:`~locattn.training.epoch.ParamPack`)
         each replica's own step activation, ``location_norm``, ``step_temperature``, ``reference``
         and ``pa_from``. A switch whose K values differ becomes a (K,) buffer; ``forward`` then
@@ -205,16 +206,19 @@ class LocationAttender(Attender):
         ``heads.weight[:, :width]``, since a product with more output rows rounds differently
         (a (B, d) x (d, 4) product's first two columns are not those of (B, d) x (d, 2) on MKL).
 
-        Steps: :data:`PACKABLE_STEPS` (MonoAttn has a parameter of its own, ``mono_gate``).
+        MonoAttn (``step: mono``, each replica its own ``mono_gate_on``) has a parameter the
+        other steps lack, ``mono_gate``: the packed one is (K,), a zero in the slots of the other
+        replicas, which neither read it nor receive its gradient (``ParamPack``).
         Raises ``ValueError`` naming the switch and value."""
-        if len(set(steps)) > 1:
+        ons = mono_gate_ons if mono_gate_ons is not None else ["relu"] * len(steps)
+        kinds = [f"mono_{on}" if s == "mono" else s for s, on in zip(steps, ons)]
+        if len(set(kinds)) > 1:
             bad = [s for s in steps if s not in PACKABLE_STEPS]
             if bad:
                 raise ValueError(f"model.attention.step={bad[0]!r} cannot share a pack with other steps; "
-                                 f"packable steps: {list(PACKABLE_STEPS)} (mono has a parameter of its own, "
-                                 "attention.mono_gate)")
-            self._step_kinds = tuple(dict.fromkeys(steps))
-            self.replica_step = torch.tensor([self._step_kinds.index(s) for s in steps])
+                                 f"packable steps: {list(PACKABLE_STEPS)}")
+            self._step_kinds = tuple(dict.fromkeys(kinds))
+            self.replica_step = torch.tensor([self._step_kinds.index(k) for k in kinds])
             self._step = self._step_per_replica
         if len(set(norms)) > 1:
             self._norm_kinds = tuple(dict.fromkeys(norms))
@@ -239,7 +243,8 @@ class LocationAttender(Attender):
         out = x
         for i, kind in enumerate(self._step_kinds):
             value = {"sigmoid": self._step_sigmoid, "softstair": softstair, "raw": self._step_raw,
-                     "relu": torch.relu}[kind](x)
+                     "relu": torch.relu, "mono_relu": self._step_mono_relu,
+                     "mono_sigmoid": self._step_mono_sigmoid}[kind](x)
             out = value if i == 0 else torch.where(code == i, value, out)
         return out
 
