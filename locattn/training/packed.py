@@ -3,7 +3,10 @@
 ``train_packed(cfgs, out_dirs, recorders)`` trains runs that differ only in ``seed``, the
 per-replica optimizer fields :data:`PACKABLE_FIELDS` (learning rate, weight decay, clipping,
 schedule, patience, epochs, dev scoring) and, on the eager path, the ablation switches
-:data:`SWITCH_FIELDS` that leave every parameter's shape equal. Each replica is exactly the solo run :func:`locattn.training.run.train` would do:
+:data:`SWITCH_FIELDS` (step activation, normalisation, reference, pa source, MonoAttn's gate;
+a parameter whose shape differs, or that only some replicas have, is stacked at the widest shape
+and each replica keeps only its own part). Each replica is exactly the solo run
+:func:`locattn.training.run.train` would do:
 
 * it *is* a solo run object (:class:`~locattn.training.seq2seq.Seq2SeqRun`): its own model
   initialised from its seed, its own ``torch.optim.AdamW``, ``ReduceLROnPlateau``, best-model

@@ -140,9 +140,10 @@ class StudySpec:
 
     def cell_packs(self) -> list[tuple[int, ...]]:
         """Indices of the cells one trial trains together, in grid order. A grid spec that packs
-        (``pack_seeds``, ``pack``) packs cells whose runs differ only in fields that leave every
-        parameter's shape equal (Table 4's OneStepAttn, -Step 3 and -Sigmoid: ablation switches),
-        as :func:`locattn.packable.pack_groups` judges on the eager step; otherwise every cell is
+        (``pack_seeds``, ``pack``) packs cells whose runs differ only in ablation switches
+        (:data:`locattn.packable.SWITCH_FIELDS`: Table 4's OneStepAttn, -Step 2, -Step 3 and
+        -Sigmoid; Table 7's Mix arms), as :func:`locattn.packable.pack_groups` judges on the
+        eager step; otherwise every cell is
         its own. A run keeps its own cell, key and identity in any pack."""
         if not self.packed or self.search is not None:
             return [(i,) for i in range(len(self.cells))]
