@@ -10,7 +10,7 @@
 # 3. benchmarks/bench_regressor.py --device cuda (Raffel & Ellis's feed-forward models);
 # 4. each EXPORT_DIR (a `study export` folder) trained by its own `python -m locattn.offline`
 #    worker, all at once, with a deadline that leaves time to pack the runs; meanwhile the `gpu`
-#    tests that need torch alone (test_loop_ux's needs Ray, which these machines lack);
+#    tests that need torch alone (test_gpu_profile's needs Ray, which these machines lack);
 # 5. if time is left: bench_gpu's other cases at K = 8, 64, --calibrate.
 #
 # Knobs (environment): BENCH_KS="" skips step 2, BENCH_LATE=1 runs it after the workers instead

@@ -2,7 +2,8 @@
 saved before solo and packed trials shared one skeleton (``study.trial.trainable.Trial``) is read.
 
 Hand-built checkpoint directories in the layouts the trainable writes; the kill/resume tests in
-test_study, test_study_faults and test_packed cover the trainable writing and reading them.
+test_study, the fault tests (tests/faults/) and test_packed cover the trainable writing and
+reading them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The researcher's experience of the three command lines (issue 16) and their one-line refusals
-of bad input (issue 13, items 9 and 10): every refusal is one line, a non-zero exit, no
-traceback, and leaves nothing behind."""
+"""``study`` as a researcher types it: run names that lead with what differs, one-line refusals of
+bad names, concurrency and unknown studies (a non-zero exit, no traceback, nothing written), help
+for every option, a fast ``study status``, ``study ui``'s port and URL, ``study report``, and a
+real launch's output."""
 
 from __future__ import annotations
 
@@ -9,122 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from locattn.cli import main as locattn_main
-from locattn.config import make_run_config, parse_override
 from tests.locattn.test_cli import run_main
-
-TINY = ["--set", "task.train_size=64", "--set", "task.dev_size=16", "--set", "task.test_size=8",
-        "--set", "task.test_lengths=[15]", "--threads", "1", "--epochs", "1"]
-
-
-# --------------------------------------------------------------------------- locattn train
-
-
-@pytest.mark.parametrize(
-    "flags, needle",
-    [
-        (["--threads", "0"], "--threads 0: need at least 1 thread"),
-        (["--device", "tpu"], "--device 'tpu' is not a device here; valid: cpu, cuda, cuda:N, mps"),
-        (["--seed", "-1"], "--seed -1: a seed must be >= 0"),
-        (["--epochs", "0"], "--epochs 0: need at least 1 epoch"),
-    ],
-)
-def test_train_refuses_bad_operational_flags_in_one_line(tmp_path: Path, capsys, flags, needle) -> None:
-    out_dir = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", "copy", "--variant", "onestep",
-                               "--out", str(out_dir), *flags], capsys)
-    assert code == 2
-    assert err.strip().splitlines() == [f"locattn train: error: {needle}"]
-    assert not out_dir.exists()
-
-
-def test_train_cfq_without_data_names_the_override_and_leaves_nothing(tmp_path: Path, capsys) -> None:
-    out_dir = tmp_path / "cfq"
-    code, _, err = run_main(["train", "--task", "cfq", "--variant", "onestep",
-                             "--out", str(out_dir)], capsys)
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("locattn train: error: task 'cfq'")
-    assert "--set task.data_dir=DIR" in lines[0] and "train.tsv" in lines[0]
-    assert "TaskConfig" not in lines[0]
-    assert not out_dir.exists()  # no config.json left behind
-
-
-def test_train_malformed_data_file_is_one_line_naming_the_file(tmp_path: Path, capsys) -> None:
-    data = tmp_path / "scan"
-    data.mkdir()
-    (data / "tasks_train_length.txt").write_text("IN: jump OUT: I_JUMP\nnot a pair\n")
-    (data / "tasks_test_length.txt").write_text("IN: walk OUT: I_WALK\n")
-    out_dir = tmp_path / "run"
-    code, _, err = run_main(["train", "--task", "scan", "--variant", "onestep", "--out", str(out_dir),
-                             "--set", f"task.data_dir={data}"], capsys)
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert f"{data / 'tasks_train_length.txt'}:2" in lines[0] and "'not a pair'" in lines[0]
-    assert not out_dir.exists()
-
-
-# --------------------------------------------------------------------------- --set lists
-
-
-@pytest.mark.parametrize("text", ["task.test_lengths=30,100", "task.test_lengths=[30,100]",
-                                  "task.test_lengths=[30, 100]", "task.test_lengths= [30, 100] "])
-def test_set_accepts_the_comma_and_the_bracketed_list(text: str) -> None:
-    key, value = parse_override(text)
-    assert make_run_config(task="copy", overrides={key: value}).task.test_lengths == (30, 100)
-
-
-def test_set_list_error_names_the_accepted_forms(capsys) -> None:
-    code, _, err = run_main(["train", "--task", "copy", "--variant", "onestep",
-                             "--set", "task.test_lengths=[30,x]"], capsys)
-    assert code == 2
-    assert err.strip().splitlines() == [
-        "locattn train: error: task.test_lengths: expected an integer, got 'x' "
-        "(write a list as 30,100 or [30, 100])"]
-
-
-# --------------------------------------------------------------------------- progress
-
-
-def test_train_shows_progress_while_scoring_the_test_splits(tmp_path: Path, capsys) -> None:
-    out_dir = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", "copy", "--variant", "onestep", "--out", str(out_dir),
-                               "--cache-dir", str(tmp_path / "cache"), *TINY], capsys)
-    assert code == 0, err
-    assert "scoring test splits" in err
-    # The bar counts the splits actually scored (iid and len15) and ends on "done".
-    assert "2/2" in err and "done" in err
-    assert json.loads((out_dir / "result.json").read_text())["test"].keys() == {"iid", "len15"}
-    code, out, err = run_main(["train", "--task", "copy", "--variant", "onestep", "--out",
-                               str(tmp_path / "quiet"), "--cache-dir", str(tmp_path / "cache"),
-                               "--no-progress", *TINY], capsys)
-    assert code == 0 and "scoring" not in err
-
-
-def test_score_test_splits_reports_each_split_then_the_end(tmp_path: Path) -> None:
-    from locattn.train import train
-
-    calls: list[tuple[str, int, int]] = []
-
-    class Rec:
-        def on_epoch(self, epoch, metrics, checkpoint_dir):
-            pass
-
-        def on_test_split(self, split, done, total):
-            calls.append((split, done, total))
-
-        def on_end(self, result):
-            pass
-
-    cfg = make_run_config(task="copy", variant="onestep", overrides={
-        "task.train_size": 64, "task.dev_size": 16, "task.test_size": 8,
-        "task.test_lengths": [15, 30], "optim.epochs": 1, "cache_dir": str(tmp_path / "cache")})
-    train(cfg, tmp_path / "run", recorder=Rec())
-    assert calls == [("iid", 0, 3), ("len15", 1, 3), ("len30", 2, 3), ("", 3, 3)]
-
-
-# --------------------------------------------------------------------------- study: names
 
 
 def test_run_names_lead_with_what_differs() -> None:
@@ -395,95 +281,6 @@ def test_reports_list_takes_the_study_directory(tmp_path: Path, capsys) -> None:
     assert code == 2 and "does not exist" in err
 
 
-# --------------------------------------------------------------------------- figures, LaTeX
-
-
-def test_identical_curves_stay_distinguishable_and_titles_use_paper_labels(tmp_path: Path,
-                                                                           monkeypatch) -> None:
-    import reports.figures as F
-    from reports.build import paper_label
-    from reports.synth import SynthRun, write_bulk_sql
-
-    # OneStepAttn and -Sigmoid with identical results: the curves coincide.
-    runs = [SynthRun(task="reverse_copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_selection_score": 1.0, "test.iid.seq_acc": 1.0, "test.len30.seq_acc": 1.0,
-                              "test.len100.seq_acc": 0.5, "test.iid.seq_acc_be": 1.0,
-                              "test.len30.seq_acc_be": 1.0, "test.len100.seq_acc_be": 0.5})
-            for v in ("onestep", "onestep_no_sigmoid") for s in (0, 1)]
-    write_bulk_sql(tmp_path / "mlflow.db", "figs", runs)
-    titles: list[str] = []
-    figures: list = []
-    real = F.length_curves
-
-    def spy(frames, *, title="", label=lambda k: k):
-        titles.append(title)
-        fig = real(frames, title=title, label=label)
-        figures.append(fig)
-        return fig
-
-    monkeypatch.setattr(F, "length_curves", spy)
-    monkeypatch.setattr(F, "save_figure", lambda fig, stem: [Path(stem).with_suffix(".png")])
-    written = F.study_figures(str(tmp_path / "mlflow.db"), "figs", tmp_path / "out")
-    assert [p.name for p in written] == ["length_reverse_copy.png"]
-    assert titles == ["Reverse Copy"]
-    ax = figures[0].axes[0]
-    lines = [ln for ln in ax.get_lines() if ln.get_label() in (paper_label("onestep"),
-                                                              paper_label("onestep_no_sigmoid"))]
-    assert len(lines) == 2
-    (a, b) = lines
-    assert list(a.get_ydata()) == list(b.get_ydata())  # the same values ...
-    assert a.get_marker() != b.get_marker() and a.get_linestyle() != b.get_linestyle()
-    assert b.get_zorder() > a.get_zorder() and b.get_markersize() < a.get_markersize()
-    legend = figures[0].legends[0]  # one legend below the panels, hiding no curve
-    assert [t.get_text() for t in legend.get_texts()] == [paper_label("onestep"),
-                                                          paper_label("onestep_no_sigmoid"), F.IQR_LABEL]
-    assert len({F.curve_style(i)["marker"] for i in range(len(F.CURVE_STYLES))}) == len(F.CURVE_STYLES)
-
-
-def test_heatmap_ticks_stay_readable_at_length_100(tmp_path: Path) -> None:
-    from locattn.plot import axis_ticks, draw_attention
-
-    src = [str(i % 10) for i in range(100)]
-    cols = ["START", *src, "END"]
-    pos, labels, numbered = axis_ticks(cols, offset=1)
-    assert numbered
-    assert pos == [1, 11, 21, 31, 41, 51, 61, 71, 81, 91, 101]
-    assert labels == ["0", "10", "20", "30", "40", "50", "60", "70", "80", "90", "END"]
-    short = ["START", "4", "2", "END"]
-    assert axis_ticks(short, offset=1) == ([0, 1, 2, 3], short, False)
-    rows = [*src, "<eos>"]
-    pos, labels, _ = axis_ticks(rows)
-    assert labels[0] == "0" and labels[-1] == "<eos>" and len(labels) == 11
-    import numpy as np
-
-    w = np.eye(101, 102, k=1).tolist()
-    png = draw_attention({"weights": w, "src": src, "pred": src, "source_offset": 1,
-                          "mu": [i / 101 for i in range(101)], "sigma": [0.01] * 101},
-                         tmp_path / "att.png", title="Copy / OneStepAttn: len100 #0")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_latex_captions_read_like_the_papers_and_floats_stay_together() -> None:
-    from reports.aggregate import aggregate
-    from reports.build import paper_label, provenance
-    from reports.render import render_latex
-    from reports.synth import SynthRun, runset_from_synth
-    from reports.tables import get_table
-
-    runs = [SynthRun(task="copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_selection_score": 0.9, "test.len15.seq_acc": 0.5})
-            for v in ("onestep", "content") for s in (0, 1)]
-    rs = runset_from_synth("s", runs, tables=["rc_table2"])
-    tex = render_latex(aggregate(rs, get_table("rc_table2")), provenance(rs), paper_label)
-    assert "rc\\_table2." not in tex.split("\\label")[0]  # no internal id in the caption
-    caption = next(ln for ln in tex.splitlines() if ln.startswith("\\caption"))
-    title = get_table("rc_table2").title.replace("%", "\\%")
-    assert caption.startswith(f"\\caption[{{{title}}}]{{{title}, as in Table 2 of Ray Chowdhury")
-    assert "\\begin{table}[!htbp]" in tex and "\\begin{table}[t]" not in tex
-    assert "\\clearpage" not in tex
-
-
-# --------------------------------------------------------------------------- a real launch
 
 
 def test_a_real_launch_names_runs_by_what_differs_and_prints_no_token_line(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""The researcher's loop (issue 26): flags that must be spelled out, "did you mean" for paths,
-listings that name every exhibit, ``study runs``, a usable report of a search study, the
-side-by-side comparison, no bold on a column of equal values, a labelled IQR band, a fast
-``locattn --help``."""
+"""The researcher's loop through the three command lines: flags that must be spelled out, "did you
+mean" for paths, listings that name every exhibit, ``study runs``, a usable report of a search
+study, ``study ui`` of a moved or a server study, the numbers on screen, a run per cell with its
+seeds' medians, a signal in a launch's first second, a fast ``locattn --help``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from locattn.cli import main as locattn_main
 from reports.cli import main as reports_main
-from reports.synth import SynthRun, runset_from_synth, write_bulk_sql
+from reports.synth import SynthRun, write_bulk_sql
 from study.cli import main as study_main
 from tests.locattn.test_cli import run_main
 
@@ -119,7 +119,7 @@ def test_reports_list_and_table_help_name_the_exhibits(capsys) -> None:
 
 
 def test_study_runs_maps_each_folder_to_its_run(tmp_path: Path, capsys) -> None:
-    from tests.cli.test_ux import make_study
+    from tests.study.test_study_cli import make_study
 
     root = tmp_path / "studies"
     d = make_study(root)
@@ -225,102 +225,6 @@ def test_reports_build_from_a_tracking_uri_defaults_its_out_folder(tmp_path: Pat
                                          "study's MLflow experiment)")
 
 
-# --------------------------------------------------------------------------- tables, figures
-
-
-def _two_rows(len100: tuple[float, float]) -> list[SynthRun]:
-    return [SynthRun(task="copy", variant=v, seed=s, n_seeds=2,
-                     metrics={"best_selection_score": 0.9, "test.len15.seq_acc": a,
-                              "test.len30.seq_acc": 0.5, "test.len100.seq_acc": len100[i]})
-            for i, (v, a) in enumerate((("onestep", 1.0), ("content", 0.2))) for s in range(2)]
-
-
-def test_a_column_of_equal_values_has_no_bold_and_side_by_side_puts_the_paper_in_the_cell() -> None:
-    from reports.aggregate import aggregate
-    from reports.build import paper_label, provenance
-    from reports.paper import load_paper_numbers
-    from reports.render import render_latex, render_markdown
-    from reports.tables import get_table
-
-    rs = runset_from_synth("s", _two_rows((0.0, 0.0)), tables=["rc_table2"])
-    res = aggregate(rs, get_table("rc_table2"))
-    assert res.cell("onestep", "copy:len15").best and not res.cell("content", "copy:len15").best
-    # Copy 30 (50.0 both) and Copy 100 (0.0 both): every row equal, nothing is best.
-    for col in ("copy:len30", "copy:len100"):
-        assert not res.cell("onestep", col).best and not res.cell("content", col).best
-    paper = load_paper_numbers(res.table)
-    md = render_markdown(res, provenance(rs), paper_label, paper, layout="cells")
-    row = next(ln for ln in md.splitlines() if ln.startswith("| OneStepAttn |"))
-    assert row.split(" | ")[1:4] == ["**100.0** / 100", "50.0 / 100", "0.0 / 100"]
-    assert "Published numbers" not in md and "Difference" not in md
-    assert "Each cell: ours / published in Ray Chowdhury & Caragea (2023), Table 2" in md
-    assert md.count("| Model |") == len(res.table.panels)
-    tex = render_latex(res, provenance(rs), paper_label, paper, layout="cells")
-    assert r"OneStepAttn & \textbf{100.0} / 100 & 50.0 / 100 & 0.0 / 100 &" in tex
-    assert tex.count(r"\begin{table}") == 1
-    assert render_latex(res, provenance(rs), paper_label, paper).count(r"\begin{table}") == 3
-
-
-def test_side_by_side_flag_writes_one_table(tmp_path: Path, capsys) -> None:
-    d = tmp_path / "s"
-    d.mkdir()
-    write_bulk_sql(d / "mlflow.db", "s", _two_rows((0.4, 0.0)), tables=["rc_table2"])
-    capsys.readouterr()
-    code, _, err = run_main(["build", str(d), "--side-by-side", "--format", "md", "--out",
-                             str(tmp_path / "o")], capsys, reports_main)
-    assert code == 0, err
-    md = (tmp_path / "o" / "rc_table2.md").read_text()
-    assert "| Content | 20.0 / 0 | 50.0 / 0 | 0.0 / 0 |" in md
-
-
-def test_runs_no_table_shows_are_named_and_the_summary_lists_them(tmp_path: Path, capsys) -> None:
-    # as rc_table2-monospread: Table 2 has no row for mono_eq19, so its runs were in no file
-    d = tmp_path / "s"
-    d.mkdir()
-    extra = [SynthRun(task="copy", variant="mono_eq19", seed=s, n_seeds=2,
-                      metrics={"best_selection_score": 0.9, "test.len15.seq_acc": 0.7})
-             for s in range(2)]
-    write_bulk_sql(d / "mlflow.db", "s", _two_rows((0.4, 0.0)) + extra, tables=["rc_table2"])
-    capsys.readouterr()
-    code, out, err = run_main(["build", str(d), "--format", "md", "--out", str(tmp_path / "o")],
-                              capsys, reports_main)
-    assert code == 0, err
-    assert out.split() == [str(tmp_path / "o" / "rc_table2.md")]
-    assert err.strip() == ("reports build: warning: 1 cell(s) of study 's' are in no row or column "
-                           "of rc_table2: task=copy,variant=mono_eq19; add --table summary to "
-                           "list every cell")
-    code, out, err = run_main(["build", str(d), "--format", "md", "--out", str(tmp_path / "o"),
-                               "--table", "rc_table2,summary"], capsys, reports_main)
-    assert code == 0 and err == "", err
-    assert out.split() == [str(tmp_path / "o" / f"{t}.md") for t in ("rc_table2", "summary")]
-    rows = [ln for ln in (tmp_path / "o" / "summary.md").read_text().splitlines()
-            if ln.startswith("| task=")]
-    assert [r.split(" | ")[0] for r in rows] == ["| task=copy,variant=onestep",
-                                                 "| task=copy,variant=content",
-                                                 "| task=copy,variant=mono_eq19"]
-    assert rows[2].endswith("| 70.0 (0/2) | – | – |")
-    # every cell placed: no warning
-    (tmp_path / "t").mkdir()
-    write_bulk_sql(tmp_path / "t" / "mlflow.db", "t", _two_rows((0.4, 0.0)), tables=["rc_table2"])
-    capsys.readouterr()
-    code, _, err = run_main(["build", str(tmp_path / "t"), "--format", "md", "--out",
-                             str(tmp_path / "o2")], capsys, reports_main)
-    assert code == 0 and err == "", err
-
-
-def test_length_curves_label_the_iqr_band() -> None:
-    import polars as pl
-
-    from reports.figures import IQR_LABEL, length_curves
-
-    df = pl.DataFrame({"variant": ["a", "a", "b", "b"], "x": [15.0, 30.0, 15.0, 30.0],
-                       "split": ["len15", "len30", "len15", "len30"], "value": [100.0, 50, 90, 10]})
-    fig = length_curves({"seqAcc": df}, title="copy")
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["a", "b", IQR_LABEL]
-    assert "25th–75th percentile" in IQR_LABEL
-
-
 # --------------------------------------------------------------------------- Optuna names
 
 
@@ -339,7 +243,7 @@ def test_optuna_studies_are_named_by_cell() -> None:
 def _moved_study(root: Path, old: Path, name: str = "rc_table2-smoke") -> Path:
     """A study folder whose study.json still names the store where it was launched
     (``<old>/<name>/mlflow.db``; that folder exists, empty), as a committed record does."""
-    from tests.cli.test_ux import make_study
+    from tests.study.test_study_cli import make_study
 
     d = make_study(root, name)
     (old / name).mkdir(parents=True)
@@ -398,7 +302,7 @@ def test_ui_of_a_moved_study_serves_its_own_store_prints_the_url_when_ready_and_
 
 def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_path: Path,
                                                                               capsys) -> None:
-    from tests.cli.test_ux import make_study
+    from tests.study.test_study_cli import make_study
 
     root = tmp_path / "studies"
     d = make_study(root, "srv")
@@ -695,118 +599,6 @@ def test_a_signal_in_the_first_second_of_a_launch_exits_130_in_one_line(tmp_path
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert proc.returncode in (128 + 15, 130), (proc.returncode, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and not root.exists()
-
-
-# --------------------------------------------------------------------------- the GPU profile
-
-GPU_SPECS = ("rc_table2", "rc_table4", "rc_table7")
-
-
-@pytest.mark.parametrize("stem", GPU_SPECS)
-def test_the_gpu_profile_is_the_paper_budget_packed_and_graphed_on_a_gpu(stem: str) -> None:
-    from locattn.config import make_run_config
-    from study.spec import load_spec
-
-    gpu, paper = (load_spec(ROOT / "ablations" / f"{stem}.yaml", p) for p in ("gpu", "paper"))
-    assert (gpu.gpus, gpu.pack_seeds) == (1.0, True)  # a GPU per trial packs its seeds on its own
-    assert [c.cell for c in gpu.cells] == [c.cell for c in paper.cells]
-    assert gpu.seeds == paper.seeds and gpu.hparams == paper.hparams
-    for g, p in zip(gpu.cells, paper.cells):
-        assert g.overrides == {**p.overrides, "optim.train_step": "graphed"}
-        cfg = make_run_config(task=g.task, variant=g.variant, overrides=g.overrides)
-        assert (cfg.optim.train_step, cfg.optim.epochs) == ("graphed", 100)
-
-
-def test_the_gpu_profile_dry_runs_on_a_cpu(tmp_path: Path, capsys) -> None:
-    code, out, err = run_main(["launch", str(ROOT / "ablations/rc_table2.yaml"), "--profile", "gpu",
-                               "--dry-run", "--root", str(tmp_path)], capsys, study_main)
-    assert code == 0, err
-    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
-    assert lines["seeds"].endswith("[0, 1, 2, 3, 4] (packed: one trial trains them together)")
-    assert lines["trials"].split()[:5] == ["trials", "48", "Tune", "trials,", "240"]
-    assert "1 CPU, 1 GPU per trial" in lines["budget"]
-    assert not any(tmp_path.iterdir())
-
-
-def _cuda() -> bool:
-    import torch  # at collection, for this one skip
-
-    return torch.cuda.is_available()
-
-
-def tiny_gpu_spec(tmp_path: Path) -> Path:
-    """rc_table2's gpu profile (resources, graphed step), cut to one cell, two seeds, two epochs
-    of tiny data."""
-    import yaml
-
-    raw = yaml.safe_load((ROOT / "ablations/rc_table2.yaml").read_text())
-    gpu = raw["profiles"]["gpu"]
-    tiny = {**gpu, "grid": {"task": ["copy"], "variant": ["onestep"]}, "seeds": 2,
-            "overrides": {**gpu["overrides"], "task.train_size": 64, "task.dev_size": 32,
-                          "task.test_size": 32, "task.test_lengths": [15], "optim.epochs": 2}}
-    spec = tmp_path / "rc_table2_gpu_tiny.yaml"
-    spec.write_text(yaml.safe_dump({**raw, "profiles": {"tiny": tiny}, "default_profile": "tiny"}))
-    return spec
-
-
-@pytest.mark.skipif(_cuda(), reason="a machine with CUDA runs the study instead")
-def test_a_gpu_profile_on_a_machine_without_a_gpu_stops_before_any_trial(tmp_path: Path) -> None:
-    """Tune would wait forever for a GPU that a private local Ray never gains: the launch stops at
-    once with exit status 2, names the spec's resources.gpus and the ways out, and keeps the
-    study, which `study status` then reads."""
-    import os
-
-    spec = tiny_gpu_spec(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root",
-                           str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    err = proc.stderr.strip().splitlines()[-1]
-    assert f"{spec} (profile tiny): resources.gpus is 1 per trial, but this machine has 0 GPU" in err, err
-    assert "nothing ran and the study is kept" in err and "locattn.offline" in err, err
-    study = tmp_path / "s" / "rc_table2-tiny"
-    assert not any((study / "runs").glob("*/result.json"))
-    status = subprocess.run([sys.executable, "-m", "study.cli", "status", str(study)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[1].split() == ["task=copy,variant=onestep", "0", "0", "0", "0", "2"]
-    assert "no finished run yet" in status.stdout, status.stdout
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
-def test_a_tiny_study_of_the_gpu_profile_packs_its_seeds_on_the_gpu(tmp_path: Path) -> None:
-    """:func:`tiny_gpu_spec`: one trial on the GPU trains both seeds packed; each seed has its MLflow run,
-    recorded with the graphed step on cuda."""
-    import os
-    import sqlite3
-
-    from record import schema
-    from tests.study_helpers import trial_run_rows
-
-    spec = tiny_gpu_spec(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.run([sys.executable, "-m", "study.cli", "launch", str(spec), "--root",
-                           str(tmp_path / "s"), "--progress-seconds", "30"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "2 of 2 runs finished" in proc.stdout
-    db = tmp_path / "s" / "rc_table2-tiny" / "mlflow.db"
-    runs = trial_run_rows(db)
-    assert sorted(r["tags"][schema.SEED] for r in runs) == ["0", "1"]
-    con = sqlite3.connect(db)
-    try:
-        for r in runs:
-            assert r["status"] == "FINISHED" and r["tags"][schema.PACKED_WITH] == "0,1"
-            params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?",
-                                      (r["run_id"],)))
-            assert (params["optim.train_step"], params["device"]) == ("graphed", "cuda"), params
-            assert r["metrics"]["epochs_run"][-1][1] == 2
-    finally:
-        con.close()
 
 
 def test_the_report_pointer_names_what_study_report_will_find(tmp_path: Path, monkeypatch) -> None:
