@@ -166,3 +166,27 @@ def test_variants_that_cannot_pack_are_refused_in_one_line_naming_why(tmp_path: 
         check_packable(configs(tmp_path, variants, (0,)))
     line = str(err.value)
     assert "\n" not in line and reason in line and "packed runs may differ only in" in line
+
+
+@pytest.mark.parametrize("variants, extra, switches", [
+    (ONESTEP_ROW, {}, {"replica_step", "replica_reference"}),
+    (["mix_onestep", "mix_onestep_pr", "mix_mono_pr"], {}, {"replica_step", "replica_pa_from"}),
+    (["onestep"], {"model.attention.location_norm": "softmax", "model.attention.step_temperature": 2.0},
+     {"replica_norm", "replica_step_temperature"}),
+], ids=["onestep-row", "mix-arms", "norm-and-temperature"])
+def test_a_packs_switches_live_on_its_models_device(tmp_path: Path, variants, extra, switches) -> None:
+    """A pack on a GPU keeps each replica's switches beside its weights (``torch.where`` takes no
+    CPU mask for CUDA rows); the meta device stands in for a GPU here."""
+    from locattn.models import build_model
+    from locattn.training.epoch import ParamPack
+
+    cfgs = configs(tmp_path, variants, (0,)) + configs(tmp_path, variants[:1], (1,), **extra)
+
+    class Holder:  # what ParamPack reads from a run
+        def __init__(self, cfg) -> None:
+            self.cfg = cfg
+            self.model = build_model(cfg.model, 12, pad_id=0, sos_id=1, eos_id=2).to("meta")
+
+    pack = ParamPack([Holder(c) for c in cfgs])
+    found = {n: b.device.type for n, b in pack.model.attender.named_buffers() if n.startswith("replica_")}
+    assert set(found) == switches and set(found.values()) == {"meta"}

@@ -210,6 +210,7 @@ class LocationAttender(Attender):
         other steps lack, ``mono_gate``: the packed one is (K,), a zero in the slots of the other
         replicas, which neither read it nor receive its gradient (``ParamPack``).
         Raises ``ValueError`` naming the switch and value."""
+        device = self.heads.weight.device  # the packed model's: the switches select among its rows
         ons = mono_gate_ons if mono_gate_ons is not None else ["relu"] * len(steps)
         kinds = [f"mono_{on}" if s == "mono" else s for s, on in zip(steps, ons)]
         if len(set(kinds)) > 1:
@@ -218,24 +219,24 @@ class LocationAttender(Attender):
                 raise ValueError(f"model.attention.step={bad[0]!r} cannot share a pack with other steps; "
                                  f"packable steps: {list(PACKABLE_STEPS)}")
             self._step_kinds = tuple(dict.fromkeys(kinds))
-            self.replica_step = torch.tensor([self._step_kinds.index(k) for k in kinds])
+            self.replica_step = torch.tensor([self._step_kinds.index(k) for k in kinds], device=device)
             self._step = self._step_per_replica
         if len(set(norms)) > 1:
             self._norm_kinds = tuple(dict.fromkeys(norms))
-            self.replica_norm = torch.tensor([self._norm_kinds.index(n) for n in norms])
+            self.replica_norm = torch.tensor([self._norm_kinds.index(n) for n in norms], device=device)
             self._normalise = self._norm_per_replica
         if len(set(step_temperatures)) > 1:
-            self.replica_step_temperature = torch.tensor(step_temperatures, dtype=torch.float32)
+            self.replica_step_temperature = torch.tensor(step_temperatures, dtype=torch.float32, device=device)
         if references is not None and len(set(references)) > 1:
             bad = [r for r in references if r not in N_RHO]
             if bad:
                 raise ValueError(f"model.attention.reference={bad[0]!r}; valid: {list(N_RHO)}")
             self._reference_kinds = tuple(dict.fromkeys(references))
-            self.replica_reference = torch.tensor([self._reference_kinds.index(r) for r in references])
+            self.replica_reference = torch.tensor([self._reference_kinds.index(r) for r in references], device=device)
             self._mu = self._mu_per_replica
             self._heads = self._heads_per_width
         if pa_froms is not None and len(set(pa_froms)) > 1:
-            self.replica_pa_from = torch.tensor([p == "location" for p in pa_froms])
+            self.replica_pa_from = torch.tensor([p == "location" for p in pa_froms], device=device)
             self._pa_source = self._pa_source_per_replica
 
     def _step_per_replica(self, x: Tensor) -> Tensor:
