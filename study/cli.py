@@ -68,9 +68,9 @@ from study.spec import SpecError, parse_only, parse_seeds, parse_sets
 from study.spec.checks import did_you_mean
 from study.spec.json_schema import schema_text
 from study.recording.status import format_status, study_status
-from study.recording.ui import (UI_FILTER, VIEW_NAME, GridServer, browse_host, check_port, current_store,
-                                experiment_url, grid_page, health_url, save_view, serve, server_url, store_uri,
-                                ui_command, write_served)
+from study.recording.ui import (UI_FILTER, VIEW_NAME, GridServer, browse_host, check_port, experiment_url,
+                                grid_page, health_url, save_view, serve, ui_command, write_served)
+from study.recording.study_store import current_store, server_url, store_uri
 
 
 def parser() -> Parser:

@@ -39,7 +39,7 @@ from study.plan.tuner import plan_trials
 from study.spec.retention import DROPPED, study_keep
 from study.trial.trial_state import RUN_SUBDIR, stage_checkpoint
 from study.spec import SpecError, StudySpec, read_yaml, require_task_data, resolve_spec
-from study.recording.ui import current_store
+from study.recording.study_store import current_store
 
 #: Where the seed folders lie in an export folder (``<out>/runs/<run key>/``).
 SEEDS_DIR = layout.RUNS_DIR

@@ -36,7 +36,7 @@ from study.recording.runs import run_folders, started_under_other_values
 from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_yaml, require_task_data,
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
 from study.recording.status import trial_runs
-from study.recording.ui import browse_advice
+from study.recording.study_store import browse_advice
 
 
 def resume_command(study_dir: Path, max_concurrent: int | None, address: str | None) -> str:

@@ -323,7 +323,7 @@ def test_ui_of_a_server_study_prints_the_server_and_of_a_lost_store_refuses(tmp_
 
 
 def test_the_end_of_a_launch_points_a_server_study_to_its_server(tmp_path: Path) -> None:
-    from study.recording.ui import browse_advice
+    from study.recording.study_store import browse_advice
 
     # a study on an MLflow server: its URL (``study ui`` there only says to open it)
     assert browse_advice("http://127.0.0.1:5123", tmp_path, "rc_table2-smoke") == \
@@ -484,7 +484,8 @@ def test_the_ui_view_of_a_record_without_cell_runs_groups_its_seeds_by_cell() ->
     locattn.cell tag and shows each cell's headline split (len100 for the probing tasks,
     longer_seen_5 for Lookup) beside its selection score, under the name the record holds it by
     (best_dev_score), since MLflow's UI shows the stored names."""
-    from study.recording.ui import current_store, view_state
+    from study.recording.ui import view_state
+    from study.recording.study_store import current_store
 
     record = ROOT / "results" / "record" / "rc_table2-quick-v2"
     meta = json.loads((record / "study.json").read_text())

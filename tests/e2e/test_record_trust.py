@@ -178,7 +178,7 @@ def test_one_active_run_per_identity_after_the_ui_revives_a_deleted_run(tmp_path
     assert {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs} >= {first[0], again}
     assert first[1] not in {r[0] for r in read_rows(uri, "s", tag_keys=[]).runs}
     if revive == "restore_run":  # `study ui` deletes it again before MLflow's UI shows it
-        from study.recording.ui import store_uri
+        from study.recording.study_store import store_uri
         store_uri(uri, tmp_path, "s")
     else:  # so does the next driver
         RecordWriter(tracking_uri=uri, study="s", artifact_location=None, parent_tags={}).open()
@@ -216,7 +216,7 @@ def test_a_study_folder_reads_its_own_artifacts_wherever_it_lies(tmp_path: Path,
 
     from record.store import sqlite_uri
     from reports.exhibits import artifact_uris
-    from study.recording.ui import store_uri
+    from study.recording.study_store import store_uri
 
     folder, run_id = recorded_folder(tmp_path / "a")
     saved = sqlite_uri(folder / "mlflow.db")  # what study.json holds

@@ -15,7 +15,7 @@ from record import mlflow_sql, schema
 from record.store import IndexedRun, MlflowStore, Store, StoreError, check_schema, open_store, sqlite_uri
 from record.writer import RecordWriter
 from study.spec import SpecError
-from study.recording.ui import store_uri
+from study.recording.study_store import store_uri
 
 
 def writer(uri: str) -> RecordWriter:
