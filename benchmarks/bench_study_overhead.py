@@ -79,18 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "trials": trials,
         "finished": len(results),
-        "errors": summary["errors"],
+        "errors": summary.errors,
         "epochs_per_trial": epochs,
         "mean_train_seconds_per_trial": round(train / max(1, len(results)), 2),
         "wall_seconds": round(wall, 1),
-        "fit_seconds": round(summary.get("fit_seconds", float("nan")), 1),
+        "fit_seconds": round(summary.fit_seconds, 1),
         "ideal_seconds": round(ideal, 1),
         "overhead_fraction": round((wall - ideal) / wall, 4),
-        "overhead_fraction_fit_only": round((summary["fit_seconds"] - ideal) / summary["fit_seconds"], 4),
+        "overhead_fraction_fit_only": round((summary.fit_seconds - ideal) / summary.fit_seconds, 4),
     }
     print(json.dumps(out, indent=1))
-    if summary["errors"] or len(results) != trials:
-        print(f"FAILED: {len(results)} of {trials} trials finished, {summary['errors']} errors",
+    if summary.errors or len(results) != trials:
+        print(f"FAILED: {len(results)} of {trials} trials finished, {summary.errors} errors",
               file=sys.stderr)
         return 1
     return 0

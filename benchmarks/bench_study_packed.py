@@ -160,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         summary = launch(spec, root=root / "studies", progress_seconds=600, out=open(os.devnull, "w"))
         wall = time.perf_counter() - t0
-        assert summary["errors"] == 0, summary
+        assert summary.errors == 0, summary
         seed_epochs = args.k * args.epochs
-        rows[name] = {"label": label, "wall": wall, "trials": summary["trials"],
+        rows[name] = {"label": label, "wall": wall, "trials": summary.trials,
                       "rate": seed_epochs / wall,
                       "db": root / "studies" / f"{name}-bench" / "mlflow.db"}
     solo_h, packed_h = histories(rows["solo"]["db"]), histories(rows["packed"]["db"])
@@ -210,9 +210,9 @@ def ablation(args: argparse.Namespace) -> int:
         finally:
             StudySpec.cell_packs = own
         wall, core = time.perf_counter() - t0, cpu.seconds()
-        assert summary["errors"] == 0, summary
+        assert summary.errors == 0, summary
         seed_epochs = len(variants) * args.k * args.epochs
-        rows[label] = {"trials": summary["trials"], "wall": wall, "cpu": core, "rate_cpu": seed_epochs / core,
+        rows[label] = {"trials": summary.trials, "wall": wall, "cpu": core, "rate_cpu": seed_epochs / core,
                        "rate_wall": seed_epochs / wall}
         records[label] = histories(root / "studies" / f"{name}-bench" / "mlflow.db")
     identical = records["one pack per cell"] == records["ablation packs"]

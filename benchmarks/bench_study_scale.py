@@ -173,9 +173,9 @@ def child(args: argparse.Namespace) -> None:
     out = {
         "wall": wall,
         "t_start": time.time() - wall,
-        "fit": summary.get("fit_seconds", float("nan")),
-        "trials": summary.get("trials"),
-        "errors": summary.get("errors"),
+        "fit": summary.fit_seconds,
+        "trials": summary.trials,
+        "errors": summary.errors,
         "peak_rss_mb": rss.peak_kb / 1024,
         "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "load_mean": sum(rss.loads) / max(1, len(rss.loads)),

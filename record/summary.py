@@ -21,9 +21,26 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from record.schema import HEADLINE_METRICS  # noqa: F401 - re-exported: the readers' summary names
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """A study's trial runs as its record holds them (not Tune's trial states): how many it
+    expects, and how many are finished, failed and neither."""
+
+    expected: int
+    """Trial runs the study plans (``locattn.n_runs``)."""
+    finished: int
+    """Runs tagged ``locattn.status=finished``."""
+    failed: int
+    """Runs tagged ``locattn.status=failed``."""
+    unfinished: int
+    """The rest of ``expected``: runs not in the record yet or still running."""
+
 
 SELECTION_KEY = "best_selection_score"
 """The final metric that chooses a cell's point: the best value of the run's checkpoint-selection

@@ -43,7 +43,7 @@ from mlflow.tracking import MlflowClient
 from record import layout, schema
 from record.store import (StoreError, StudyNotFound, ensure_sqlite_store, local_store, open_store, redact,
                           run_index)
-from record.summary import cell_medians, chosen_point
+from record.summary import RunCounts, cell_medians, chosen_point
 
 MAX_TAG_CHARS = 5000
 """Tag values are cut to this many characters (MLflow's limit is 8,000)."""
@@ -644,14 +644,14 @@ class RecordWriter:
 
     # ------------------------------------------------------------------ the study's parent run
 
-    def run_counts(self, expected: int) -> dict[str, int]:
+    def run_counts(self, expected: int) -> RunCounts:
         """True counts of the study's trial runs in the record (not Tune's trial states)."""
         parent = study_key(self.study)
         states = [s.status for k, s in self.runs.items() if k != parent and not is_cell_key(k)]
         done = sum(1 for s in states if s == schema.STATUS_FINISHED)
         failed = sum(1 for s in states if s == schema.STATUS_FAILED)
-        return {"runs_expected": expected, "runs_finished": done, "runs_failed": failed,
-                "runs_unfinished": max(0, expected - done - failed)}
+        return RunCounts(expected=expected, finished=done, failed=failed,
+                         unfinished=max(0, expected - done - failed))
 
     def expected_runs(self) -> int:
         """Trial runs the study expects (its parent's ``locattn.n_runs`` tag)."""
@@ -673,11 +673,11 @@ class RecordWriter:
         """
         self.open()
         counts = self.run_counts(self.expected_runs())
-        if interrupted or counts["runs_unfinished"]:
+        if interrupted or counts.unfinished:
             status, mlflow_status = schema.STATUS_INTERRUPTED, "KILLED"
         else:
             status = schema.STATUS_FINISHED
-            mlflow_status = "FAILED" if counts["runs_failed"] else "FINISHED"
+            mlflow_status = "FAILED" if counts.failed else "FINISHED"
         self.set_tags(self.parent_id, {schema.STATUS: status})
         self.client.set_terminated(self.parent_id, mlflow_status)
         for key, state in self.runs.items():  # the cells' runs end with the study's, tagged alike

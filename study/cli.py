@@ -60,7 +60,7 @@ from study.plan import preflight, slices
 from study.driver.process import StudyLock
 from study.driver.signals import early_signals, hold_signals
 from study.recording.folder import load_meta, migrate, take_credentials
-from study.driver.launch import launch, resume
+from study.driver.launch import DryRunPlan, StudySummary, launch, resume
 from study.recording.meta import DriverOptions
 from study.recording.cell_results import cell_results, format_results
 from study.recording.runs import format_runs, list_runs
@@ -322,17 +322,17 @@ def check_spec_path(spec: str) -> None:
     raise SpecError(f"{spec}: no such spec file{closest_path(spec, candidates)}")
 
 
-def show_results(summary: dict[str, Any]) -> None:
+def show_results(summary: StudySummary | DryRunPlan) -> None:
     """After a launch or resume that ran: the per-cell results table (:mod:`study.recording.cell_results`)."""
-    if summary.get("dry_run") or not summary.get("dir") or not summary.get("name"):
+    if not isinstance(summary, StudySummary):
         return
-    study_dir = Path(summary["dir"])
+    study_dir = summary.study_dir
     try:
         saved = load_meta(study_paths(study_dir)).tracking_uri
     except SpecError:  # no readable study.json (StudyError is a SpecError): no table
         return
-    results = cell_results(current_store(saved, study_dir), summary["name"])
-    print(format_results(results, report_target(study_dir, summary["name"])), flush=True)
+    results = cell_results(current_store(saved, study_dir), summary.name)
+    print(format_results(results, report_target(study_dir, summary.name)), flush=True)
 
 
 def report_target(study_dir: Path, name: str) -> str:
@@ -346,15 +346,18 @@ def report_target(study_dir: Path, name: str) -> str:
         return str(study_dir)
 
 
-def exit_code(summary: dict[str, Any]) -> int:
+def exit_code(summary: StudySummary | DryRunPlan) -> int:
     """A driver's exit status: 75 when its --time-limit stopped it (``study resume`` goes on),
     130 interrupted (also by a signal before the study started), 1 when a trial failed or a run
-    will not finish in this launch (its summary line says how many), else 0."""
-    if summary.get("time_limit"):
+    will not finish in this launch (its summary line says how many), else 0 (a dry run: 0,
+    or 130 after a signal)."""
+    if not isinstance(summary, StudySummary):
+        return 130 if early_signals else 0
+    if summary.time_limit:
         return slices.EXIT_TIME_LIMIT
-    if summary.get("interrupted") or early_signals:
+    if summary.interrupted or early_signals:
         return 130
-    return 1 if summary.get("errors") or summary.get("runs_unfinished") else 0
+    return 1 if summary.errors or summary.runs.unfinished else 0
 
 
 def _end_dry_run(signum: int, frame: object) -> None:

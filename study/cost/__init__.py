@@ -26,7 +26,7 @@ Ray, no MLflow): ``study.spec`` builds its dry-run plan from here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from locattn.config import TRAIN_PATHS, make_run_config
 from study.cost.calibration import (CALIBRATION_FILE, DEVICES, Calibration, Rate, calibration_from_dict,
@@ -37,6 +37,9 @@ from study.cost.packs import DEVICE_MEMORY, local_cuda_memory, pack_cap, pack_li
 from study.cost.pricing import (CFQ_ASSUMED_TOKENS, CFQ_SIZES, SAMPLE_EXAMPLES, CellCost, RunCost, Shape, cell_costs,
                                 cost_task, gpu_pack, gpu_unpriced, priced_pack, run_cost, run_shape, split_ktok, study_seconds, variant_family, wall_seconds)
 
+if TYPE_CHECKING:
+    from study.spec import StudySpec
+
 __all__ = [
     "CALIBRATION_FILE", "CFQ_ASSUMED_TOKENS", "CFQ_SIZES", "DEVICES", "PRIOR_EPOCHS", "SAMPLE_EXAMPLES",
     "Calibration", "CellCost", "Rate", "RunCost", "Shape", "StudyEta", "TrialProgress", "blend_ratio",
@@ -46,7 +49,7 @@ __all__ = [
 ]
 
 
-def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path: str | None = None
+def plan_lines(spec: StudySpec, slots: int, cal: Calibration | None = None, train_path: str | None = None
                ) -> list[str]:
     """The dry-run's cost lines: thread-hours and wall time per device, how each cell was
     priced, and any assumption; runs priced on ``train_path`` (None: eager)."""
@@ -96,7 +99,7 @@ def plan_lines(spec: Any, slots: int, cal: Calibration | None = None, train_path
     return lines
 
 
-def _faster_paths(spec: Any, cal: Calibration, threads: float, eager_total: float) -> list[str]:
+def _faster_paths(spec: StudySpec, cal: Calibration, threads: float, eager_total: float) -> list[str]:
     """A line per train path that every cell's model takes and the table prices for every
     cell's task, when it is cheaper than eager: what ``--train-path`` would save."""
     out = []
@@ -114,7 +117,7 @@ def _faster_paths(spec: Any, cal: Calibration, threads: float, eager_total: floa
     return out
 
 
-def _gpu_why(spec: Any, cal: Calibration, device: str) -> str:
+def _gpu_why(spec: StudySpec, cal: Calibration, device: str) -> str:
     """Why a device with rows still cannot price ``spec`` (empty when it has no rows)."""
     if device == "cpu" or device not in cal.devices():
         return ""

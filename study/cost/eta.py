@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from locattn.config import make_run_config
 from study.cost.calibration import Calibration, load_calibration
 from study.cost.pricing import RunCost, run_cost
+
+if TYPE_CHECKING:
+    from study.trial.descriptor import TrialDescriptor
 
 #: Pseudo-epochs of weight the model's prediction keeps against a study's measured epochs.
 PRIOR_EPOCHS = 4.0
@@ -77,7 +80,7 @@ def format_eta(seconds: float, done: bool) -> str:
     return "ETA " + (f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s")
 
 
-def eta_key(trial: Any) -> str:
+def eta_key(trial: TrialDescriptor) -> str:
     """The key a trial (a ``study.trial.descriptor.TrialDescriptor``) is priced under: its cell and
     its selection hyperparameters (an ``optim.epochs`` hparam changes the cost)."""
     return trial.cell + "|" + json.dumps(trial.hparams, sort_keys=True, default=str)

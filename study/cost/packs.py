@@ -19,9 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from locattn.config import make_run_config
+
+if TYPE_CHECKING:
+    from locattn.config import RunConfig
+    from study.spec import StudySpec
 
 GIB = 1 << 30
 #: The memory of the GPUs a plan sizes packs for, in bytes: the makers' figures (NVIDIA H100
@@ -55,23 +59,23 @@ def _cell_memory(task: Any, model: Any, batch_size: int) -> Any:
     return pack_memory(cfg, len(vocab), ids, (batch_size, S, T), n_train, data_bytes)
 
 
-def cell_memory(cfg: Any) -> Any:
+def cell_memory(cfg: RunConfig) -> Any:
     """The pack memory model of a resolved seq2seq ``RunConfig``'s cell (cached per task, model
     and batch size); None when its data cannot be built here."""
     return _cell_memory(cfg.task, cfg.model, cfg.optim.batch_size)
 
 
-def runs_per_trial(spec: Any) -> int:
+def runs_per_trial(spec: StudySpec) -> int:
     """Runs one trial of ``spec`` trains together (its pack): the study's runs over its trials."""
     return max(1, spec.n_runs() // max(1, spec.n_trials()))
 
 
-def device_share(spec: Any) -> float:
+def device_share(spec: StudySpec) -> float:
     """The fraction of one device a trial gets (``resources.gpus``, at most 1)."""
     return min(1.0, spec.gpus) if spec.gpus > 0 else 1.0
 
 
-def largest_pack(spec: Any, device_bytes: int) -> tuple[int, str] | None:
+def largest_pack(spec: StudySpec, device_bytes: int) -> tuple[int, str] | None:
     """(the largest K every cell's pack fits on a device of ``device_bytes``, the cell that
     limits it) for a GPU spec whose trials pack; None otherwise (a CPU spec, trials that do not
     pack, or a cell whose model the memory model does not cover)."""
@@ -91,7 +95,7 @@ def largest_pack(spec: Any, device_bytes: int) -> tuple[int, str] | None:
     return best
 
 
-def pack_lines(spec: Any, devices: dict[str, int]) -> list[str]:
+def pack_lines(spec: StudySpec, devices: dict[str, int]) -> list[str]:
     """One plan line per device (key -> bytes): whether a trial's pack fits it, else how many
     packs of which size the trial trains instead and why (the memory model's figures)."""
     lines = []
@@ -117,7 +121,7 @@ def pack_lines(spec: Any, devices: dict[str, int]) -> list[str]:
     return lines
 
 
-def pack_cap(spec: Any, device: str) -> int | None:
+def pack_cap(spec: StudySpec, device: str) -> int | None:
     """The runs one pack of ``spec`` holds on ``device`` (a :data:`DEVICE_MEMORY` key), the
     memory model's largest K where a trial's runs do not fit; None when unknown."""
     total = DEVICE_MEMORY.get(device)

@@ -29,11 +29,15 @@ from __future__ import annotations
 import math
 import shutil
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from locattn.config import DEFAULT_TRAIN_PATH, make_run_config
 from study.cost.calibration import Calibration, load_calibration
 from study.cost.pricing import CompiledRun, compiled_whole_run, run_cost
+
+if TYPE_CHECKING:
+    from locattn.config import OptimConfig, RunConfig
+    from study.spec import StudySpec
 
 @dataclass(frozen=True)
 class PathChoice:
@@ -45,7 +49,7 @@ class PathChoice:
     """One line for the plan (after ``path``); empty when no measurement covers the study (eager)."""
 
 
-def fewest_epochs(optim: Any) -> int:
+def fewest_epochs(optim: OptimConfig) -> int:
     """The fewest epochs a run of ``optim`` (an ``OptimConfig``) trains: its budget, or early
     stopping's earliest stop. Epoch 1 is always a new best (nothing came before it); then
     ``patience`` + 1 epochs that count (from epoch 2, or ``schedule_from_epoch`` if later) without
@@ -54,7 +58,7 @@ def fewest_epochs(optim: Any) -> int:
     return max(1, min(optim.epochs, earliest))
 
 
-def break_even_epochs(cfg: Any, measured: CompiledRun, cal: Calibration) -> float | None:
+def break_even_epochs(cfg: RunConfig, measured: CompiledRun, cal: Calibration) -> float | None:
     """Epochs of one run from which compiling cold costs less than eager, for a resolved
     ``RunConfig`` on one CPU thread; None when the cost model cannot price its eager epoch."""
     cost = run_cost(replace(cfg, train_path=DEFAULT_TRAIN_PATH), cal, "cpu")
@@ -63,7 +67,7 @@ def break_even_epochs(cfg: Any, measured: CompiledRun, cal: Calibration) -> floa
     return measured.cold_extra / (cost.epoch * (1.0 - measured.epoch_ratio))
 
 
-def choose_train_path(spec: Any, cal: Calibration | None = None, compiler: str | None = "auto") -> PathChoice:
+def choose_train_path(spec: StudySpec, cal: Calibration | None = None, compiler: str | None = "auto") -> PathChoice:
     """The train path a new study of ``spec`` (a :class:`study.spec.StudySpec`) takes without
     ``--train-path`` (this module's rule). ``compiler``: the C++ compiler's path, None when there
     is none; ``"auto"`` looks for ``g++`` on ``PATH``."""

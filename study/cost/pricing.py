@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from locattn.config import make_run_config
 from locattn.models.config import packable_families
 from study.cost.calibration import Calibration
 from study.cost.packs import pack_cap
+
+if TYPE_CHECKING:
+    from locattn.config import RunConfig
+    from locattn.models.config import ModelConfig
+    from locattn.tasks.config import TaskConfig
+    from study.spec import StudySpec
 
 #: CFQ's official split sizes (``query_complexity_split``), used when its files are absent.
 CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
@@ -72,7 +78,7 @@ COMPILED_WHOLE_RUNS: dict[tuple[str, str], tuple[CompiledRun, ...]] = {
 _SIZE_FIELDS = ("train_size", "dev_size", "test_size", "test_lengths", "test_limit", "data_seed")
 
 
-def compiled_whole_run(cfg: Any) -> CompiledRun | None:
+def compiled_whole_run(cfg: RunConfig) -> CompiledRun | None:
     """The measured :class:`CompiledRun` of a resolved ``RunConfig``, or None: not measured for
     its task and variant, a model, batch size, teacher forcing or training lengths other than
     the ones measured (its variant's and task's defaults), or a training split smaller than every
@@ -99,7 +105,7 @@ def compiled_whole_run(cfg: Any) -> CompiledRun | None:
                        epoch_ratio=max(at.epoch_ratio, nxt.epoch_ratio))
 
 
-def variant_family(model: Any) -> str:
+def variant_family(model: ModelConfig) -> str:
     """A model config's cost family: the attention family, ``+mix`` for mixed location
     attention, prefixed by the encoder when it is not the default BiGRU (``gru_residual/content``)."""
     att = model.attention
@@ -113,7 +119,7 @@ def variant_family(model: Any) -> str:
 VARIABLE_SUFFIX = "@variable"
 
 
-def cost_task(task: Any) -> str:
+def cost_task(task: TaskConfig) -> str:
     """The calibration table's task key of a ``TaskConfig``: its name, with
     :data:`VARIABLE_SUFFIX` for a variable-length Raffel & Ellis task."""
     if task.name.startswith("raffel_") and task.variable_length:
@@ -140,7 +146,7 @@ def split_ktok(examples: Iterable[Any]) -> float:
     return sum(len(e.src) + len(e.tgt) for e in examples) / 1000.0
 
 
-def run_shape(cfg: Any) -> Shape:
+def run_shape(cfg: RunConfig) -> Shape:
     """The :class:`Shape` of a resolved ``RunConfig`` (builds or reads its data, cached)."""
     o = cfg.optim
     return _shape(cfg.task, o.updates_per_epoch, o.batch_size, cfg.eval.regression_protocol)
@@ -181,7 +187,7 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
 
 
 @lru_cache(maxsize=64)
-def sample_data(task: Any) -> Any:
+def sample_data(task: TaskConfig) -> Any:
     """A generated task's data with every split at most :data:`SAMPLE_EXAMPLES` examples (what a
     plan prices and sizes packs from; built once per task config). SCAN and Lookup ignore the
     sizes."""
@@ -219,7 +225,7 @@ class RunCost:
         return (0.0 if started else self.startup) + rest * self.epoch + self.test
 
 
-def run_cost(cfg: Any, cal: Calibration, device: str = "cpu",
+def run_cost(cfg: RunConfig, cal: Calibration, device: str = "cpu",
              flat_seconds_per_1k_examples: float | None = None, pack: int | None = None) -> RunCost | None:
     """Predicted :class:`RunCost` of a resolved ``RunConfig`` on ``device``; None when the
     table has no row for that device and no flat fallback is given. ``pack``: at most this
@@ -270,7 +276,7 @@ class CellCost:
     """Per run."""
 
 
-def gpu_pack(spec: Any) -> int | None:
+def gpu_pack(spec: StudySpec) -> int | None:
     """How many runs at most share one GPU in ``spec``'s study: a trial's runs (its pack) times
     the trials one device holds (``1 / resources.gpus``); None for a CPU spec, priced as if its
     runs trained as graphed packs of any size the table has."""
@@ -280,7 +286,7 @@ def gpu_pack(spec: Any) -> int | None:
     return per_trial * max(1, int(1.0 / spec.gpus + 1e-9)) if spec.gpus < 1 else per_trial
 
 
-def priced_pack(spec: Any, device: str) -> int | None:
+def priced_pack(spec: StudySpec, device: str) -> int | None:
     """The pack size a GPU's rows price ``spec``'s runs at: :func:`gpu_pack`, capped where the
     memory model says a trial's runs do not fit ``device`` as one pack
     (:func:`study.cost.packs.pack_cap`: they train as several packs of the largest K that fits)."""
@@ -290,7 +296,7 @@ def priced_pack(spec: Any, device: str) -> int | None:
     return cap if pack is None else min(pack, cap)
 
 
-def gpu_unpriced(spec: Any, cfg: Any) -> str:
+def gpu_unpriced(spec: StudySpec, cfg: RunConfig) -> str:
     """Why a GPU's rows (graphed packs, ``benchmarks/bench_gpu.py --calibrate``) cannot price
     the cell of ``cfg`` in ``spec``, or "" when they can: the model must pack, and a GPU spec
     must pack its trials and train them with ``optim.train_step: graphed``."""
@@ -301,7 +307,7 @@ def gpu_unpriced(spec: Any, cfg: Any) -> str:
     return ""
 
 
-def cell_costs(spec: Any, cal: Calibration, device: str = "cpu", train_path: str | None = None
+def cell_costs(spec: StudySpec, cal: Calibration, device: str = "cpu", train_path: str | None = None
                ) -> list[CellCost] | None:
     """Per-cell run costs of a :class:`study.spec.StudySpec` on ``device``, or None when the
     device is unmeasured. Cells that no row covers fall back to the spec's flat rate. Runs are

@@ -17,7 +17,6 @@ import json
 import shutil
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Mapping, Sequence, TextIO
 
 import torch
@@ -30,7 +29,7 @@ from locattn.train import find_checkpoint
 from record import layout
 from record.layout import StudyPaths
 from record.store import experiment_id, local_store
-from record.writer import existing_runs
+from record.writer import RunState, existing_runs
 from study.trial.descriptor import TrialDescriptor, finished_result, write_trial_file
 from study.driver.process import StudyLock
 from study.recording.folder import load_meta, new_study_paths, spec_from_meta, write_meta
@@ -57,7 +56,7 @@ def _grid_spec(paths: StudyPaths, meta: StudyMeta, what: str) -> StudySpec:
     return spec
 
 
-def record_runs(meta: StudyMeta, paths: StudyPaths) -> dict[str, Any]:
+def record_runs(meta: StudyMeta, paths: StudyPaths) -> dict[str, RunState]:
     """run key -> RunState of every run in the study's record (empty before its first run)."""
     uri = current_store(meta.tracking_uri, paths.dir)
     if local_store(uri) is not None:  # SQLite: read without creating a store
@@ -105,7 +104,7 @@ def _matches(desc: TrialDescriptor, only: Mapping[str, list]) -> bool:
 
 
 def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None = None,
-           seeds: Sequence[int] | None = None, limit: int | None = None, out: TextIO) -> dict[str, Any]:
+           seeds: Sequence[int] | None = None, limit: int | None = None, out: TextIO) -> dict[str, int]:
     """Write the export folder ``out_dir`` for the study's unfinished runs; counts of trials
     and runs exported. ``seeds``: only these seeds' runs of each trial (a packed trial's pack
     is then those seeds: several workers can train one large pack in parts)."""
@@ -122,7 +121,7 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
         raise SpecError(f"{out_dir}: not empty; export into a new folder")
     lock = StudyLock(paths, out).acquire()  # never while a driver trains these runs
     try:
-        trials, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs=record_runs(meta, paths)))
+        trials, _ = plan_trials(spec, paths, meta, record_runs(meta, paths))
         trials = [t for t in trials if _matches(t, only or {})]
         entries, n_runs, on_disk = [], 0, 0
         for desc in trials:
@@ -160,7 +159,8 @@ def export(paths: StudyPaths, out_dir: Path, *, only: Mapping[str, list] | None 
     return {"trials": len(entries), "runs": n_runs, "on_disk": on_disk}
 
 
-def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: bool = False) -> dict[str, Any]:
+def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: bool = False
+                ) -> dict[str, int | dict[str, int]]:
     """Copy the run folders of ``runs_dir`` into the study's ``runs/`` (an unfinished one with
     its checkpoint staged for the next resume; one without a checkpoint is left out); a folder
     of another study, or of a run the study does not plan, refuses the whole import.
@@ -173,7 +173,7 @@ def import_runs(paths: StudyPaths, runs_dir: Path, *, out: TextIO, skip_others: 
         raise SpecError(f"{runs_dir}: no such folder")
     lock = StudyLock(paths, out).acquire()  # never under a running driver
     try:
-        planned, _ = plan_trials(spec, paths, meta, SimpleNamespace(runs={}))
+        planned, _ = plan_trials(spec, paths, meta, {})
         keys = {key: (seed, desc) for desc in planned for seed, key in desc.run_keys}
         found, others = import_folders(runs_dir, keys, name, skip_others)
         copied, unfinished, present, staged, kept = copy_runs(paths, runs_dir, found)

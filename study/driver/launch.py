@@ -12,13 +12,15 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from locattn.config import OPERATIONAL_FIELDS
 from record import schema
 from record.layout import StudyPaths, study_paths
 from record.power import power_lines
+from record.summary import RunCounts
 from record.store import FULL, READ_ONLY, is_server, redact, split_credentials, sqlite_path, store_condition
 from study.plan import slices
 from study.cost import study_eta
@@ -37,6 +39,14 @@ from study.spec import (SpecError, StudySpec, apply_sets, check_task_data, read_
                         resolve_spec, same_spec, size_warnings, spec_changes, widens)
 from study.recording.status import trial_runs
 from study.recording.study_store import browse_advice
+
+if TYPE_CHECKING:
+    from ray.tune.search import Searcher
+    from study.cost import StudyEta
+    from study.trial.trainable import Trainer
+    from ray.tune import ResultGrid
+
+    from study.recording.record_callback import RecordCallback
 
 
 def resume_command(study_dir: Path, max_concurrent: int | None, address: str | None) -> str:
@@ -83,6 +93,55 @@ def prune_tune_state(tune_dir: Path) -> int:
     return len(old)
 
 
+@dataclass(frozen=True)
+class StudySummary:
+    """What one driver pass of :func:`launch` or :func:`resume` did (a dry run returns a
+    :class:`DryRunPlan` instead). Run counts are the record's, not Tune's trial states."""
+
+    name: str
+    """The study's name (its MLflow experiment)."""
+    study_dir: Path
+    """The study folder."""
+    tracking_uri: str
+    """The record's store (it may hold a password: show it through ``record.store.redact``)."""
+    trials: int
+    """Tune trials this pass fitted (0 when every trial was already finished in the record)."""
+    errors: int
+    """Of those, the trials that ended in an error."""
+    skipped: int
+    """Trials not run because the record holds all their runs finished."""
+    wall_seconds: float
+    """The pass's wall time, seconds."""
+    fit_seconds: float
+    """The Tuner's ``fit`` wall time, seconds (0.0 when nothing was fitted)."""
+    interrupted: bool
+    """Whether a signal or the time limit stopped the pass (``study resume`` continues it)."""
+    time_limit: bool
+    """Whether it was the time limit (``--time-limit``): the exit status is then 75."""
+    runs: RunCounts
+    """The record's run counts after the pass."""
+
+
+@dataclass(frozen=True)
+class DryRunPlan:
+    """What ``study launch --dry-run`` planned (printed on its ``out``; nothing was written)."""
+
+    name: str
+    """The study's name."""
+    study_dir: Path
+    """The folder a launch would create or continue."""
+    n_trials: int
+    """Tune trials the spec plans."""
+    n_runs: int
+    """Trial runs (cells x hparam points x seeds)."""
+    data_problems: tuple[str, ...]
+    """A task's data that is missing or unreadable, one line each."""
+    size_warnings: tuple[str, ...]
+    """Limits the spec exceeds (:data:`study.spec.SIZE_LIMITS`): a launch asks for ``--yes``."""
+    disk_short: bool
+    """Whether the study folder's disk lacks the space the plan needs."""
+
+
 def launch(
     spec_path: str | Path,
     *,
@@ -96,17 +155,18 @@ def launch(
     progress_seconds: float = DriverOptions.progress_seconds,
     only: dict[str, list] | None = None,
     seeds: int | list[int] | None = None,
-    train_path: str | None = DriverOptions.train_path,
-    trainer: Any = None,
+    train_path: str | None = None,
+    trainer: Trainer | None = None,
     out: TextIO | None = None,
     yes: bool = False,
-    time_limit: float | None = DriverOptions.time_limit,
+    time_limit: float | None = None,
     sets: dict[str, Any] | None = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
     power_target: float | None = None,
-) -> dict[str, Any]:
-    """Launch a study, or resume it if it already exists with the same spec (idempotent).
+) -> StudySummary | DryRunPlan:
+    """Launch a study, or resume it if it already exists with the same spec (idempotent): the
+    pass's :class:`StudySummary`, or with ``dry_run`` the :class:`DryRunPlan` (nothing written).
     ``sets`` (``--set KEY=VALUE``) are dotted overrides applied after the profile's, saved in
     ``study.json`` (``raw`` and ``set``) and part of the study's spec as any override is.
     The spec's ``plugins:`` and ``plugins`` (``--plugin``) are imported first, here and in
@@ -157,8 +217,7 @@ def launch(
             meta = new_meta(spec, spec_path, raw, paths, name, only=only, seeds=seeds, sets=sets,
                             train_path=train_path, tracking_uri=tracking_uri)
             write_meta(paths, meta)
-        options = DriverOptions(address=address, max_concurrent=max_concurrent,
-                                progress_seconds=progress_seconds, time_limit=time_limit, train_path=train_path)
+        options = DriverOptions(address=address, max_concurrent=max_concurrent, progress_seconds=progress_seconds)
         return _run(spec, paths, meta, options, out=out, lock=lock, deadline=deadline, trainer=trainer,
                     plugins=plugin_names)
     finally:
@@ -180,11 +239,11 @@ def _new_study_train_path(spec: StudySpec, paths: StudyPaths, name: str, train_p
 
 def dry_run_plan(spec: StudySpec, name: str, paths: StudyPaths, max_concurrent: int | None,
                  train_path: str | None, out: TextIO, chosen: str = "",
-                 power_target: float | None = None) -> dict[str, Any]:
+                 power_target: float | None = None) -> DryRunPlan:
     """``study launch --dry-run``: print the plan (``chosen``: the line of the train path the
     launcher picked, if any), what its seeds per cell can detect (:func:`record.power.power_lines`,
     with the seeds ``power_target`` needs), its size warnings, data problems and disk line to
-    ``out``; return its summary (``dry_run`` true). Writes nothing."""
+    ``out``; return the :class:`DryRunPlan`. Writes nothing."""
     big = size_warnings(spec)
     print(f"study    {name} -> {paths.dir}", file=out)
     print(spec.plan(max_concurrent, train_path), file=out)
@@ -198,8 +257,8 @@ def dry_run_plan(spec: StudySpec, name: str, paths: StudyPaths, max_concurrent: 
         print(f"data     PROBLEM {problem}", file=out)
     disk, short = disk_line(spec, _slots(spec, max_concurrent), paths.dir)
     print(disk, file=out)
-    return {"dry_run": True, "name": name, "n_trials": spec.n_trials(), "n_runs": spec.n_runs(),
-            "data_problems": problems, "size_warnings": big, "disk_short": short}
+    return DryRunPlan(name=name, study_dir=paths.dir, n_trials=spec.n_trials(), n_runs=spec.n_runs(),
+                      data_problems=tuple(problems), size_warnings=tuple(big), disk_short=short)
 
 
 def prepare_launch(spec: StudySpec, spec_path: Path, name: str, paths: StudyPaths, *,
@@ -376,15 +435,15 @@ def resume(
     address: str | None = DriverOptions.address,
     progress_seconds: float = DriverOptions.progress_seconds,
     out: TextIO | None = None,
-    time_limit: float | None = DriverOptions.time_limit,
+    time_limit: float | None = None,
     max_concurrent: int | None = DriverOptions.max_concurrent,
-    train_path: str | None = DriverOptions.train_path,
-    trainer: Any = None,
+    train_path: str | None = None,
+    trainer: Trainer | None = None,
     allow_dirty: bool = False,
     plugins: list[str] | tuple[str, ...] = (),
     sets: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Resume a study from its directory: finished trials are kept, unfinished ones continue
+) -> StudySummary:
+    """Resume a study from its directory (its :class:`StudySummary`): finished trials are kept, unfinished ones continue
     (``time_limit``, ``max_concurrent``, ``train_path``, ``trainer`` and ``allow_dirty`` as in
     :func:`launch`; the spec's or the study's saved choice by default). A plugin its
     ``study.json`` names is imported only when installed or named again in ``plugins``
@@ -433,8 +492,7 @@ def resume(
         if set_spec is not None:
             meta = resume_sets(paths, meta, set_spec, sets or {}, out)
         meta = _set_train_path(paths, meta, train_path, out)
-        options = DriverOptions(address=address, max_concurrent=max_concurrent,
-                                progress_seconds=progress_seconds, time_limit=time_limit, train_path=train_path)
+        options = DriverOptions(address=address, max_concurrent=max_concurrent, progress_seconds=progress_seconds)
         return _run(spec, paths, meta, options, out=out, lock=lock, deadline=deadline, trainer=trainer,
                     plugins=plugin_names)
     finally:
@@ -495,7 +553,7 @@ def resume_sets(paths: StudyPaths, meta: StudyMeta, spec: StudySpec, sets: dict[
 
 
 def _run(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, options: DriverOptions, *, out: TextIO,
-         deadline: tuple[float, float] | None = None, **kw: Any) -> dict[str, Any]:
+         deadline: tuple[float, float] | None = None, **kw: Any) -> StudySummary:
     """:func:`_run_locked`, with Ctrl-C and SIGTERM ours from here on (a signal in the first
     seconds of a launch stops it in one line and leaves it resumable: driver.Interrupt), and a
     full disk or a read-only store said in one line."""
@@ -524,9 +582,9 @@ def _run_locked(
     lock: StudyLock | None,
     interrupt: Interrupt,
     deadline: tuple[float, float] | None = None,
-    trainer: Any = None,
+    trainer: Trainer | None = None,
     plugins: list[str] | tuple[str, ...] = (),
-) -> dict[str, Any]:
+) -> StudySummary:
     """Reconcile the record, start Ray, plan the trials, fit them and summarise: the study's
     one driver pass, under its lock."""
     address, max_concurrent = options.address, options.max_concurrent
@@ -554,12 +612,12 @@ def _run_locked(
         # Always a new Tuner, planned from the spec and the record: Tune's saved state in tune/
         # (tuner.pkl, its snapshots) holds pickles, and unpickling a planted one runs its code.
         # Unfinished trials continue from their runs' own verified checkpoints (study.trial.trainable).
-        trials, skipped = plan_trials(spec, paths, meta, recorder)
+        trials, skipped = plan_trials(spec, paths, meta, recorder.runs)
         search_alg, n_trials, skipped = searcher(spec, paths, meta, trials, skipped, out)
         if search_alg is None:
             return all_finished(recorder, spec, paths, meta, skipped, t_start, out)
         if skipped:  # in runs, as `study status` and the summary line count them
-            done = recorder.writer.run_counts(spec.n_runs())["runs_finished"]
+            done = recorder.writer.run_counts(spec.n_runs()).finished
             print(f"[study {name}] {done} of {spec.n_runs()} runs already finished in the record "
                   f"({skipped} of {skipped + len(trials)} trials); running the other {len(trials)} "
                   "trial(s)", file=out)
@@ -583,7 +641,7 @@ def _run_locked(
         stop_ray(ray_start)
 
 
-def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
+def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> RecordCallback:
     """The study's :class:`study.recording.record_callback.RecordCallback` (not opened): its store, experiment,
     artifact location and the parent run's tags."""
     from study.recording.record_callback import RecordCallback  # Ray Tune's Callback: only when a study runs
@@ -611,7 +669,7 @@ def study_recorder(spec: StudySpec, paths: StudyPaths, meta: StudyMeta) -> Any:
     )
 
 
-def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> None:
+def open_record(recorder: RecordCallback, paths: StudyPaths, name: str, out: TextIO) -> None:
     """Open the study's record and re-record the finished runs the store lost (a deleted
     mlflow.db, another store, a study copied without tune/) from their run directories."""
     from study.recording.record_callback import reconcile  # Ray Tune's Callback: only when a study runs
@@ -624,24 +682,25 @@ def open_record(recorder: Any, paths: StudyPaths, name: str, out: TextIO) -> Non
               "(from their run directories)", file=out)
 
 
-def all_finished(recorder: Any, spec: StudySpec, paths: StudyPaths, meta: StudyMeta, skipped: int,
-                 t_start: float, out: TextIO) -> dict[str, Any]:
+def all_finished(recorder: RecordCallback, spec: StudySpec, paths: StudyPaths, meta: StudyMeta, skipped: int,
+                 t_start: float, out: TextIO) -> StudySummary:
     """A study with nothing left to run: say so, close the parent run, return its summary."""
     name, writer = meta.name, recorder.writer
     counts = writer.run_counts(spec.n_runs())
     print(f"[study {name}] every trial is already finished in the record "
-          f"({counts['runs_finished']} of {counts['runs_expected']} runs finished, "
-          f"{counts['runs_failed']} failed); {browse_advice(meta.tracking_uri, paths.dir, name)}",
+          f"({counts.finished} of {counts.expected} runs finished, "
+          f"{counts.failed} failed); {browse_advice(meta.tracking_uri, paths.dir, name)}",
           file=out)
     writer.finish_parent(interrupted=False)
-    return {"name": name, "dir": str(paths.dir), "skipped": skipped,
-            "trials": 0, "errors": 0, "wall_seconds": time.time() - t_start,
-            **counts, "interrupted": False}
+    return StudySummary(name=name, study_dir=paths.dir, tracking_uri=meta.tracking_uri, trials=0, errors=0,
+                        skipped=skipped, wall_seconds=time.time() - t_start, fit_seconds=0.0,
+                        interrupted=False, time_limit=False, runs=counts)
 
 
-def fit_trials(spec: StudySpec, paths: StudyPaths, name: str, recorder: Any, search_alg: Any, n_trials: int, *,
-               max_concurrent: int | None, progress_seconds: float, out: TextIO, t_start: float,
-               eta: Any, interrupt: Interrupt, trainer: Any = None) -> tuple[Any, float]:
+def fit_trials(spec: StudySpec, paths: StudyPaths, name: str, recorder: RecordCallback, search_alg: Searcher,
+               n_trials: int, *, max_concurrent: int | None, progress_seconds: float, out: TextIO, t_start: float,
+               eta: StudyEta | None, interrupt: Interrupt, trainer: Trainer | None = None
+               ) -> tuple[ResultGrid | None, float]:
     """Fit a new Tuner over the planned trials with the record and progress callbacks; its
     result grid (None when interrupted before one) and the fit's wall seconds. A store that
     failed during the fit is a :class:`StudyError`."""
@@ -666,9 +725,9 @@ def fit_trials(spec: StudySpec, paths: StudyPaths, name: str, recorder: Any, sea
     return grid, fit_seconds
 
 
-def close_record(recorder: Any, spec: StudySpec, paths: StudyPaths, *, interrupted: bool) -> dict[str, int]:
+def close_record(recorder: RecordCallback, spec: StudySpec, paths: StudyPaths, *, interrupted: bool) -> RunCounts:
     """Flush the record, close the parent run and check the store once more; the run counts
-    (:meth:`record.writer.RunWriter.run_counts`). A store failure is a :class:`StudyError`."""
+    (:meth:`record.writer.RecordWriter.run_counts`). A store failure is a :class:`StudyError`."""
     writer = recorder.writer
     try:
         writer.flush()
@@ -687,42 +746,35 @@ def close_record(recorder: Any, spec: StudySpec, paths: StudyPaths, *, interrupt
     return counts
 
 
-def summarise(name: str, study_dir: Path, tracking_uri: str, grid: Any, counts: dict[str, int], *,
+def summarise(name: str, study_dir: Path, tracking_uri: str, grid: ResultGrid | None, counts: RunCounts, *,
               skipped: int, wall_seconds: float, fit_seconds: float, interrupted: bool,
-              timed_out: bool) -> dict[str, Any]:
+              timed_out: bool) -> StudySummary:
     """A driver pass's summary: the study, trials fitted and failed (``grid``: Tune's result
     grid or None), ``counts`` (the record's run counts), times in seconds, and whether a signal
     (``interrupted``) or the time limit (``time_limit``) stopped it."""
-    return {
-        "name": name,
-        "dir": str(study_dir),
-        "tracking_uri": tracking_uri,
-        "trials": len(grid) if grid is not None else 0,
-        "errors": sum(1 for r in grid if r.error is not None) if grid is not None else 0,
-        "skipped": skipped,
-        "wall_seconds": wall_seconds,
-        "fit_seconds": fit_seconds,
-        "interrupted": interrupted,
-        "time_limit": interrupted and timed_out,
-        **counts,
-    }
+    return StudySummary(
+        name=name, study_dir=Path(study_dir), tracking_uri=tracking_uri,
+        trials=len(grid) if grid is not None else 0,
+        errors=sum(1 for r in grid if r.error is not None) if grid is not None else 0,
+        skipped=skipped, wall_seconds=wall_seconds, fit_seconds=fit_seconds,
+        interrupted=interrupted, time_limit=interrupted and timed_out, runs=counts)
 
 
-def summary_line(summary: dict[str, Any], *, max_concurrent: int | None, address: str | None,
+def summary_line(summary: StudySummary, *, max_concurrent: int | None, address: str | None,
                  deadline: tuple[float, float] | None) -> str:
     """The driver's last line: runs finished, failed and not finished, the record, and what to
     do next (resume after a signal or the time limit, else where to browse the record)."""
-    name, study_dir, tracking_uri = summary["name"], Path(summary["dir"]), summary["tracking_uri"]
-    line = (f"[study {name}] {summary['runs_finished']} of {summary['runs_expected']} runs finished, "
-            f"{summary['runs_failed']} failed, {summary['runs_unfinished']} not finished; record: "
+    name, study_dir, tracking_uri, runs = summary.name, summary.study_dir, summary.tracking_uri, summary.runs
+    line = (f"[study {name}] {runs.finished} of {runs.expected} runs finished, "
+            f"{runs.failed} failed, {runs.unfinished} not finished; record: "
             f"{tracking_uri} (experiment {name!r})")
     # The resume command says the concurrency this driver was given: the study resumes with
     # the spec's otherwise, which may be more trials than the user chose to run at once.
     again = resume_command(study_dir, max_concurrent, address)
-    if summary["time_limit"]:
+    if summary.time_limit:
         limit_arg = limit_text(deadline[0])
         return (f"{line}. Time limit {limit_arg} reached (exit status {slices.EXIT_TIME_LIMIT}): "
                 f"continue with `{again} --time-limit {limit_arg}`")
-    if summary["interrupted"]:
+    if summary.interrupted:
         return f"{line}. Interrupted: continue with `{again}`"
     return f"{line}; {browse_advice(tracking_uri, study_dir, name)}"

@@ -9,9 +9,12 @@ import os
 import signal
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from study.plan import slices
+
+if TYPE_CHECKING:
+    from ray.tune import ResultGrid, Tuner
 
 
 def deadline(time_limit: float | None) -> tuple[float, float] | None:
@@ -113,7 +116,7 @@ class Interrupt:
             tune_handler(signal.SIGUSR1, frame)  # Tune's graceful stop
             self.install()  # (Tune's handler reinstalled the previous SIGINT one)
 
-    def fit(self, tuner: Any) -> Any:
+    def fit(self, tuner: Tuner) -> ResultGrid | None:
         """``tuner.fit()`` unless the study is already stopping; None when it did not run or a
         second signal stopped it at once (Tune's state as of its last snapshot)."""
         if self.event.is_set():  # (a signal or a --time-limit spent before the fit)
@@ -148,5 +151,5 @@ class Interrupt:
     def __enter__(self) -> "Interrupt":
         return self.install()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.uninstall()

@@ -11,12 +11,15 @@ from __future__ import annotations
 import math
 import shutil
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from locattn.config import DEFAULT_TRAIN_PATH, TRAIN_PATHS, make_run_config
 from record.store import redact, sqlite_path, uri_parts
 from study.spec import SpecError
+
+if TYPE_CHECKING:
+    from study.spec import StudySpec
 
 #: Seconds to wait for a tracking server, a database or a Ray cluster to accept a connection.
 CONNECT_TIMEOUT_S = 5.0
@@ -43,7 +46,7 @@ def check_train_path(train_path: str | None) -> None:
                         "not found: apt-get install g++), or --train-path eager")
 
 
-def check_train_path_fits(spec: Any, train_path: str | None) -> None:
+def check_train_path_fits(spec: StudySpec, train_path: str | None) -> None:
     """Refuse a ``--train-path`` that some cell's model does not take (``compiled`` is for the
     seq2seq models, ``fused`` for Raffel & Ellis's regressors), before anything starts."""
     if train_path in (None, DEFAULT_TRAIN_PATH):

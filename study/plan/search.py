@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
@@ -77,7 +77,7 @@ class OpenTrialsScheduler(FIFOScheduler):
         super().__init__()
         self._open: dict[str, Any] = {}
 
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         self._open.pop(trial.trial_id, None)
         self._open[trial.trial_id] = trial
 
@@ -98,9 +98,9 @@ class OpenTrialsScheduler(FIFOScheduler):
         return {**self.__dict__, "_open": {}}
 
 
-def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, BaseDistribution]:
     """Spec distributions -> Optuna distributions (keys are dotted config paths)."""
-    out: dict[str, Any] = {}
+    out: dict[str, BaseDistribution] = {}
     for key, d in space.items():
         kind = d["type"]
         if kind == "loguniform":
@@ -114,7 +114,7 @@ def optuna_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def make_sampler(name: str, seed: int) -> Any:
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by spec name."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -159,7 +159,7 @@ class CompleteOnlyOptunaSearch(OptunaSearch):
         open_ = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
         return len(trials), open_
 
-    def adopt(self, trial_id: str, frozen: Any) -> dict:
+    def adopt(self, trial_id: str, frozen: optuna.trial.FrozenTrial) -> dict:
         """Hand out an asked point again as Tune trial ``trial_id``; its result is told to the
         same Optuna trial."""
         self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, frozen._trial_id)

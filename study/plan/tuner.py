@@ -8,7 +8,7 @@ per cell, rebuilt from ``optuna.db``. Imports Ray Tune and Optuna: only the driv
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from ray import tune
 
@@ -22,6 +22,14 @@ from study.plan.search import CellSearch, OpenTrialsScheduler, TrialQueue
 from study.spec import StudySpec
 from study.trial.trainable import TrialDescriptor, run_trial, trial_dirname
 
+if TYPE_CHECKING:
+    from ray.tune import Callback
+    from ray.tune.search import Searcher
+    from study.trial.trainable import Trainer
+    from ray.tune.experiment import Trial
+
+    from record.writer import RunState
+
 #: Tune checkpoints kept per trial. Tune also snapshots its whole experiment state (O(trials)
 #: bytes) whenever one trial has reported this many checkpoints since the last snapshot, so
 #: that a snapshot never names a pruned checkpoint. At 3 (one per epoch) a study of N short
@@ -33,10 +41,11 @@ from study.trial.trainable import TrialDescriptor, run_trial, trial_dirname
 TUNE_CHECKPOINTS_KEPT = 10
 
 
-def plan_trials(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, recorder: Any
+def plan_trials(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, runs: Mapping[str, RunState]
                 ) -> tuple[list[TrialDescriptor], int]:
     """(trial descriptors, trials skipped): a grid study's trials the record does not hold
-    finished, or a search study's cell groups (one per cell x hparams point)."""
+    finished (``runs``: run key -> :class:`record.writer.RunState` of the record's runs), or a
+    search study's cell groups (one per cell x hparams point)."""
 
     common = dict(study=meta.name, study_dir=str(paths.dir), cpus=spec.cpus, gpus=spec.gpus,
                   metric=spec.search.metric if spec.search else SELECTION_KEY,
@@ -47,7 +56,7 @@ def plan_trials(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, recorder: A
                                 overrides={**cell.overrides, **hp}, hparams=hp, seeds=tuple(spec.seeds),
                                 **common)
                 for cell in spec.cells for hp in spec.hparam_points()], 0
-    done = {k for k, s in recorder.runs.items() if s.status == schema.STATUS_FINISHED}
+    done = {k for k, s in runs.items() if s.status == schema.STATUS_FINISHED}
     trials, skipped = [], 0
     for t in spec.grid_trials():
         desc = TrialDescriptor(cell=t.cell, task=t.task, variant=t.variant, overrides=t.overrides,
@@ -77,8 +86,8 @@ def searcher(spec: StudySpec, paths: StudyPaths, meta: StudyMeta, trials: list[T
     return TrialQueue([t.to_dict() for t in trials]), len(trials), skipped
 
 
-def make_tuner(spec: StudySpec, paths: StudyPaths, search_alg: Any, num_samples: int, limit: int | None,
-               callbacks: list, trainer: Any = None) -> Any:
+def make_tuner(spec: StudySpec, paths: StudyPaths, search_alg: Searcher, num_samples: int, limit: int | None,
+               callbacks: list[Callback], trainer: Trainer | None = None) -> tune.Tuner:
     """The one Tuner of every study: a new one on every launch and resume, trials from
     ``search_alg``, first-in first-out, Tune's files in ``<study>/tune/``. ``trainer``: the
     solo trainer a caller's code chooses (``locattn.train.train`` when None; benchmarks pass a
@@ -97,7 +106,7 @@ def make_tuner(spec: StudySpec, paths: StudyPaths, search_alg: Any, num_samples:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT), verbose=0))
 
 
-def _trial_dirname(trial: Any) -> str:
+def _trial_dirname(trial: Trial) -> str:
     return trial_dirname(trial.trial_id)
 
 

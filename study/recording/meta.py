@@ -96,7 +96,9 @@ class StudyMeta:
 class DriverOptions:
     """The operational choices of one launch or resume (``study launch``/``resume``'s options):
     none is part of the study or of a run's identity. Each field's default is the one default of
-    that choice (:func:`study.driver.launch.launch`, :func:`study.driver.launch.resume` and the command line take it)."""
+    that choice (:func:`study.driver.launch.launch`, :func:`study.driver.launch.resume` and the command line take it).
+    The time limit (a deadline taken when the call starts) and the train path (saved in the
+    study's :class:`StudyMeta`) are not here: neither has a default but "none given"."""
 
     #: The Ray cluster to join (``auto``, ``ray://head:10001``); None: a private local Ray on 127.0.0.1.
     address: str | None = None
@@ -104,7 +106,3 @@ class DriverOptions:
     max_concurrent: int | None = None
     #: Seconds between progress lines.
     progress_seconds: float = 10.0
-    #: Stop gracefully before this many seconds of wall time; None: no limit (:mod:`study.plan.slices`).
-    time_limit: float | None = None
-    #: How the runs' training steps run; None: the study's saved choice (:attr:`StudyMeta.train_path`).
-    train_path: str | None = None

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from study.cost import StudyEta, eta_key, format_eta
 from study.recording.naming import run_name
 from study.trial.trainable import TrialDescriptor
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -40,7 +43,7 @@ class ProgressLine(_TuneCallback):
     def __init__(self, *, study: str, total_trials: int, epochs_per_trial: int,
                  counts: TrialCounter, seconds: float = 10.0, out: TextIO | None = None,
                  t0: float | None = None, eta: StudyEta | None = None,
-                 over: Callable[[Any], bool] | None = None) -> None:
+                 over: Callable[[Trial], bool] | None = None) -> None:
         self.study = study
         self.total_trials = total_trials
         self.epochs_per_trial = epochs_per_trial
@@ -67,10 +70,10 @@ class ProgressLine(_TuneCallback):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.started[trial.trial_id] = time.time()
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any) -> None:
         took = result.get("epoch_seconds")
         if self.eta is not None and result.get("kind") == "epoch" and isinstance(took, (int, float)):
             key = eta_key(TrialDescriptor.of(trial.config))
@@ -89,16 +92,16 @@ class ProgressLine(_TuneCallback):
             self.fraction[trial.trial_id] = 0.0
             self.line(trials)
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.line(trials, force=True)
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self.line(trials, force=True)
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         self.line(trials)
 
-    def line(self, trials: list, force: bool = False) -> None:
+    def line(self, trials: list[Trial], force: bool = False) -> None:
         """Print the line if ``seconds`` passed since the last one (or ``force``)."""
         now = time.time()
         if not force and now - self.last < self.seconds:
@@ -148,7 +151,7 @@ def running_label(trial: TrialDescriptor, result: dict, epochs: int) -> str:
             + (f" dev {100 * dev:.1f}%" if isinstance(dev, (int, float)) else ""))
 
 
-def trial_fraction(trial: Any, seed: int, epoch: int, epochs_per_trial: int) -> float:
+def trial_fraction(trial: Trial, seed: int, epoch: int, epochs_per_trial: int) -> float:
     """How much of a trial is done after ``epoch`` of ``seed``: seeds one after another, or
     together when the trial trains them packed."""
     desc = TrialDescriptor.of(trial.config)

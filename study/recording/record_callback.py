@@ -14,7 +14,7 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from locattn.config import config_to_dict, flatten
 from record import layout, schema
@@ -27,6 +27,9 @@ from study.spec.plugins import config_plugins
 from study.recording.runs import run_folders
 from study.spec import hparams_json
 from study.trial.trainable import NOTICES, OBJECTIVE, TrialDescriptor, final_metrics, finished_result, run_dir
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
 
 try:  # the callback must subclass Tune's Callback; study is only used with Ray installed
     from ray.tune import Callback as _TuneCallback
@@ -215,7 +218,7 @@ class RecordCallback(_TuneCallback):
         name = run_name(task=t.task, variant=t.variant, seed=seed, hparams=hp, cell=t.cell)
         return w.create_run(key, tags=tags, params=flat, name=name)
 
-    def current(self, trial: Any) -> list[tuple[int, str]]:
+    def current(self, trial: Trial) -> list[tuple[int, str]]:
         """(seed, key) of the seeds the trial is training: the first unfinished one, or every
         unfinished one when the trial trains its seeds packed together."""
         todo = []
@@ -228,7 +231,7 @@ class RecordCallback(_TuneCallback):
                     break
         return todo
 
-    def trial_counts(self, trials: list) -> dict[str, int]:
+    def trial_counts(self, trials: list[Trial]) -> dict[str, int]:
         """Trials done, running, failed and pending, judged by the record where Tune's state
         overcounts: Tune marks a trial stopped by Ctrl-C TERMINATED too, so a trial is done only
         when every seed of it is finished in the record, and failed only when Tune gave up on it
@@ -249,7 +252,7 @@ class RecordCallback(_TuneCallback):
                 c["pending"] += 1
         return c
 
-    def trial_over(self, trial: Any) -> bool:
+    def trial_over(self, trial: Trial) -> bool:
         """Whether the record holds every run of ``trial`` finished, or Tune gave up on it and
         none is left unrecorded (Tune may still call a trial with finished runs RUNNING)."""
         states = [self.writer.runs[k].status if k in self.writer.runs else None
@@ -260,7 +263,7 @@ class RecordCallback(_TuneCallback):
     # ------------------------------------------------------------------ Tune hooks
 
     @_guarded
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.open()
         current = self.current(trial)
         desc = TrialDescriptor.of(trial.config)
@@ -270,7 +273,7 @@ class RecordCallback(_TuneCallback):
             self.trial_current[trial.trial_id] = current[0][1]
 
     @_guarded
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any) -> None:
         self.open()
         kind = result.get("kind")
         key = result.get("run_key")
@@ -306,7 +309,7 @@ class RecordCallback(_TuneCallback):
             self.writer.update_cells([desc.cell])
 
     @_guarded
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.open()
         key = self.trial_current.get(trial.trial_id)
         if key and key in self.writer.runs:
@@ -315,7 +318,7 @@ class RecordCallback(_TuneCallback):
                 schema.ATTEMPTS: str(trial.run_metadata.num_failures)})
 
     @_guarded
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.open()
         self.writer.flush()
         current = self.current(trial)
@@ -326,12 +329,12 @@ class RecordCallback(_TuneCallback):
             self.writer.fail(key, error, trial.run_metadata.num_failures)
 
     @_guarded
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.open()
         self.writer.flush()
 
     @_guarded
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self.open()
         self.writer.flush()
         c = self.trial_counts(trials)
@@ -339,13 +342,13 @@ class RecordCallback(_TuneCallback):
         self.writer.log_parent_metrics({
             "trials_finished": c["done"],
             "trials_failed": c["failed"],
-            "runs_finished": counts["runs_finished"],
-            "runs_failed": counts["runs_failed"],
+            "runs_finished": counts.finished,
+            "runs_failed": counts.failed,
             "wall_seconds": self.writer.seconds_open(),
         })
 
     @_guarded
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         self.check_store()
         self.writer.flush(force=False)
 
@@ -390,7 +393,7 @@ def reconcile(recorder: RecordCallback, study_dir: str | Path) -> int:
     return fixed
 
 
-def error_text(trial: Any) -> str:
+def error_text(trial: Trial) -> str:
     """The end of a failed trial's traceback (Tune's error file), for the ``locattn.error`` tag."""
     path = getattr(trial, "error_file", None)
     if path and os.path.isfile(path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import locattn
 from locattn.config import PACKABLE_FIELDS, config_to_dict, flatten, make_run_config
@@ -21,6 +21,9 @@ from study.spec.canon import canonical, canonical_mapping
 from study.spec.checks import (MAX_CELLS, MODES, SAMPLERS, SEARCH_KEYS, SPACE_TYPES, SpecError, check_int, check_list,
                                check_mapping, check_range, check_unique, did_you_mean, spec_error)
 from study.spec.model import Cell, SearchSpec
+
+if TYPE_CHECKING:
+    from locattn.config import RunConfig
 
 
 def canonical_grid(path: str, grid: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,7 +267,7 @@ def validate_configs(
             seen[sig] = where
 
 
-def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any) -> dict[str, Any]:
+def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: RunConfig) -> dict[str, Any]:
     """Every number in the resolved config is finite, and every override kept its value
     (``optim.epochs: 1.5`` would otherwise be truncated to 1). Returns the flattened config."""
     flat = flatten(config_to_dict(cfg))
@@ -284,7 +287,7 @@ def _check_values(path: str, cell: Cell, overrides: Mapping[str, Any], cfg: Any)
 
 
 
-def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
+def _check_kind(path: str, cell: Cell, cfg: RunConfig) -> None:
     """A regression task (Raffel & Ellis) needs a regressor variant, and a seq2seq task a
     seq2seq one; otherwise the trial would fail only once it starts."""
     want = "regressor" if task_kind(cfg.task.name) == "regression" else "seq2seq"
@@ -295,7 +298,7 @@ def _check_kind(path: str, cell: Cell, cfg: Any) -> None:
                         f"a {want} variant")
 
 
-def _check_packable(path: str, cell: Cell, cfg: Any) -> None:
+def _check_packable(path: str, cell: Cell, cfg: RunConfig) -> None:
     """``pack_seeds`` / ``pack`` need a model the packed trainer handles (seq2seq, a packable attender)."""
     family = cfg.model.attention.family
     if cfg.model.kind != "seq2seq" or family not in packable_families():

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from locattn import registry
 from locattn.config import make_run_config
@@ -28,6 +28,10 @@ from locattn.labels import task_label
 from locattn.models.config import packable_families
 from locattn.variants import PAPER_LABELS
 from study.spec.checks import SpecError
+
+if TYPE_CHECKING:
+    from study.spec import StudySpec
+    from study.spec.model import Cell
 
 PLUGINS_ENV = "LOCATTN_PLUGINS"
 """The environment variable (comma-separated module names) that tells a trial worker which
@@ -104,7 +108,7 @@ def config_plugins(family: str, task: str, variant: str) -> dict[str, dict[str, 
     return out
 
 
-def spec_plugin_sources(cells: Iterable[Any]) -> dict[str, str]:
+def spec_plugin_sources(cells: Iterable[Cell]) -> dict[str, str]:
     """{plugin: sha256 of its source} over a spec's cells (their resolved configs)."""
     out: dict[str, str] = {}
     for cell in cells:
@@ -115,7 +119,7 @@ def spec_plugin_sources(cells: Iterable[Any]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def labels_tag(cells: Iterable[Any]) -> str:
+def labels_tag(cells: Iterable[Cell]) -> str:
     """The parent run's ``locattn.labels`` tag: JSON ``{"task": {name: label}, "variant": {name:
     label}}`` of the cells' registered labels (built-ins' and plugins'), so that a report prints a
     spec-only plugin's rows under its own labels without importing it."""
@@ -124,7 +128,7 @@ def labels_tag(cells: Iterable[Any]) -> str:
     return json.dumps({"task": tasks, "variant": variants}, sort_keys=True)
 
 
-def solo_note(spec: Any) -> str:
+def solo_note(spec: StudySpec) -> str:
     """One line when a spec whose trials get a GPU (which pack on their own) runs solo because a
     cell's attention family cannot pack (one registered ``packable=False``); ``""`` otherwise."""
     if spec.gpus <= 0 or spec.packed:
@@ -139,7 +143,7 @@ def solo_note(spec: Any) -> str:
     return ""
 
 
-def check_attenders(spec: Any, where: str | Path) -> None:
+def check_attenders(spec: StudySpec, where: str | Path) -> None:
     """At launch, on the driver, before any trial: every plugin attender the spec's cells use
     is built and tried on a tiny dry batch, alone and as a pack of two
     (:func:`locattn.models.attention.check.attender_problem`). A misfit is a :class:`SpecError`

@@ -19,9 +19,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from record.layout import BEST_MODEL_FILE, CHECKPOINT_DIR, META_FILE
+
+if TYPE_CHECKING:
+    from study.spec import StudySpec
+    from study.spec.model import Cell
 
 #: ``keep`` values -> files and directories of a finished run's directory that are deleted.
 DROPPED = {
@@ -65,7 +69,7 @@ def study_keep(study_dir: str | Path) -> str:
     return keep if keep in DROPPED else DEFAULT_KEEP
 
 
-def model_bytes(cell: Any, cache: dict[str, int] | None = None) -> int:
+def model_bytes(cell: Cell, cache: dict[str, int] | None = None) -> int:
     """Bytes of one saved model of ``cell`` (float32 parameters), counted on the meta device;
     ``cache`` holds the counts of model configs seen before."""
     import torch  # only for --dry-run's estimate; the spec module stays torch-free
@@ -88,7 +92,7 @@ def model_bytes(cell: Any, cache: dict[str, int] | None = None) -> int:
     return size
 
 
-def disk_estimate(spec: Any, slots: int) -> tuple[int, int]:
+def disk_estimate(spec: StudySpec, slots: int) -> tuple[int, int]:
     """(bytes the finished study keeps, extra bytes while ``slots`` trials run): a finished run
     keeps its record files plus what ``spec.keep`` leaves of its model (1x) and resume state
     (~4x: model, best model, two Adam moments); a running trial also holds its Tune copies."""
@@ -105,7 +109,7 @@ def disk_estimate(spec: Any, slots: int) -> tuple[int, int]:
     return int(kept * spec.n_runs()), int(running)
 
 
-def disk_line(spec: Any, slots: int, where: str | Path) -> tuple[str, bool]:
+def disk_line(spec: StudySpec, slots: int, where: str | Path) -> tuple[str, bool]:
     """The dry run's ``disk`` line, and whether the free space at ``where`` (or its nearest
     existing parent) will not do."""
     finished, running = disk_estimate(spec, slots)

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from locattn.config import DEFAULT_TRAIN_PATH, make_run_config, run_identity, saved_train_path, train_path_entry
 from locattn.folders import confined
@@ -19,6 +19,10 @@ from record import layout, schema
 from record.layout import TRIAL_FILE
 from study.spec.keys import run_key
 from study.spec.model import Cell, TrialSpec
+
+if TYPE_CHECKING:
+    from locattn.config import RunConfig
+    from locattn.train import RunResult
 
 #: Result key of a trial's objective (the median over all its seeds of the search metric).
 OBJECTIVE = "objective"
@@ -157,10 +161,10 @@ class TrialDescriptor(TrialSpec):
         return next((m for m in self.members if m.key == key), self.members[0])
 
     @cached_property
-    def _resolved(self) -> dict[str, Any]:
+    def _resolved(self) -> dict[str, RunConfig]:
         return {}
 
-    def run_config(self, key: str | None = None) -> Any:
+    def run_config(self, key: str | None = None) -> RunConfig:
         """The resolved ``RunConfig`` of the run ``key`` (default: the first run), resolved once
         per descriptor."""
         m = self.member(key)
@@ -168,7 +172,7 @@ class TrialDescriptor(TrialSpec):
             self._resolved[m.key] = self._resolve(m)
         return self._resolved[m.key]
 
-    def _resolve(self, m: Member) -> Any:
+    def _resolve(self, m: Member) -> RunConfig:
         cfg = make_run_config(task=m.cell.task, variant=m.cell.variant, seed=m.seed,
                               overrides={**m.cell.overrides, **m.hparams})
         if self.gpus > 0:  # the trial's share of its one device sizes its pack (RunConfig.gpu_share)
@@ -182,7 +186,7 @@ class TrialDescriptor(TrialSpec):
         return run_dir(self.study_dir, key)
 
 
-def final_metrics(out_dir: Path, result: Any) -> dict[str, float]:
+def final_metrics(out_dir: Path, result: RunResult | None) -> dict[str, float]:
     """Final per-run metrics from the trainer: its ``RunResult`` or ``out_dir/result.json``.
 
     Returns flat MLflow keys: ``best_selection_score``, ``best_epoch``, ``epochs_run``,
@@ -239,7 +243,7 @@ def write_trial_file(out_dir: Path, desc: TrialDescriptor, seed: int, tune_trial
     os.replace(tmp, out_dir / TRIAL_FILE)
 
 
-def finished_result(out_dir: Path, cfg: Any) -> Any:
+def finished_result(out_dir: Path, cfg: RunConfig) -> RunResult | None:
     """The trainer's result if this exact run already finished (its result.json), else None.
 
     ``train`` deletes ``result.json`` when it starts and writes it last, so its presence with

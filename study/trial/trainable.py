@@ -28,14 +28,14 @@ import shutil
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import ray
 import torch
 from ray import tune
 
 from locattn.packed import pack_groups, train_packed
-from locattn.train import find_checkpoint, share_compile_cache, train as locattn_train
+from locattn.train import RunResult, find_checkpoint, share_compile_cache, train as locattn_train
 
 from study.trial.descriptor import (OBJECTIVE, TrialDescriptor, final_metrics, finished_result,
                                     run_dir, trial_dirname, write_trial_file)
@@ -45,8 +45,13 @@ from study.trial.trial_state import (RUN_SUBDIR, STATE_DIGEST, STATE_FILE, TUNE_
                                      earlier_trial_dirs, newest_checkpoint, read_complete, restore_run_checkpoint, stage_checkpoint,
                                      staged_runs, state_digest, strip_finished, upgrade_state)
 
+Trainer = Callable[..., RunResult]
+"""A solo trainer: :func:`locattn.train.train`'s signature (``cfg``, ``out_dir``, keywords) and
+result. A caller's code may pass another (benchmarks pass a fake one); a study folder never
+names one."""
+
 __all__ = [
-    "NOTICES", "OBJECTIVE", "RUN_SUBDIR", "STATE_DIGEST", "STATE_FILE", "TUNE_DIRNAME", "Trial", "TrialDescriptor",
+    "NOTICES", "OBJECTIVE", "RUN_SUBDIR", "STATE_DIGEST", "STATE_FILE", "TUNE_DIRNAME", "Trainer", "Trial", "TrialDescriptor",
     "TrialRecorder", "final_metrics", "finished_result", "newest_checkpoint", "read_complete", "run_dir",
     "run_trial", "staged_runs", "state_digest", "trial_dirname", "upgrade_state",
 ]
@@ -78,7 +83,7 @@ class TrialRecorder:
     def on_pack_epoch(self) -> None:
         self.trial.flush()
 
-    def on_end(self, result: Any) -> None:  # final metrics are reported by the trial
+    def on_end(self, result: RunResult) -> None:  # final metrics are reported by the trial
         pass
 
 
@@ -213,7 +218,7 @@ class Trial:
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(staged)))
         shutil.rmtree(staged, ignore_errors=True)
 
-    def finish(self, seed: int, key: str, result: Any, *, skipped: bool) -> None:
+    def finish(self, seed: int, key: str, result: RunResult | None, *, skipped: bool) -> None:
         """Report a seed's final metrics (and, on the trial's last seed, the objective)."""
         final = final_metrics(self.out_dirs[key], result)
         if skipped:  # this attempt trained none of its epochs: it resumed from the last one
@@ -248,7 +253,7 @@ class Trial:
             strip_finished(folder)
 
 
-def run_trial(config: dict[str, Any], train: Any = None) -> None:
+def run_trial(config: dict[str, Any], train: Trainer | None = None) -> None:
     """Tune function trainable: train every seed of the trial, resuming from a Tune checkpoint.
 
     A packed trial (:attr:`TrialDescriptor.packed`) trains its unfinished seeds together. A seed whose

@@ -14,6 +14,7 @@ import pytest
 
 from locattn.cli import main as locattn_main
 from reports.cli import main as reports_main
+from record.summary import RunCounts
 from reports.synth import SynthRun, write_bulk_sql
 from study.cli import main as study_main
 from tests.locattn.test_cli import run_main
@@ -362,10 +363,13 @@ def test_status_of_a_committed_record_counts_its_runs_and_shows_each_cells_numbe
 
 def test_launch_end_and_status_of_a_search_study_show_the_chosen_point(tmp_path: Path, capsys) -> None:
     from study.cli import show_results
+    from study.driver.launch import DryRunPlan, StudySummary
 
     d = _search_study(tmp_path / "search_lr-smoke")
     capsys.readouterr()
-    show_results({"name": "search_lr-smoke", "dir": str(d), "errors": 0})
+    show_results(StudySummary(name="search_lr-smoke", study_dir=d, tracking_uri="", trials=0, errors=0, skipped=0,
+                              wall_seconds=0.0, fit_seconds=0.0, interrupted=False, time_limit=False,
+                              runs=RunCounts(expected=6, finished=6, failed=0, unfinished=0)))
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split() for ln in lines[:3]] == [
         ["cell", "split", "median", "%", "solved", "dev", "%", "hparams"],
@@ -373,7 +377,8 @@ def test_launch_end_and_status_of_a_search_study_show_the_chosen_point(tmp_path:
         ["task=copy,variant=mono", "len100", "10.0", "0/3", "20.0", "lr=0.001"]]
     assert "hparams chosen by median dev score" in lines[3]
     assert lines[3].endswith(f"Full tables: study report {d}")  # not under ./studies: its folder
-    show_results({"dry_run": True, "name": "search_lr-smoke", "dir": str(d)})
+    show_results(DryRunPlan(name="search_lr-smoke", study_dir=d, n_trials=2, n_runs=6, data_problems=(),
+                            size_warnings=(), disk_short=False))
     assert capsys.readouterr().out == ""
 
 
@@ -431,8 +436,7 @@ def test_a_resumed_record_gets_a_run_per_cell_with_its_chosen_points_medians(tmp
     assert two.info.run_name == "-step2·rev-copy"
     assert two.data.metrics == {"best_selection_score": 0.5, "test.len100.seq_acc": 0.5, "seeds_finished": 2.0,
                                 "len100 pct": 50.0, "solved": 0.0}
-    assert w.run_counts(9) == {"runs_expected": 9, "runs_finished": 8, "runs_failed": 1,
-                               "runs_unfinished": 0}
+    assert w.run_counts(9) == RunCounts(expected=9, finished=8, failed=1, unfinished=0)
     w.finish_parent(interrupted=False)
     writer()  # a second resume: the same two cell runs, the same numbers
     again = _cell_runs(db, "s")

@@ -89,11 +89,24 @@ def _imports(name: str) -> list[tuple[str, list[str], int]]:
     return out
 
 
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:``: they never run, so they name a type for
+    the annotations without depending on its module (Ray's callbacks type ``"Trial"`` so)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            out |= {n.lineno for stmt in node.body for n in ast.walk(stmt)
+                    if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return out
+
+
 def _edges() -> dict[str, set[str]]:
+    """module -> the project modules it imports at run time (not under ``if TYPE_CHECKING:``)."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for name in MODULES:
-        for target, names, _ in _imports(name):
-            if target.split(".")[0] not in PACKAGES:
+        typing_only = _type_checking_lines(ast.parse(MODULES[name].read_text()))
+        for target, names, line in _imports(name):
+            if target.split(".")[0] not in PACKAGES or line in typing_only:
                 continue
             for n in names:  # ``from pkg import module`` imports that module
                 if f"{target}.{n}" in MODULES:
@@ -162,6 +175,12 @@ def test_no_import_cycles_counting_function_level_imports():
 
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_cycle_checker_leaves_out_only_type_checking_imports():
+    tree = ast.parse("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    from b import B\n"
+                     "    import c\nelse:\n    import d\ndef f():\n    from e import E\n")
+    assert _type_checking_lines(tree) == {4, 5}
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 

@@ -258,7 +258,7 @@ def test_smoke_profile_runs(shared: dict, path: Path) -> None:
     spec = load_spec(path, "smoke")
     summary = _launch(shared, path)
     name = f"{spec.name}-smoke"
-    assert summary["errors"] == 0 and summary["trials"] == spec.n_trials(), summary
+    assert summary.errors == 0 and summary.trials == spec.n_trials(), summary
     runs = trial_runs(shared["db"], name)
     assert len(runs) == spec.n_runs()
     assert all(r["status"] == "FINISHED" and r["tags"][schema.STATUS] == schema.STATUS_FINISHED
@@ -315,7 +315,7 @@ def test_cfq_fails_clearly_without_data_and_runs_with_it(shared: dict, tmp_path:
     copy = tmp_path / "rc_table3_cfq.yaml"
     copy.write_text(yaml.safe_dump(raw))
     summary = _launch(shared, copy, name="rc_table3_cfq-supplied")
-    assert summary["errors"] == 0 and summary["trials"] == 1, summary
+    assert summary.errors == 0 and summary.trials == 1, summary
     (run,) = trial_runs(shared["db"], "rc_table3_cfq-supplied")
     assert run["tags"][schema.STATUS] == schema.STATUS_FINISHED
     assert 0.0 <= run["metrics"]["test.test.seq_acc"] <= 1.0

@@ -449,13 +449,22 @@ def test_a_finished_study_keeps_only_what_its_policy_says(tmp_path: Path) -> Non
 
 def test_a_driver_ending_with_unfinished_runs_exits_non_zero() -> None:
     """#27 item 8: "1 of 2 runs finished, 1 not finished" exited 0."""
-    from study.cli import exit_code
+    from dataclasses import replace
 
-    done = {"errors": 0, "interrupted": False, "runs_unfinished": 0}
-    assert exit_code(done) == 0 and exit_code({"dry_run": True}) == 0
-    assert exit_code({**done, "runs_unfinished": 1}) == 1
-    assert exit_code({**done, "errors": 2}) == 1
-    assert exit_code({**done, "interrupted": True, "runs_unfinished": 3}) == 130
+    from record.summary import RunCounts
+    from study.cli import exit_code
+    from study.driver.launch import DryRunPlan, StudySummary
+
+    done = StudySummary(name="s", study_dir=Path("s"), tracking_uri="", trials=2, errors=0, skipped=0,
+                        wall_seconds=1.0, fit_seconds=1.0, interrupted=False, time_limit=False,
+                        runs=RunCounts(expected=2, finished=2, failed=0, unfinished=0))
+    plan = DryRunPlan(name="s", study_dir=Path("s"), n_trials=2, n_runs=2, data_problems=("missing",),
+                      size_warnings=(), disk_short=True)
+    assert exit_code(done) == 0 and exit_code(plan) == 0
+    assert exit_code(replace(done, runs=replace(done.runs, finished=1, unfinished=1))) == 1
+    assert exit_code(replace(done, errors=2)) == 1
+    assert exit_code(replace(done, interrupted=True, runs=replace(done.runs, finished=0, unfinished=2))) == 130
+    assert exit_code(replace(done, interrupted=True, time_limit=True)) == 75
 
 
 @pytest.mark.faults  # real drivers

@@ -159,7 +159,7 @@ def test_absurd_sizes_need_confirmation_with_the_dry_run_cost(tmp_path: Path, ca
     with pytest.raises(StudyError, match="1,000,000 epochs per run"):
         launch(epochs, root=tmp_path / "s")
     summary = launch(spec, root=tmp_path / "s", dry_run=True)
-    assert summary["size_warnings"] and "size     WARNING 2,000,000 runs" in capsys.readouterr().out
+    assert summary.size_warnings and "size     WARNING 2,000,000 runs" in capsys.readouterr().out
 
 
 def test_corrupt_or_empty_study_json_is_one_line(tmp_path: Path) -> None:

@@ -367,10 +367,10 @@ def test_dry_run_estimates_disk_and_warns_when_it_will_not_fit(tmp_path: Path, t
     summary = launch(spec, root=tmp_path / "s", dry_run=True)
     out = capsys.readouterr().out
     disk = next(ln for ln in out.splitlines() if ln.startswith("disk "))
-    assert "kept (keep: model)" in disk and "free at" in disk and not summary["disk_short"]
+    assert "kept (keep: model)" in disk and "free at" in disk and not summary.disk_short
     small = tmpfs("small", "size=1m")
     summary = launch(spec, root=small, dry_run=True)
-    assert summary["disk_short"] and "NOT ENOUGH: free space, or set keep: results" in capsys.readouterr().out
+    assert summary.disk_short and "NOT ENOUGH: free space, or set keep: results" in capsys.readouterr().out
     results = write_spec(tmp_path, "dk", seeds=40, keep="results",
                          grid={"task": ["copy"], "variant": ["onestep", "content"]})
     launch(results, root=tmp_path / "s", dry_run=True)

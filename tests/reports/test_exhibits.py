@@ -145,7 +145,7 @@ def studies(tmp_path_factory):
     for stem in ("rc_table10", "dubois_fig9", "dubois_interp"):
         summary = launch(ABLATIONS / f"{stem}.yaml", profile="smoke", root=root,
                          progress_seconds=60.0)
-        assert summary["errors"] == 0, summary
+        assert summary.errors == 0, summary
         out[stem] = root / f"{stem}-smoke"
     yield out
     if started:

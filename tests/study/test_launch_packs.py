@@ -134,7 +134,7 @@ def test_an_ablation_pack_is_one_trial_killed_resumed_equal_to_solo_runs(ray_add
     packed, root = write_spec(tmp_path, "abl", pack_seeds=True), tmp_path / "s"
     dry = launch(packed, root=root, dry_run=True)
     out = capsys.readouterr().out
-    assert dry["n_trials"] == 1 and dry["n_runs"] == 6
+    assert dry.n_trials == 1 and dry.n_runs == 6
     assert ("  - pack 1: task=copy,variant=onestep + task=copy,variant=onestep_no_step3 + "
             "task=copy,variant=onestep_no_sigmoid (3 cells x 2 runs = 6 runs per trial)") in out
     assert "trials   1 Tune trials, 6 MLflow runs" in out
@@ -153,10 +153,10 @@ def test_an_ablation_pack_is_one_trial_killed_resumed_equal_to_solo_runs(ray_add
     _launch_then_kill(packed, root, ray_address, tmp_path / "driver.log", mid_training)
     wait_for(lambda: ray.available_resources().get("CPU", 0) >= 1, 60, "CPUs released")
     summary = resume(study_dir, progress_seconds=60)
-    assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for every run
+    assert summary.errors == 0 and summary.trials == 1  # one trial for every run
 
     solo = write_spec(tmp_path, "solo")
-    assert launch(solo, root=root, progress_seconds=60)["trials"] == 6
+    assert launch(solo, root=root, progress_seconds=60).trials == 6
     pk, alone = by_run(study_dir), by_run(root / "solo-smoke")
     cells = [f"task=copy,variant={v}" for v in PACKABLE]
     assert sorted(pk) == sorted(alone) == sorted((c, s) for c in cells for s in ("0", "1"))

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from study.driver.launch import summarise, summary_line
+from record.summary import RunCounts
+from study.driver.launch import StudySummary, summarise, summary_line
 
-COUNTS = {"runs_expected": 4, "runs_finished": 3, "runs_failed": 1, "runs_unfinished": 0}
+COUNTS = RunCounts(expected=4, finished=3, failed=1, unfinished=0)
 
 
-def _summary(tmp_path: Path, *, interrupted: bool = False, timed_out: bool = False) -> dict:
+def _summary(tmp_path: Path, *, interrupted: bool = False, timed_out: bool = False) -> StudySummary:
     grid = [SimpleNamespace(error=None), SimpleNamespace(error=RuntimeError("nan"))]
     return summarise("s", tmp_path / "s", "sqlite:///x/mlflow.db", grid, COUNTS, skipped=2, wall_seconds=9.0,
                      fit_seconds=7.5, interrupted=interrupted, timed_out=timed_out)
@@ -19,12 +20,12 @@ def _summary(tmp_path: Path, *, interrupted: bool = False, timed_out: bool = Fal
 
 def test_the_summary_counts_the_grids_trials_and_errors_and_the_records_runs(tmp_path: Path) -> None:
     summary = _summary(tmp_path)
-    assert summary == {"name": "s", "dir": str(tmp_path / "s"), "tracking_uri": "sqlite:///x/mlflow.db",
-                       "trials": 2, "errors": 1, "skipped": 2, "wall_seconds": 9.0, "fit_seconds": 7.5,
-                       "interrupted": False, "time_limit": False, **COUNTS}
+    assert summary == StudySummary(name="s", study_dir=tmp_path / "s", tracking_uri="sqlite:///x/mlflow.db",
+                                   trials=2, errors=1, skipped=2, wall_seconds=9.0, fit_seconds=7.5,
+                                   interrupted=False, time_limit=False, runs=COUNTS)
     none = summarise("s", tmp_path, "u", None, COUNTS, skipped=0, wall_seconds=1.0, fit_seconds=0.0,
                      interrupted=True, timed_out=False)
-    assert (none["trials"], none["errors"], none["time_limit"]) == (0, 0, False)
+    assert (none.trials, none.errors, none.time_limit) == (0, 0, False)
 
 
 def test_the_last_line_says_what_to_do_next(tmp_path: Path) -> None:

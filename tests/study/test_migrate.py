@@ -131,7 +131,7 @@ def test_a_launch_writes_the_format_and_a_format_0_study_migrates_and_resumes(tm
     try:
         spec = write_spec(tmp_path, "fmt", grid={"task": ["copy"], "variant": ["content"]},
                           overrides={**SMOKE, "optim.epochs": 1})
-        assert launch(spec, root=tmp_path, progress_seconds=60)["errors"] == 0
+        assert launch(spec, root=tmp_path, progress_seconds=60).errors == 0
         study = tmp_path / "fmt-smoke"
         meta = json.loads((study / META_FILE).read_text())
         assert meta["format"] == FORMAT_VERSION
@@ -143,7 +143,7 @@ def test_a_launch_writes_the_format_and_a_format_0_study_migrates_and_resumes(tm
         assert json.loads((study / META_FILE).read_text()) == {
             **meta, "only": {}, "format": FORMAT_VERSION}
         summary = resume(study, progress_seconds=60)
-        assert summary["errors"] == 0
+        assert summary.errors == 0
         assert len(trial_runs(study / STORE_FILE)) == 1  # nothing retrained or duplicated
     finally:
         if started:

@@ -64,7 +64,7 @@ def test_exported_runs_trained_offline_are_recorded_not_retrained(ray_address, t
     mtimes = {p: p.stat().st_mtime_ns for p in (study_dir / "runs").glob("*/result.json")}
     assert len(mtimes) == 2
     summary = resume(study_dir, root=root, progress_seconds=60)
-    assert summary["trials"] == 0 and summary["runs_finished"] == 2
+    assert summary.trials == 0 and summary.runs.finished == 2
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # nothing retrained
     rows = trial_run_rows(study_dir / "mlflow.db")
     assert len(rows) == 2
@@ -106,7 +106,7 @@ def test_a_deadline_stops_at_an_epoch_and_study_resume_continues_there(ray_addre
     assert "1 not finished, imported with their checkpoints" in capsys.readouterr().out
     study_dir = root / "dl-smoke"
     summary = resume(study_dir, root=root, progress_seconds=60)
-    assert summary["errors"] == 0 and summary["runs_finished"] == 1
+    assert summary.errors == 0 and summary.runs.finished == 1
     history = json.loads((study_dir / "runs" / key / "result.json").read_text())["history"]
     assert [h["epoch"] for h in history] == list(range(1, 41))
     # continued, not retrained: the offline epochs keep their own timings
@@ -221,7 +221,7 @@ def test_a_pack_trained_in_parts_offline_is_recorded_whole_and_the_rest_trained_
     assert study(["import", "halves-smoke", str(runs), "--root", str(root)]) == 0
     study_dir = root / "halves-smoke"
     summary = resume(study_dir, root=root, progress_seconds=60)
-    assert summary["errors"] == 0 and summary["runs_finished"] == 3
+    assert summary.errors == 0 and summary.runs.finished == 3
     rows = trial_run_rows(study_dir / "mlflow.db")
     recorded = {r["tags"][schema.RUN_KEY] for r in rows if r["tags"][schema.STATUS] == schema.STATUS_FINISHED}
     seeds = {json.loads((study_dir / "runs" / k / "trial.json").read_text())["seed"] for k in recorded}

@@ -66,10 +66,10 @@ def test_the_onestep_row_launches_as_one_ray_trial_each_run_equal_to_solo(solo, 
         path = write_spec(tmp_path, "t4", pack=["seeds"])
         root = tmp_path / "s"
         dry = launch(path, root=root, dry_run=True)
-        assert dry["n_trials"] == 1 and dry["n_runs"] == 8
+        assert dry.n_trials == 1 and dry.n_runs == 8
         assert "trials   1 Tune trials, 8 MLflow runs" in capsys.readouterr().out
         summary = launch(path, root=root, progress_seconds=60)
-        assert summary["trials"] == 1 and summary["errors"] == 0
+        assert summary.trials == 1 and summary.errors == 0
     finally:
         if started:
             ray.shutdown()

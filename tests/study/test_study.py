@@ -78,7 +78,7 @@ def test_smoke_study_records_runs(ray_address, tmp_path: Path, capsys) -> None:
     root = tmp_path / "studies"
     summary = launch(ROOT / "ablations/rc_table2.yaml", profile="smoke", root=root,
                      progress_seconds=1.0)
-    assert summary["trials"] == 4 and summary["errors"] == 0
+    assert summary.trials == 4 and summary.errors == 0
     out = capsys.readouterr().out
     assert "4/4 done" in out and "ETA" in out
     study_dir = root / "rc_table2-smoke"
@@ -122,7 +122,7 @@ def test_smoke_study_records_runs(ray_address, tmp_path: Path, capsys) -> None:
     # launching the same spec again is idempotent: nothing reruns, no new run
     mtimes = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
     again = launch(ROOT / "ablations/rc_table2.yaml", profile="smoke", root=root)
-    assert again["errors"] == 0
+    assert again.errors == 0
     assert len(trial_runs(study_dir / "mlflow.db")) == 4
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
 
@@ -131,7 +131,7 @@ def test_nan_trial_is_recorded_failed_while_others_finish(ray_address, tmp_path:
     spec = write_spec(tmp_path, "nan", grid={"task": ["copy"], "variant": ["onestep"]},
                       hparams={"optim.lr": [1e-3, 1e12]}, overrides=SMOKE, max_failures=1)
     summary = launch(spec, root=tmp_path / "s", progress_seconds=60)
-    assert summary["trials"] == 2 and summary["errors"] == 1
+    assert summary.trials == 2 and summary.errors == 1
     runs = trial_runs(tmp_path / "s" / "nan-smoke" / "mlflow.db")
     by_lr = {json.loads(r["tags"][schema.HPARAMS])["optim.lr"]: r for r in runs.values()}
     assert by_lr[1e-3]["status"] == "FINISHED"
@@ -205,7 +205,7 @@ def test_kill_driver_then_resume(ray_address, tmp_path: Path) -> None:
     wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
 
     summary = resume(root / "kill-smoke", progress_seconds=60)
-    assert summary["errors"] == 0
+    assert summary.errors == 0
     runs = trial_runs(db)
     assert len(runs) == 4  # one MLflow run per trial, no duplicates
     assert all(r["status"] == "FINISHED" for r in runs.values())
@@ -246,7 +246,7 @@ def _kill_packed_mid_training_then_resume(spec: Path, study_dir: Path, ray_addre
                       f"{runs} checkpoints at epochs {lo}..{hi}")
     wait_for(lambda: ray.available_resources().get("CPU", 0) >= 2, 60, "CPUs released")
     summary = resume(study_dir, progress_seconds=60)
-    assert summary["errors"] == 0 and summary["trials"] == 1  # one trial for every run
+    assert summary.errors == 0 and summary.trials == 1  # one trial for every run
 
 
 def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_path: Path) -> None:
@@ -261,7 +261,7 @@ def test_packed_seeds_killed_resumed_equal_sequential_seeds(ray_address, tmp_pat
     _kill_packed_mid_training_then_resume(packed, study_dir, ray_address, tmp_path, runs=3, lo=3, hi=epochs - 4)
 
     sequential = write_spec(tmp_path, "seq", **body)
-    assert launch(sequential, root=root, progress_seconds=60)["trials"] == 3
+    assert launch(sequential, root=root, progress_seconds=60).trials == 3
 
     def by_seed(db: Path) -> dict[str, dict]:
         return {r["tags"][schema.SEED]: r for r in trial_runs(db).values()}
@@ -296,7 +296,7 @@ def test_packed_learning_rates_by_seeds_killed_resumed_equal_unpacked_runs(ray_a
     _kill_packed_mid_training_then_resume(packed, study_dir, ray_address, tmp_path, runs=4, lo=2, hi=epochs - 4)
 
     sequential = write_spec(tmp_path, "seqlr", **body)
-    assert launch(sequential, root=root, progress_seconds=60)["trials"] == 4
+    assert launch(sequential, root=root, progress_seconds=60).trials == 4
 
     def by_run(db: Path) -> dict[tuple[str, float], dict]:
         return {(r["tags"][schema.SEED], json.loads(r["tags"][schema.HPARAMS])["optim.lr"]): r
@@ -319,7 +319,7 @@ def test_packed_trial_records_every_failed_seed(ray_address, tmp_path: Path) -> 
     spec = write_spec(tmp_path, "pknan", grid={"task": ["copy"], "variant": ["onestep"]},
                       seeds=2, pack_seeds=True, overrides={**SMOKE, "optim.lr": 1e12})
     summary = launch(spec, root=tmp_path / "s", progress_seconds=60)
-    assert summary["trials"] == 1 and summary["errors"] == 1
+    assert summary.trials == 1 and summary.errors == 1
     runs = trial_runs(tmp_path / "s" / "pknan-smoke" / "mlflow.db")
     assert sorted(r["tags"][schema.SEED] for r in runs.values()) == ["0", "1"]
     for r in runs.values():
@@ -333,7 +333,7 @@ def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, t
     root = tmp_path / "s"
     summary = launch(ROOT / "ablations/search_lr.yaml", profile="smoke", root=root,
                      progress_seconds=60)
-    assert summary["trials"] == 3 and summary["errors"] == 0
+    assert summary.trials == 3 and summary.errors == 0
     study_dir = root / "search_lr-smoke"
     runs = trial_runs(study_dir / "mlflow.db")
     assert len(runs) == 3 * 2  # 3 search points x 2 seeds, one run each
@@ -357,7 +357,7 @@ def test_optuna_sees_only_complete_results_and_resume_keeps_state(ray_address, t
 
     # Resume/relaunch keeps the sampler state: no new Optuna trial, no new run.
     again = resume(study_dir, progress_seconds=60)
-    assert again["errors"] == 0
+    assert again.errors == 0
     assert len(optuna.load_study(study_name=summary_.study_name, storage=storage).trials) == 3
     assert len(trial_runs(study_dir / "mlflow.db")) == 6
 
@@ -369,7 +369,7 @@ def test_search_points_train_their_seeds_packed(ray_address, tmp_path: Path) -> 
     spec = tmp_path / "search_packed.yaml"
     spec.write_text(yaml.safe_dump({**raw, "name": "sp", "pack_seeds": True}))
     summary = launch(spec, profile="smoke", root=tmp_path / "s", progress_seconds=60)
-    assert summary["trials"] == 3 and summary["errors"] == 0
+    assert summary.trials == 3 and summary.errors == 0
     study_dir = tmp_path / "s" / "sp-smoke"
     runs = trial_runs(study_dir / "mlflow.db")
     assert len(runs) == 6 and all(r["tags"][schema.PACKED_WITH] == "0,1" for r in runs.values())
@@ -444,11 +444,11 @@ def test_a_time_limited_slice_says_how_to_resume_at_its_concurrency(ray_address,
     summary = launch(spec, root=root, max_concurrent=1, time_limit=15, progress_seconds=0.5)
     out = capsys.readouterr().out
     study_dir = root / "conc-smoke"
-    if summary["time_limit"]:  # (a machine fast enough to finish in 15 s has nothing to resume)
+    if summary.time_limit:  # (a machine fast enough to finish in 15 s has nothing to resume)
         assert f"continue with `study resume {study_dir} --max-concurrent 1 --time-limit " in out, out[-2000:]
     summary = resume(study_dir, max_concurrent=1, progress_seconds=0.5)
     out += capsys.readouterr().out
-    assert summary["runs_finished"] == 2 and summary["errors"] == 0
+    assert summary.runs.finished == 2 and summary.errors == 0
     running = [int(m) for m in re.findall(r"(\d+) running", out)]
     assert running and max(running) == 1, out[-2000:]
 
@@ -476,7 +476,7 @@ def test_a_moved_or_committed_study_resumes_in_its_new_folder(ray_address, tmp_p
     shutil.move(str(old), str(moved))
     for study_dir in (moved, committed, packed):
         summary = resume(study_dir, progress_seconds=60)
-        assert summary["errors"] == 0 and summary["dir"] == str(study_dir)
+        assert summary.errors == 0 and summary.study_dir == study_dir
         meta = json.loads((study_dir / "study.json").read_text())
         assert meta["tracking_uri"] == f"sqlite:///{study_dir / 'mlflow.db'}"
         con = sqlite3.connect(study_dir / "mlflow.db")
@@ -505,11 +505,11 @@ def test_a_study_widened_after_its_yaml_grew_resumes(ray_address, tmp_path: Path
     launch(spec, root=root, only={"variant": ["content"]}, progress_seconds=60)
     write_spec(tmp_path, "grown", grid={"task": ["copy"], "variant": ["content", "onestep"]}, **body)
     wide = {"variant": ["content", "onestep"]}
-    assert launch(spec, root=root, only=wide, progress_seconds=60)["errors"] == 0
+    assert launch(spec, root=root, only=wide, progress_seconds=60).errors == 0
     meta_path = study_dir / "study.json"
     assert json.loads(meta_path.read_text())["raw"] == yaml.safe_load(spec.read_text())
     again = resume(study_dir, progress_seconds=60)
-    assert again["errors"] == 0 and again["runs_finished"] == 2
+    assert again.errors == 0 and again.runs.finished == 2
     assert duplicate_metric_rows(study_dir / "mlflow.db") == []  # widened, then resumed: each row once
 
     meta = json.loads(meta_path.read_text())  # as the widening wrote it before it saved the YAML
@@ -521,9 +521,9 @@ def test_a_study_widened_after_its_yaml_grew_resumes(ray_address, tmp_path: Path
     assert "'onestep' is not a value of grid.variant" in message
     assert f"study launch {spec} --profile smoke --name grown-smoke --root {root} --only variant=content,onestep" in message
     capsys.readouterr()
-    assert launch(spec, root=root, only=wide, progress_seconds=60)["errors"] == 0  # the repair
+    assert launch(spec, root=root, only=wide, progress_seconds=60).errors == 0  # the repair
     assert json.loads(meta_path.read_text())["raw"] == yaml.safe_load(spec.read_text())
-    assert resume(study_dir, progress_seconds=60)["runs_finished"] == 2
+    assert resume(study_dir, progress_seconds=60).runs.finished == 2
     assert len(trial_runs(study_dir / "mlflow.db")) == 2  # nothing retrained or duplicated
 
 
@@ -542,7 +542,7 @@ def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_p
     summary = launch(spec, root=root, seeds=3, progress_seconds=60)
     out = capsys.readouterr().out
     assert "widening --only (none) -> (none) and seeds 0 -> 0-2: 1 -> 3 trials" in out
-    assert summary["errors"] == 0 and summary["trials"] == 2
+    assert summary.errors == 0 and summary.trials == 2
     runs = trial_runs(study_dir / "mlflow.db")
     assert sorted(r["tags"][schema.SEED] for r in runs.values()) == ["0", "1", "2"]
     assert all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
@@ -554,7 +554,7 @@ def test_more_seeds_grow_the_study_and_keep_its_finished_runs(ray_address, tmp_p
     count = "SELECT COUNT(*) FROM metrics WHERE key != 'wall_seconds'"  # (the resume's own time)
     rows = sqlite3.connect(study_dir / "mlflow.db").execute(count).fetchone()
     again = resume(study_dir, progress_seconds=60)
-    assert again["errors"] == 0 and again["runs_finished"] == 3
+    assert again.errors == 0 and again.runs.finished == 3
     assert len(trial_runs(study_dir / "mlflow.db")) == 3
     # a resume with nothing to do writes no metric row (it once logged every summary again)
     assert sqlite3.connect(study_dir / "mlflow.db").execute(count).fetchone() == rows
@@ -576,7 +576,7 @@ def test_a_study_trains_on_the_train_path_it_was_given(ray_address, tmp_path: Pa
     root = tmp_path / "s"
     study_dir = root / "path-smoke"
     summary = launch(spec, root=root, train_path="compiled", progress_seconds=60)
-    assert summary["errors"] == 0 and summary["runs_finished"] == 1
+    assert summary.errors == 0 and summary.runs.finished == 1
     (config,) = [json.loads(p.read_text()) for p in (study_dir / "runs").glob("*/config.json")]
     assert config["train_path"] == "compiled"
     meta_path = study_dir / "study.json"
@@ -585,7 +585,7 @@ def test_a_study_trains_on_the_train_path_it_was_given(ray_address, tmp_path: Pa
     capsys.readouterr()
     again = resume(study_dir, train_path="eager", progress_seconds=60)
     assert "--train-path eager (was compiled) from now on" in capsys.readouterr().out
-    assert again["errors"] == 0 and "train_path" not in json.loads(meta_path.read_text())
+    assert again.errors == 0 and "train_path" not in json.loads(meta_path.read_text())
     assert {p: p.stat().st_mtime for p in results} == results and len(trial_runs(study_dir / "mlflow.db")) == 1
 
 
@@ -612,7 +612,7 @@ def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, t
     out = capsys.readouterr().out
     assert "widening --only variant=content -> (none): 1 -> 2 trials" in out
     assert "1 of 2 runs already finished in the record (1 of 2 trials); running the other 1 trial(s)" in out
-    assert summary["errors"] == 0 and summary["trials"] == 1
+    assert summary.errors == 0 and summary.trials == 1
     runs = trial_runs(study_dir / "mlflow.db")
     assert set(first) < set(runs) and len(runs) == 2  # the first run kept, one new run
     assert all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
@@ -622,7 +622,7 @@ def test_a_wider_only_grows_the_study_and_keeps_its_finished_runs(ray_address, t
     assert [(r["done"], r["missing"]) for r in status(study_dir)] == [(1, 0), (1, 0)]
     results = {p: p.stat().st_mtime for p in (study_dir / "runs").glob("*/result.json")}
     again = resume(study_dir, progress_seconds=60)  # the wide study is the study now
-    assert again["errors"] == 0 and again["runs_finished"] == 2
+    assert again.errors == 0 and again.runs.finished == 2
     assert len(trial_runs(study_dir / "mlflow.db")) == 2
     assert {p: p.stat().st_mtime for p in results} == results and len(results) == 2
 
@@ -657,7 +657,7 @@ def test_a_store_deleted_after_tunes_last_step_stops_in_one_line_and_resumes(ray
                                f"safe in {study}: free or restore the store, then `study resume {study}`")
     assert not db.exists()
     summary = resume(study, address=ray_address)
-    assert summary["runs_finished"] == 2
+    assert summary.runs.finished == 2
     runs = trial_runs(db)
     assert len(runs) == 2 and all(r["tags"][schema.STATUS] == "finished" for r in runs.values())
     assert all([s for s, _ in r["metrics"]["train_loss"]] == [1, 2] for r in runs.values())

@@ -50,6 +50,7 @@ def test_a_key_this_code_does_not_know_is_kept_and_the_study_is_frozen() -> None
 
 
 def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli_take() -> None:
+    import dataclasses
     import inspect
 
     from study.cli import parser
@@ -57,14 +58,16 @@ def test_each_operational_choice_has_one_default_which_launch_resume_and_the_cli
     from study.recording.meta import DriverOptions
 
     defaults = DriverOptions()
+    assert [f.name for f in dataclasses.fields(DriverOptions)] == ["address", "max_concurrent", "progress_seconds"]
     for fn in (launch, resume):
         params = inspect.signature(fn).parameters
-        for name in ("address", "max_concurrent", "progress_seconds", "time_limit", "train_path"):
+        for name in ("address", "max_concurrent", "progress_seconds"):
             assert params[name].default == getattr(defaults, name), (fn.__name__, name)
+        assert params["time_limit"].default is None and params["train_path"].default is None  # none given
     for command in (["launch", "spec.yaml"], ["resume", "s"]):
         args = parser().parse_args(command)
         assert (args.address, args.max_concurrent, args.progress_seconds, args.time_limit, args.train_path) == (
-            defaults.address, defaults.max_concurrent, defaults.progress_seconds, None, defaults.train_path)
+            defaults.address, defaults.max_concurrent, defaults.progress_seconds, None, None)
 
 
 @pytest.mark.parametrize("train_path", [DEFAULT_TRAIN_PATH, "compiled"])

@@ -49,7 +49,7 @@ def test_eta_weights_cells_by_cost(ray_address, tmp_path: Path) -> None:
 
     out = io.StringIO()
     summary = launch(spec_path, root=tmp_path / "s", address=ray_address, progress_seconds=0, out=out)
-    assert summary["errors"] == 0 and summary["runs_finished"] == 2
+    assert summary.errors == 0 and summary.runs.finished == 2
     lines = [m.groups() for m in map(LINE.search, out.getvalue().splitlines()) if m]
     assert lines, out.getvalue()
     assert "ETA ?" not in out.getvalue()

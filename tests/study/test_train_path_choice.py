@@ -13,7 +13,7 @@ from locattn.config import OptimConfig, make_run_config
 from study.cost import load_calibration
 from study.cost.paths import break_even_epochs, choose_train_path, fewest_epochs
 from study.cost.pricing import COMPILED_WHOLE_RUNS, CompiledRun, compiled_whole_run, run_cost
-from study.driver.launch import launch
+from study.driver.launch import DryRunPlan, launch
 from study.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def test_dry_run_prints_the_choice_and_prices_compiled_cheaper(tmp_path):
     out = io.StringIO()
     summary = launch(TABLE4, profile="paper", root=tmp_path, dry_run=True, out=out)
     text = out.getvalue()
-    assert summary["dry_run"] and not (tmp_path / "rc_table4-paper").exists()
+    assert isinstance(summary, DryRunPlan) and not (tmp_path / "rc_table4-paper").exists()
     path_lines = [ln for ln in text.splitlines() if ln.startswith("path ")]
     assert len(path_lines) == 1 and ("compiled, chosen" in path_lines[0] or "no C++ compiler" in path_lines[0])
     eager = io.StringIO()
