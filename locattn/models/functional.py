@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -64,6 +65,46 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
 def apply_dropout(x: Tensor, noise: Tensor, p: float) -> Tensor:
     """Inverted dropout of ``x`` with uniform ``noise`` of its shape: keep where noise >= p."""
     return x * (noise >= p) * (1.0 / (1.0 - p))
+
+
+def dropout_keep(noise: Tensor, p: float) -> Tensor:
+    """The inverted-dropout multiplier of uniform ``noise``: 1/(1 - p) where noise >= p, else 0
+    (float, the shape of ``noise``). ``x * dropout_keep(u, p)`` equals ``apply_dropout(x, u, p)``
+    to the bit (x·1·s and x·(1·s) are both x·s; x·0 is ±0 either way)."""
+    return (noise >= p) * (1.0 / (1.0 - p))
+
+
+class _LeakyReLUFromOutput(torch.autograd.Function):
+    """``F.leaky_relu`` whose backward reads its output instead of its input: y > 0 exactly where
+    x > 0, so the gradient is the same, but a compiled graph then saves nothing beyond y (which
+    the next product's weight gradient saves anyway) instead of a bool mask of x > 0. Inductor's
+    CPU kernels store and load bool tensors at a small fraction of float speed (a (32, 12, 128)
+    mask: about 500 us to store, 200 us to load, against 20 us for the float op)."""
+
+    @staticmethod
+    def forward(x: Tensor, slope: float) -> Tensor:  # type: ignore[override]
+        return torch.nn.functional.leaky_relu(x, slope)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        ctx.save_for_backward(output)
+        ctx.slope = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        # y + 0·grad is y for every finite gradient; reading grad keeps the comparison in the
+        # backward, where AOTAutograd would otherwise hoist y > 0 into the forward and save it
+        # as a bool tensor beside y
+        return torch.where(y.add(grad, alpha=0.0) > 0, grad, grad * ctx.slope), None
+
+
+def leaky_relu(x: Tensor, slope: float = 0.01) -> Tensor:
+    """``F.leaky_relu(x, slope)``; under torch.compile with a backward that reads the output
+    (:class:`_LeakyReLUFromOutput`: the same values and gradients, no saved bool mask)."""
+    if torch.compiler.is_compiling():
+        return _LeakyReLUFromOutput.apply(x, slope)
+    return torch.nn.functional.leaky_relu(x, slope)
 
 
 def take_rows(x: Tensor, index: Tensor) -> Tensor:

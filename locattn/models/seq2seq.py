@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from locattn.models.attention import AttnStep, SourceMemory, attender_is_stacked, build_attender
@@ -38,7 +37,7 @@ from locattn.models.attention.location import building_block_weights
 from locattn.models.config import ModelConfig
 from locattn.models.encoder import DirectionMixer, SourceEncoder
 from locattn.models.functional import (
-    DropoutNoise, apply_dropout, dropout_with, embed, gru_update, linear,
+    DropoutNoise, apply_dropout, dropout_with, embed, gru_update, leaky_relu, linear,
 )
 
 
@@ -208,11 +207,16 @@ class Seq2Seq(nn.Module):
         """Shape (B, L, d) of the encoder outputs that dropout masks for a (B, S) ``src``."""
         return src.shape[0], src.shape[1] + 2 * self.source_offset, self.cfg.hidden_size
 
-    def _start(self, src: Tensor, src_len: Tensor, noise: Tensor | None) -> DecoderState:
+    def _start(self, src: Tensor, src_len: Tensor, noise: Tensor | None,
+               keep: Tensor | None = None) -> DecoderState:
         """:meth:`start` without the checks; ``noise`` (U(0, 1) of :meth:`dropout_shape`), when
-        given, replaces the draw from ``self.noise``: the same mask for the same numbers."""
+        given, replaces the draw from ``self.noise``: the same mask for the same numbers.
+        ``keep`` (:func:`~locattn.models.functional.dropout_keep` of such noise) is the
+        multiplier itself, the same mask to the bit."""
         enc = self.encoder(embed(src, self.embedding.weight), src_len)
-        if noise is None:
+        if keep is not None:
+            e = enc.outputs * keep
+        elif noise is None:
             e = dropout_with(enc.outputs, self.dropout_p, self.training, self.noise)  # (B, L, d)
         else:
             e = apply_dropout(enc.outputs, noise, self.dropout_p)
@@ -220,7 +224,7 @@ class Seq2Seq(nn.Module):
         if self.direction is not None:
             e, dir_gate = self.direction(e, enc.cls[-1], enc.lengths, enc.mask)
         # (B, L, V); dropout is on e only (Ray Chowdhury & Caragea's reference code)
-        hidden_v = F.leaky_relu(linear(e, self.value_in.weight, self.value_in.bias))
+        hidden_v = leaky_relu(linear(e, self.value_in.weight, self.value_in.bias))
         values = linear(hidden_v, self.value_out.weight)  # (B, L, H)
         lengths = enc.lengths.to(e.dtype)  # (B,)
         stepsize = 1.0 / torch.clamp(lengths - 1.0, min=1.0)  # (B,)
@@ -309,6 +313,7 @@ class Seq2Seq(nn.Module):
     def forward(  # type: ignore[override]
         self, src: Tensor, src_len: Tensor, tgt_in: Tensor, *, trace: bool = False,
         noise: Tensor | None = None, check: bool = True, teacher_forced: bool = True,
+        dropout_keep: Tensor | None = None,
     ) -> Seq2SeqOutput:
         """Teacher-forced logits (B, T, V) for tgt_in = [<sos>, y_1 .. y_{T-1}].
 
@@ -319,10 +324,13 @@ class Seq2Seq(nn.Module):
 
         ``noise`` (U(0, 1) of :meth:`dropout_shape`) replaces the dropout draw from
         ``self.noise``; with it and ``check=False`` the forward has no data-dependent branch and
-        no generator, so torch.compile traces it into one graph (the caller checks the inputs)."""
+        no generator, so torch.compile traces it into one graph (the caller checks the inputs).
+        ``dropout_keep`` (:func:`~locattn.models.functional.dropout_keep` of such noise) gives the
+        mask as its float multiplier instead (the same values to the bit): the compiled step
+        passes it, so that no bool mask crosses its kernels."""
         if check:
             self._check(src, src_len, tgt_in)
-        state = self._start(src, src_len, noise)
+        state = self._start(src, src_len, noise, dropout_keep)
         if not teacher_forced:
             return self._free_running(state, tgt_in, trace)
         emb_gates = self._embed_gates(embed(tgt_in, self.embedding.weight))  # (B, T, 3H)

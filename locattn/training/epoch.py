@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from locattn.models.attention.replicas import method_modules
-from locattn.models.functional import DropoutNoise
+from locattn.models.functional import DropoutNoise, dropout_keep
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
 from locattn.training.results import NonFiniteLossError
@@ -163,14 +163,17 @@ def _pad(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
 def batch_nll(
     model: torch.nn.Module, params: dict[str, torch.Tensor] | None, src: torch.Tensor,
     src_len: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, noise: torch.Tensor | None,
-    pad: int, k: int, check: bool = True, teacher_forced: bool = True,
+    pad: int, k: int, check: bool = True, teacher_forced: bool = True, keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Summed token NLL (k,) of a batch of k replicas' rows, teacher forced (or free-running,
-    ``teacher_forced=False``), with the dropout noise given. ``params``: the parameters to run the
-    model with (a subset of the pack's replicas), None for its own. ``check=False`` leaves out the
-    input checks (compiled path)."""
+    ``teacher_forced=False``), with the dropout noise given (or, ``keep``, its float multiplier:
+    :func:`~locattn.models.functional.dropout_keep`, the same mask). ``params``: the parameters to
+    run the model with (a subset of the pack's replicas), None for its own. ``check=False`` leaves
+    out the input checks (compiled path)."""
     args = (src, src_len, tgt_in)
     kwargs = {"noise": noise, "check": check, "teacher_forced": teacher_forced}
+    if keep is not None:
+        kwargs["dropout_keep"] = keep
     if params is None:
         logits = model(*args, **kwargs).logits  # (k*B, T, V)
     else:
@@ -329,9 +332,12 @@ def packed_train_epoch(runs: list[Any], epoch: int, *, exact: bool = True) -> li
                 if compiled:
                     if u is not None and rows < src.shape[0]:  # filler rows: kept (their loss is 0)
                         u = torch.cat([u, u.new_ones(src.shape[0] - rows, *u.shape[1:])])
+                    # the mask enters the graph as its float multiplier: a bool mask made inside
+                    # would be stored and reloaded by inductor's kernels, which is slow on CPU
+                    keep = None if u is None else dropout_keep(u, model.dropout_p)
                     nll = runs[idx[0]].compile_watch.call(
-                        nll_fn, batch_nll, model, sub, src, src_len, tgt_in, tgt_out, u, pad, 1,
-                        teacher_forced=tf)  # (1,)
+                        nll_fn, batch_nll, model, sub, src, src_len, tgt_in, tgt_out, None, pad, 1,
+                        teacher_forced=tf, keep=keep)  # (1,)
                 else:
                     nll = nll_fn(model, sub, src, src_len, tgt_in, tgt_out, u, pad, len(idx),
                                  teacher_forced=tf)  # (k,)

@@ -16,6 +16,7 @@ bit for bit) and, marked ``slow``, compiled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import pytest
 import torch
 
 from locattn.config import make_run_config
+from locattn.models.functional import _LeakyReLUFromOutput, apply_dropout, dropout_keep
 from locattn.packed import train_packed
 from locattn.tasks import load_task
 from locattn.train import train
@@ -92,19 +94,49 @@ def test_compiled_batch_equals_eager_within_rounding(tmp_path: Path) -> None:
         b = next(run.train_split.train_batches(torch.arange(len(run.train_split)), 16))
         noise = torch.rand(model.dropout_shape(b.src))
         out = {}
+        saved: list[torch.Tensor] = []
         for name, fn in (("eager", batch_nll), ("compiled", compiled_batch_nll())):
             for p in pack.stacked:
                 p.grad = None
-            nll = fn(model, None, b.src, b.src_len, b.tgt_in, b.tgt_out, noise, run.ids["pad_id"], 1)
+            # as the training pass calls them: eager with the noise, compiled with its multiplier
+            given = {"noise": noise} if name == "eager" else {"noise": None,
+                                                              "keep": dropout_keep(noise, model.dropout_p)}
+            hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t)
+            with hooks if name == "compiled" else contextlib.nullcontext():
+                nll = fn(model, None, b.src, b.src_len, b.tgt_in, b.tgt_out, pad=run.ids["pad_id"], k=1, **given)
             nll.sum().backward()
             out[name] = (nll.detach(), [p.grad.clone() for p in pack.stacked])
     finally:
         pack.release()
+    # no bool mask of the encoder outputs or the value layer is saved for the backward: inductor's
+    # CPU kernels store and load bools at a small fraction of float speed (dropout and leaky ReLU
+    # saved two (B, L, H) masks, ~1.5 ms of a Copy batch)
+    big = noise.numel()
+    assert saved and not [tuple(t.shape) for t in saved if t.dtype == torch.bool and t.numel() >= big]
     (e_nll, e_grads), (c_nll, c_grads) = out["eager"], out["compiled"]
     assert torch.allclose(c_nll, e_nll, rtol=1e-5, atol=0)
     assert float(e_nll[0]) > 1.0  # an untrained model: a real loss, not a degenerate one
     for name, e, g in zip(pack.names, e_grads, c_grads):
         assert torch.allclose(g, e, rtol=0, atol=1e-4 * max(1.0, float(e.abs().max()))), name
+
+
+def test_the_dropout_multiplier_and_the_output_based_leaky_relu_are_the_eager_ops_to_the_bit() -> None:
+    """What the compiled step computes in place of a bool mask: ``x * dropout_keep(u, p)`` is
+    ``apply_dropout(x, u, p)``, and the leaky ReLU whose backward reads its output has
+    F.leaky_relu's values and gradients, zeros, negatives and subnormals included."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 7, 33, generator=g)
+    x.view(-1)[:6] = torch.tensor([0.0, -0.0, 1e-42, -1e-42, 1e-38, -3e-39])
+    u = torch.rand(x.shape, generator=g)
+    assert torch.equal(x * dropout_keep(u, 0.1), apply_dropout(x, u, 0.1))
+    assert torch.equal((x * dropout_keep(u, 0.1)).signbit(), apply_dropout(x, u, 0.1).signbit())
+    grad = torch.randn(x.shape, generator=g)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = torch.nn.functional.leaky_relu(a, 0.01), _LeakyReLUFromOutput.apply(b, 0.01)
+    assert torch.equal(ya, yb)
+    ya.backward(grad)
+    yb.backward(grad)
+    assert torch.equal(a.grad, b.grad)
 
 
 @pytest.mark.slow
