@@ -2,7 +2,8 @@
 one vectorized model.
 
 The public names of :mod:`locattn.training.packed` (the driver), :mod:`locattn.training.epoch`
-(the shared training pass) and :mod:`locattn.packable` (which runs pack: the judge and the
+(the shared training pass), :mod:`locattn.training.memory` (the device memory of a graphed
+pack) and :mod:`locattn.packable` (which runs pack: the judge and the
 grouping, without torch); see those modules.
 """
 
@@ -16,18 +17,23 @@ from locattn.training.epoch import (
     packed_train_epoch,
     solo_train_epoch,
 )
+from locattn.training.memory import PackMemory, pack_memory, run_pack_memory, split_bytes
 from locattn.training.packed import PACKABLE_FAMILIES, PACKABLE_FIELDS, train_packed
 
 __all__ = [
     "PACKABLE_FAMILIES",
     "PACKABLE_FIELDS",
+    "PackMemory",
     "ParamPack",
     "ReplicaFailed",
     "SWITCH_FIELDS",
     "check_packable",
     "epoch_dropout_noise",
     "pack_groups",
+    "pack_memory",
     "packed_train_epoch",
+    "run_pack_memory",
     "solo_train_epoch",
+    "split_bytes",
     "train_packed",
 ]

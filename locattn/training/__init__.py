@@ -12,7 +12,8 @@ Read them in this order (``test_architecture.py`` checks the order):
    compiles, counted, and its one padded shape).
 3. ``epoch``: one training pass of a pack of K runs; a solo run is a pack of one.
 4. ``seq2seq`` (:class:`Seq2SeqRun`, one run's state and steps), ``packed`` (K runs of one cell
-   trained together), ``regression`` (Raffel & Ellis).
+   trained together), ``regression`` (Raffel & Ellis), ``memory`` (the device memory of a
+   graphed pack of K, from its config).
 5. ``run``: ``train(cfg, out_dir)``.
 
 The public names are re-exported by :mod:`locattn.train` and :mod:`locattn.packed`.

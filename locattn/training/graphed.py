@@ -596,13 +596,10 @@ def solo_graphed_epoch(run: Any) -> float:
 def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
     """(bytes per replica, fixed bytes) of the graphed step for ``run``'s cell on its CUDA device:
     the peak memory of one uncaptured step (the split's longest shape) with 1 and with
-    ``1 + probe`` copies of ``run`` (then thrown away; ``run`` is not trained), plus what the
-    probe cannot see because its replicas are one run: each further run's own weights, AdamW
-    moments and best model, its train and dev splits, and the copies a graph's recording saves
-    (:mod:`locattn.training.memory`; the probe's own growth holds the stacked weights, their
-    gradients and moments, and the step's activations)."""
-    from locattn.training.memory import CAPTURE_COPIES, PROBED_COPIES, STATE_COPIES, run_pack_memory
-
+    ``1 + probe`` copies of ``run`` (then thrown away; ``run`` is not trained). The probe's
+    replicas are one run, so its growth per replica holds the stacked weights, their gradients
+    and moments and the step's activations, not what each further run holds of its own
+    (:func:`locattn.training.memory.unprobed_bytes` adds that)."""
     if run.device.type != "cuda":
         raise ValueError(f"measuring device memory needs a CUDA run, got {run.device}")
     peaks = []
@@ -618,9 +615,7 @@ def measure_bytes_per_replica(run: Any, *, probe: int = 2) -> tuple[int, int]:
         peaks.append(torch.cuda.max_memory_allocated(run.device) - base)
         del step
     per = max(1, math.ceil((peaks[1] - peaks[0]) / probe))
-    mem = run_pack_memory(run.cfg, run.data)
-    unseen = (STATE_COPIES - PROBED_COPIES + CAPTURE_COPIES) * 4 * mem.params + mem.data_bytes
-    return per + unseen, max(0, peaks[0] - per)
+    return per, max(0, peaks[0] - per)
 
 
 __all__ = ["GraphedStep", "StackedAdamW", "compiled_adamw_update", "compiled_step_nll", "deterministic_compile",

@@ -16,7 +16,7 @@ the packed forward and loss on the ``meta`` device (shapes only, no data, no com
 training split's longest source and target and the batch size, with
 ``torch.autograd.graph.saved_tensors_hooks``; the transients are :data:`TRANSIENT_FACTOR` times
 the saved tensors (fitted on a CPU against torch's ``MemTracker`` peak of real steps:
-``benchmarks/bench_gpu_session.py --memory-check``, ``test_memory_model.py``). What grows
+``benchmarks/bench_gpu_memory.py``, ``test_memory_model.py``). What grows
 with K is linear in K (every replica has the same shapes), so
 
     bytes(K) = fixed + K x per_replica
@@ -36,6 +36,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from locattn.models import build_model
+from locattn.training.epoch import ParamPack
+from locattn.training.graphed import step_nll
+
 STATE_COPIES = 8
 """Float32 copies of a replica's parameters a graphed pack keeps on the device (see above)."""
 PROBED_COPIES = 4
@@ -47,9 +51,10 @@ CAPTURE_COPIES = 3
 before the warm-up step and put back after it (:meth:`GraphedStep._graph`)."""
 TRANSIENT_FACTOR = 1.4
 """A step's peak above its state, over the bytes autograd saves for its backward. Measured on a
-CPU (torch's ``MemTracker`` peak of one graphed step, K = 1 and 3): 1.31 to 1.36 over Copy with
-OneStepAttn, content attention and Mix OneStepAttn PR, Lookup, and batch 64 with hidden size
-256; rounded up, so that the model errs towards smaller packs."""
+CPU (``python benchmarks/bench_gpu_memory.py``: torch's ``MemTracker`` peak of one graphed step,
+K = 1 and 3): 1.31 to 1.36 over Copy with OneStepAttn, content attention and Mix OneStepAttn PR,
+and Lookup, and 1.34 for Copy at batch 64 with hidden size 256 (``--set optim.batch_size=64
+--set model.hidden_size=256``); rounded up, so that the model errs towards smaller packs."""
 HEADROOM = 0.1
 """Fraction of the device left free for the CUDA context, the allocator's rounding, decoding."""
 
@@ -114,8 +119,6 @@ def saved_tensor_bytes(model: torch.nn.Module, src: torch.Tensor, src_len: torch
     """Bytes autograd saves for the backward of the graphed step's forward and loss, counted once
     per storage, parameters (state, counted apart) left out. Runs on any device; on ``meta`` it
     costs no memory and no compute."""
-    from locattn.training.graphed import step_nll
-
     own = {p.untyped_storage()._cdata for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -144,9 +147,6 @@ def pack_memory(cfg: Any, vocab_size: int, ids: dict[str, int], shape: tuple[int
 
     Builds the model and a pack of two replicas on the ``meta`` device (well under a second);
     raises ``ValueError`` for a model kind other than seq2seq."""
-    from locattn.models import build_model
-    from locattn.training.epoch import ParamPack
-
     if cfg.model.kind != "seq2seq":
         raise ValueError(f"the pack memory model covers seq2seq models, got model.kind={cfg.model.kind!r}")
     B, S, T = shape
@@ -181,6 +181,13 @@ def run_pack_memory(cfg: Any, data: Any) -> PackMemory:
     return pack_memory(cfg, len(vocab), ids, (cfg.optim.batch_size, S, T), len(train), data_bytes)
 
 
+def unprobed_bytes(mem: PackMemory) -> int:
+    """Per replica, what :func:`~locattn.training.graphed.measure_bytes_per_replica`'s probe
+    (one run repeated) cannot see grow: each further run's own weights, AdamW moments and best
+    model, its train and dev splits, and the copies a graph's recording saves."""
+    return (STATE_COPIES - PROBED_COPIES + CAPTURE_COPIES) * 4 * mem.params + mem.data_bytes
+
+
 def split_bytes(examples: Any) -> int:
     """Device bytes of a split as :class:`~locattn.training.data.EncodedSplit` holds it: int64
     sources and targets (with ``<eos>``) padded to their longest, and the source lengths."""
@@ -192,5 +199,5 @@ def split_bytes(examples: Any) -> int:
     return n * (S + T + 1) * 8
 
 
-__all__ = ["CAPTURE_COPIES", "HEADROOM", "PROBED_COPIES", "PackMemory", "STATE_COPIES", "split_bytes", "TRANSIENT_FACTOR", "pack_memory", "run_pack_memory",
+__all__ = ["CAPTURE_COPIES", "HEADROOM", "PROBED_COPIES", "PackMemory", "STATE_COPIES", "split_bytes", "unprobed_bytes", "TRANSIENT_FACTOR", "pack_memory", "run_pack_memory",
            "saved_tensor_bytes"]

@@ -40,6 +40,7 @@ from locattn.training.decode import graphed_greedy_dev_accuracy, graphed_test_de
 from locattn.training.epoch import ReplicaFailed, packed_train_epoch
 from locattn.training.graphed import (graphed_dev_scores, graphed_train_epoch, measure_bytes_per_replica,
                                      pick_pack_size)
+from locattn.training.memory import run_pack_memory, unprobed_bytes
 from locattn.training.recorders import NullRecorder
 from locattn.training.results import CONFIG_FILE, RESULT_FILE
 from locattn.training.seq2seq import Seq2SeqRun
@@ -130,6 +131,7 @@ def _device_memory(cfg: RunConfig, data: Any, out_dir: Path) -> tuple[int, int, 
     """(free, total, bytes per replica, fixed bytes) of ``cfg``'s CUDA device and graphed step."""
     probe = Seq2SeqRun(cfg, data, out_dir)
     per, fixed = measure_bytes_per_replica(probe)
+    per += unprobed_bytes(run_pack_memory(cfg, data))  # each further run's own state and data
     free, total = torch.cuda.mem_get_info(probe.device)
     del probe
     return free, total, per, fixed

@@ -22,6 +22,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from locattn.config import make_run_config
+from study.cost.calibration import device_key
+from study.cost.sampling import SAMPLE_EXAMPLES, sample_data
 
 if TYPE_CHECKING:
     from locattn.config import RunConfig
@@ -37,10 +39,9 @@ DEVICE_MEMORY = {"h100": 80 * 10**9, "h200": 141 * 10**9}
 @lru_cache(maxsize=256)
 def _cell_memory(task: Any, model: Any, batch_size: int) -> Any:
     """:class:`~locattn.training.memory.PackMemory` of a cell's pack (data built or read once per
-    task, a generated split larger than :data:`study.cost.pricing.SAMPLE_EXAMPLES` sampled and its
+    task, a generated split larger than :data:`study.cost.sampling.SAMPLE_EXAMPLES` sampled and its
     bytes scaled)."""
-    from locattn.training.memory import pack_memory, split_bytes
-    from study.cost.pricing import SAMPLE_EXAMPLES, sample_data  # pricing.py imports this module
+    from locattn.packed import pack_memory, split_bytes  # torch: off `study --help`
 
     try:
         data = sample_data(task)
@@ -133,11 +134,10 @@ def pack_cap(spec: StudySpec, device: str) -> int | None:
 
 def local_cuda_memory() -> dict[str, int]:
     """{device key: total bytes} of this machine's first CUDA device, or {} without one."""
-    import torch
+    import torch  # heavy: off `study --help`
 
     if not torch.cuda.is_available():
         return {}
-    from study.cost.calibration import device_key
 
     props = torch.cuda.get_device_properties(0)
     return {f"{device_key(props.name)} here": int(props.total_memory)}

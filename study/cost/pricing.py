@@ -13,6 +13,7 @@ from locattn.config import make_run_config
 from locattn.models.config import packable_families
 from study.cost.calibration import Calibration
 from study.cost.packs import pack_cap
+from study.cost.sampling import SAMPLE_EXAMPLES, sample_data
 
 if TYPE_CHECKING:
     from locattn.config import RunConfig
@@ -25,8 +26,6 @@ CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
 #: Tokens per CFQ example (question + SPARQL query) when its files are absent: an ASSUMPTION,
 #: not a measurement (no CFQ data on these machines); a plan that uses it says so.
 CFQ_ASSUMED_TOKENS = 80
-#: A generated split larger than this is priced from a sample of this many examples.
-SAMPLE_EXAMPLES = 20_000
 #: CPU seconds a compiled run (``train_path: compiled``) adds to its start-up when its graph is in
 #: inductor's disk cache (a study shares one), and when it is not (a cold compile): the fixed
 #: costs of whole Copy/OneStepAttn runs over eager's (benchmarks/bench_whole_run.py).
@@ -184,17 +183,6 @@ def _shape(task: Any, updates_per_epoch: int, batch_size: int, protocol: str) ->
     return Shape(train=scale["train"] * split_ktok(data.splits["train"]),
                  dev=scale["dev"] * split_ktok(data.splits["dev"]),
                  test=scale["test"] * sum(split_ktok(data.splits[n]) for n in data.test_splits))
-
-
-@lru_cache(maxsize=64)
-def sample_data(task: TaskConfig) -> Any:
-    """A generated task's data with every split at most :data:`SAMPLE_EXAMPLES` examples (what a
-    plan prices and sizes packs from; built once per task config). SCAN and Lookup ignore the
-    sizes."""
-    from locattn.tasks import load_task  # builds data, which `study --help` never needs
-
-    return load_task(replace(task, **{f"{k}_size": min(getattr(task, f"{k}_size"), SAMPLE_EXAMPLES)
-                                      for k in ("train", "dev", "test")}))
 
 
 @dataclass(frozen=True, kw_only=True)

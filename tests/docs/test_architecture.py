@@ -39,7 +39,7 @@ TRAINING_FLOORS = {
     "data": 2, "checkpoint": 2, "recorders": 2, "evaluate": 2, "examples": 2, "scoring": 2,
     "attention": 2, "compiles": 2,
     "epoch": 3, "graphed": 3, "decode": 3,
-    "seq2seq": 4, "packed": 4, "regression": 4,
+    "seq2seq": 4, "packed": 4, "regression": 4, "memory": 4,
     "run": 5,
 }
 
