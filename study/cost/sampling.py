@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from locattn.tasks.config import TaskConfig
 
 #: A generated split larger than this is priced, and its packs sized, from a sample of this many
 #: examples (its counts then scaled up).
@@ -15,7 +18,7 @@ SAMPLE_EXAMPLES = 20_000
 
 
 @lru_cache(maxsize=64)
-def sample_data(task: Any) -> Any:
+def sample_data(task: TaskConfig) -> Any:
     """A generated task's data (a ``TaskConfig``'s) with every split at most
     :data:`SAMPLE_EXAMPLES` examples, built once per task config. SCAN and Lookup ignore the
     sizes."""

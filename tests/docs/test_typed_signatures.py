@@ -239,7 +239,7 @@ TUNE_FORCED: dict[str, tuple[tuple[str, ...], str]] = {
 #: -> (bag slots, why).
 NO_NAME_YET: dict[str, tuple[tuple[str, ...], str]] = {
     "study.cost.packs:cell_memory": (('return',), _PACK_MEMORY),
-    "study.cost.pricing:sample_data": (('return',), _TASK_DATA),
+    "study.cost.sampling:sample_data": (('return',), _TASK_DATA),
     "reports.exhibits:read_artifact_json": (('return',), _ATTENTION_JSON),
     "reports.exhibits:trace_caption": (('record',), _ATTENTION_JSON),
     "reports.exhibits:trace_figure": (('record',), _ATTENTION_JSON),
