@@ -68,6 +68,10 @@ CASES = [
         rf"^\[(CPU|GPU)\] K=8\s+graphed: first epoch {F} s, then wall {F} s \(cpu {F} s\) per epoch -> "
         rf"{F} seed-epochs/s, x{F} a solo trial \| .* \| seed 0 losses equal to K=1: True$",
     ]),
+    ("bench_gpu_memory.py", None, (), [
+        rf"^copy/onestep K=1 batch 32x10x11: measured step peak {F} MiB, saved {F} MiB \(peak/saved {F}\), "
+        rf"model {F} MiB \(model/measured (0\.9[89]|1\.0\d|1\.10)\d*\)$",
+    ]),
     ("bench_gpu_session.py", "--out", (), [
         r'^\{"kind": "equality", "path": "eager", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
         r'^\{"kind": "equality", "path": "graphed", .*"max_rel_diff": 0\.0, "must_be_equal": true, "ok": true',
