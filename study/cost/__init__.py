@@ -94,6 +94,9 @@ def plan_lines(spec: StudySpec, slots: int, cal: Calibration | None = None, trai
                 f"{n} cells {_HOW[h]}" for h, n in sorted(hows.items())))
         for assumed in sorted({c.cost.assumed for c in cells if c.cost.assumed}):
             lines.append(f"         ASSUMED {assumed}")
+        if not gpu and spec.packed and not any(r.device == "cpu" and r.pack > 1 for r in cal.rates):
+            lines.append("         ASSUMED a packed trial's runs at their solo rates, one core each (an upper "
+                         f"bound: a pack trains them in one process; no CPU pack row in {CALIBRATION_FILE.name})")
         if device == "cpu" and train_path in (None, "eager"):
             lines.extend(_faster_paths(spec, cal, threads, total))
     return lines

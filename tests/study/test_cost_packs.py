@@ -16,11 +16,11 @@ from study.cost import Calibration, Rate, packs
 from study.spec import load_spec
 
 
-def spec(tmp: Path, seeds: int = 4, gpus: float = 1.0, **over):
+def spec(tmp: Path, seeds: int = 4, gpus: float = 1.0, pack: bool = True, **over):
     body = {"name": "g", "grid": {"task": ["copy"], "variant": ["onestep"]}, "seeds": seeds,
             "overrides": {"optim.epochs": 2, "task.train_size": 100, "task.dev_size": 50, "task.test_size": 10,
                           "task.test_limit": 10, "optim.train_step": "graphed", **over},
-            "resources": {"cpus": 1, "gpus": gpus}, "pack_seeds": True, "profiles": {"smoke": {}}}
+            "resources": {"cpus": 1, "gpus": gpus}, "pack_seeds": pack, "profiles": {"smoke": {}}}
     path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(body))
     return load_spec(path, "smoke")
@@ -75,7 +75,14 @@ def test_compiled_gpu_rows_price_compiled_runs_and_eager_rows_the_rest(tmp_path:
     assert "--train-path compiled priced at eager rates (no compiled row for task copy)" in assumed
 
 
-def test_a_cpu_spec_gets_no_pack_line(tmp_path: Path) -> None:
+def test_a_cpu_spec_gets_no_pack_line_and_its_packs_are_priced_as_solo_runs(tmp_path: Path) -> None:
     s = spec(tmp_path, gpus=0)
     assert packs.pack_lines(s, {"h100": packs.DEVICE_MEMORY["h100"]}) == []
     assert cost.priced_pack(s, "h100") is None
+    cpu = Calibration(rates=(Rate(device="cpu", task="copy", family="location", train=1.0, dev=0.5, test=1.0,
+                                  startup=3.0),))
+    lines = cost.plan_lines(s, 2, cpu)
+    assert "         ASSUMED a packed trial's runs at their solo rates, one core each (an upper bound: a pack " \
+           "trains them in one process; no CPU pack row in cost_calibration.json)" in lines
+    unpacked = spec(tmp_path, gpus=0, pack=False)
+    assert not unpacked.packed and not any("packed trial" in ln for ln in cost.plan_lines(unpacked, 2, cpu))
