@@ -23,8 +23,8 @@ Paths (what a study's trial runs, per pack of K seeds of one cell):
    deterministic algorithms, :func:`locattn.training.graphed.deterministic_compile`).
 2. **Memory**: the memory model of the cell's pack (:mod:`locattn.training.memory`: MiB a
    replica, fixed bytes, the largest K that fits the device), and on CUDA the measured growth per
-   replica of one uncaptured step (:func:`locattn.training.graphed.measure_bytes_per_replica`)
-   beside it. The device's memory is its reported total on CUDA, ``--device-memory`` GiB
+   replica of one uncaptured step (:func:`locattn.training.graphed.measure_bytes_per_replica`,
+   one run repeated) beside the part of the model that probe sees. The device's memory is its reported total on CUDA, ``--device-memory`` GiB
    otherwise (none: nothing is skipped for memory).
 3. **Throughput**, per path and K: one first epoch (graph capture and compile included, reported
    apart), then one timed training epoch; seed-epochs/s = K / that epoch's wall seconds (training
@@ -63,7 +63,7 @@ from locattn.packed import packed_train_epoch  # noqa: E402
 from locattn.tasks import list_tasks, load_task  # noqa: E402
 from locattn.train import Seq2SeqRun  # noqa: E402
 from locattn.training.graphed import GraphedStep, measure_bytes_per_replica  # noqa: E402
-from locattn.training.memory import run_pack_memory  # noqa: E402
+from locattn.training.memory import run_pack_memory, unprobed_bytes  # noqa: E402
 from locattn.variants import list_variants  # noqa: E402
 
 PATHS = ("eager", "graphed", "compiled")
@@ -158,9 +158,10 @@ def memory(task: str, variant: str, train_size: int, device: torch.device, devic
     if total is not None:
         fit = mem.largest_k(total)
         row.update(device_gib=round(total / 2**30, 2), largest_k=fit)
-    if device.type == "cuda":
+    if device.type == "cuda":  # the probe repeats one run: set it beside the part of the model it sees
         per, fixed = measure_bytes_per_replica(run)
-        row.update(measured_mib_per_replica=round(per / 2**20, 2), measured_fixed_mib=round(fixed / 2**20, 2))
+        row.update(probe_mib_per_replica=round(per / 2**20, 2), probe_fixed_mib=round(fixed / 2**20, 2),
+                   model_probe_mib_per_replica=round((mem.per_replica - unprobed_bytes(mem)) / 2**20, 2))
     return mem, fit, row
 
 
