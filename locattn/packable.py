@@ -13,7 +13,7 @@ from locattn.models.config import PACKABLE_STEPS, packable_families
 SWITCH_FIELDS = ("variant", "model.attention.step", "model.attention.location_norm",
                  "model.attention.step_temperature", "model.attention.reference",
                  "model.attention.pa_from", "model.attention.mono_gate_init", "model.attention.mono_gate_on")
-"""Model switches in which the runs of one eager pack may differ besides :data:`PACKABLE_FIELDS`:
+"""Model switches in which the runs of one pack (not compiled) may differ besides :data:`PACKABLE_FIELDS`:
 location attention's step activation (any of :data:`locattn.models.config.PACKABLE_STEPS`),
 ``location_norm``, ``step_temperature``, ``reference``, ``pa_from`` and MonoAttn's gate
 (``mono_gate_init``, ``mono_gate_on``). Each replica keeps its own value in the packed model
@@ -42,7 +42,8 @@ MAY_DIFFER = PACKABLE_FIELDS + SWITCH_FIELDS
 
 def check_packable(cfgs: Sequence[RunConfig]) -> None:
     """Raise ``ValueError`` (one line naming the fields) unless ``cfgs`` may train as one pack:
-    equal except :data:`PACKABLE_FIELDS` and, for location attention on the eager step,
+    equal except :data:`PACKABLE_FIELDS` and, for location attention on ``train_path: eager`` (the
+    eager or the graphed step),
     :data:`SWITCH_FIELDS`; a packable seq2seq family; no two runs of one identity."""
     if not cfgs:
         raise ValueError("train_packed needs at least one RunConfig")
@@ -62,10 +63,10 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
     switched = sorted(f for f in SWITCH_FIELDS[1:] if len({flat.get(f) for flat in flats}) > 1)
     if switched:
         c0 = cfgs[0]
-        if family != "location" or c0.train_path != "eager" or c0.optim.train_step != "eager":
+        if family != "location" or c0.train_path != "eager":
             raise ValueError(f"packed runs differ in {switched}: only location attention packs them, on "
-                             f"train_path=eager and optim.train_step=eager (got attention.family={family!r}, "
-                             f"train_path={c0.train_path!r}, optim.train_step={c0.optim.train_step!r})")
+                             f"train_path=eager (got attention.family={family!r}, train_path={c0.train_path!r}: "
+                             "a compiled pack's kernels would differ from its replicas' solo graphs)")
         steps = {c.model.attention.step for c in cfgs}
         if len(steps) > 1 and not steps <= set(PACKABLE_STEPS):
             raise ValueError(f"packed runs differ in model.attention.step {sorted(steps)}; steps that pack "
@@ -84,7 +85,7 @@ def check_packable(cfgs: Sequence[RunConfig]) -> None:
 def pack_groups(cfgs: Sequence[RunConfig]) -> list[list[int]]:
     """Indices of ``cfgs`` grouped into packs, in order: each config joins the first group that
     :func:`check_packable` accepts with it, else starts its own. E.g. Table 4's OneStepAttn, -Step 2,
-    -Step 3 and -Sigmoid -> ``[[0, 1, 2, 3]]`` on the eager step, and so Table 7's Mix OneStepAttn,
+    -Step 3 and -Sigmoid -> ``[[0, 1, 2, 3]]`` (not compiled), and so Table 7's Mix OneStepAttn,
     Mix OneStepAttn PR, Mix MonoAttn PR and Mix RMonoAttn PR; OneStepAttn and Mix OneStepAttn ->
     ``[[0], [1]]``; every config alone where none packs."""
     try:  # the common case, one check: all of them pack

@@ -68,7 +68,7 @@ class PackedGreedy:
             raise ValueError(f"CUDA graph capture needs a CUDA device, got {self.device}")
         pack = ParamPack(runs)
         pack.release()  # the solo parameters keep their own storage; load() copies them in
-        self.names, self.stacked = pack.names, pack.stacked
+        self.names, self.stacked, self.part = pack.names, pack.stacked, pack.part
         self.model = pack.model.eval()
         self.model._check = _no_check
         self.model.noise = None
@@ -82,7 +82,9 @@ class PackedGreedy:
         for k, r in enumerate(self.runs):
             params = dict(r.model.named_parameters())
             for i, name in enumerate(self.names):
-                self.stacked[i][k].copy_(params[name])
+                at = self.part(name, k)  # None: a parameter this replica lacks (its slot stays zero)
+                if at is not None:
+                    self.stacked[i][at].copy_(params[name])
 
     # ---------------------------------------------------------------- one static shape
 

@@ -130,6 +130,15 @@ class ParamPack:
                 part = self.own.get(name)  # the solo parameter is now a view of its slice
                 p[name].data = s.data[k] if part is None else s.data[k][part[k]]
 
+    def part(self, name: str, k: int) -> tuple[Any, ...] | None:
+        """Index of replica ``k``'s own part of the stacked parameter ``name`` (and of anything
+        stacked like it, e.g. AdamW moments): ``(k,)``, or ``(k, rows...)`` where the replicas'
+        shapes differ; None where replica ``k`` has no such parameter."""
+        if name not in self.replica_params[k]:
+            return None
+        own = self.own.get(name)
+        return (k,) if own is None else (k, *own[k])
+
     def release(self) -> None:
         """Give every solo parameter its own storage again (checkpoints save only its slice), and
         a solo run the buffers its pass changed (the ``dubois_code`` attender's batch count)."""

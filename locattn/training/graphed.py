@@ -289,6 +289,7 @@ class GraphedStep:
         self.model = pack.model.train()
         self.model._check = _no_check
         self.names = pack.names
+        self.part = pack.part  # replica k's own part of a stacked tensor (a pack of ablation switches)
         self.stacked = pack.stacked
         self.buffers = pack.buffers  # an ordinary-module attender's, per replica (K, ...)
         self.opt = StackedAdamW(self.stacked)
@@ -355,14 +356,17 @@ class GraphedStep:
             self.opt.clip[k] = r.cfg.optim.clip
             steps = 0.0
             for i, name in enumerate(self.names):
+                at = self.part(name, k)
+                if at is None:  # a parameter this replica lacks: its slot stays zero
+                    continue
                 p = params[name]
-                self.stacked[i][k].copy_(p)
+                self.stacked[i][at].copy_(p)
                 state = r.optimizer.state.get(p) or {}
                 for mine, key in ((self.opt.exp_avg[i], "exp_avg"), (self.opt.exp_avg_sq[i], "exp_avg_sq")):
                     if key in state:
-                        mine[k].copy_(state[key])
+                        mine[at].copy_(state[key])
                     else:
-                        mine[k].zero_()
+                        mine[at].zero_()
                 steps = float(state["step"]) if "step" in state else 0.0
             self.opt.step_count[k] = steps
             own = dict(r.model.named_buffers())
@@ -383,13 +387,16 @@ class GraphedStep:
             r = self.runs[k]
             params = dict(r.model.named_parameters())
             for i, name in enumerate(self.names):
+                at = self.part(name, k)
+                if at is None:
+                    continue
                 p = params[name]
-                p.copy_(self.stacked[i][k])
+                p.copy_(self.stacked[i][at])
                 p.grad = None
                 r.optimizer.state[p] = {
                     "step": torch.tensor(float(steps[k]), dtype=torch.float32, device=p.device),
-                    "exp_avg": self.opt.exp_avg[i][k].clone(),
-                    "exp_avg_sq": self.opt.exp_avg_sq[i][k].clone(),
+                    "exp_avg": self.opt.exp_avg[i][at].clone(),
+                    "exp_avg_sq": self.opt.exp_avg_sq[i][at].clone(),
                 }
             own = dict(r.model.named_buffers())
             for name, b in self.buffers:

@@ -143,7 +143,7 @@ class StudySpec:
         (``pack_seeds``, ``pack``) packs cells whose runs differ only in ablation switches
         (:data:`locattn.packable.SWITCH_FIELDS`: Table 4's OneStepAttn, -Step 2, -Step 3 and
         -Sigmoid; Table 7's Mix arms), as :func:`locattn.packable.pack_groups` judges on the
-        eager step; otherwise every cell is
+        eager and graphed steps; otherwise every cell is
         its own. A run keeps its own cell, key and identity in any pack."""
         if not self.packed or self.search is not None:
             return [(i,) for i in range(len(self.cells))]

@@ -157,6 +157,29 @@ def test_table7s_mix_arms_are_one_pack_each_replica_its_solo_run(tmp_path: Path)
         assert_same_state(s, p)
 
 
+def test_the_graphed_step_packs_the_onestep_row_each_replica_its_solo_graphed_run(tmp_path: Path) -> None:
+    """``optim.train_step: graphed`` (the GPU profiles' step, run uncaptured on a CPU): the four
+    variants (seed 0) and Table 7's Mix MonoAttn PR beside Mix OneStepAttn as one static-shape
+    step each, every epoch's losses and the parameters equal to each run's solo graphed run."""
+    from locattn.training.graphed import graphed_train_epoch
+
+    for variants in (ONESTEP_ROW, ["mix_onestep", "mix_mono_pr"]):
+        cfgs = configs(tmp_path, variants, (0,), **{"optim.train_step": "graphed"})
+        check_packable(cfgs)
+        packed = new_runs(cfgs, tmp_path / "packed")
+        alone = new_runs(cfgs, tmp_path / "alone")
+        steps: dict = {}
+        for e in range(1, EPOCHS + 1):
+            for r in packed:
+                r.epoch = e
+            losses = graphed_train_epoch(packed, e, steps)
+            for r in alone:
+                r.epoch = e
+            assert losses == [r.train_epoch() for r in alone], (variants, e)  # the solo graphed pass
+        for s, p in zip(alone, packed):
+            assert all(torch.equal(a, b) for a, b in zip(s.model.state_dict().values(), p.model.state_dict().values()))
+
+
 @pytest.mark.parametrize("variants, reason", [
     (["onestep", "mix_onestep"], CANNOT_PACK["model.attention.mode"]),
     (["onestep", "locattn"], CANNOT_PACK["model.attention.direction"]),

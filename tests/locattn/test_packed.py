@@ -237,9 +237,9 @@ def test_packs_refuse_switches_that_change_a_shape_or_the_path(tmp_path: Path) -
         check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "mix_onestep")])
     with pytest.raises(ValueError, match=r"in \['model.attention.direction'\] \(.*direction gate"):
         check_packable([cfg(tmp_path, "onestep"), cfg(tmp_path, "locattn", 1)])
-    with pytest.raises(ValueError, match=r"train_path=eager and optim.train_step=eager.*'graphed'"):
-        check_packable([cfg(tmp_path, "onestep", **{"optim.train_step": "graphed"}),
-                        cfg(tmp_path, "onestep_no_step3", **{"optim.train_step": "graphed"})])
+    with pytest.raises(ValueError, match=r"on train_path=eager \(.*train_path='compiled'"):
+        check_packable([cfg(tmp_path, "onestep", **{"train_path": "compiled"}),
+                        cfg(tmp_path, "onestep_no_step3", **{"train_path": "compiled"})])
 
 
 PACK_A_PLUGIN = """

@@ -536,6 +536,16 @@ def test_the_mix_gate_comes_from_the_dev_forward_and_equals_a_pass_of_its_own(tm
 # ----------------------------------------------------------------- 11. the decisive runs' arms (issue 24 §2)
 
 
+def cell_trials(spec) -> list:
+    """Per cell of each grid trial of ``spec``: (task, variant, seeds, overrides); a trial that
+    packs several cells (ablation switches) holds each cell with its own overrides."""
+    out = []
+    for t in spec.grid_trials():
+        for c in t.cells or (t,):
+            out.append((c.task, c.variant, t.seeds, {**c.overrides, **t.hparams} if t.cells else t.overrides))
+    return out
+
+
 @pytest.mark.parametrize("spec, profile, field, value, base", [
     ("dubois_table3", "paper_tf02", "optim.teacher_forcing_ratio", 0.2, "paper"),
     ("dubois_fig6", "paper_tf02", "optim.teacher_forcing_ratio", 0.2, "paper"),
@@ -553,10 +563,10 @@ def test_each_arm_is_its_paper_run_with_one_field_changed(spec, profile, field, 
 
     def configs(name: str) -> dict:
         out = {}
-        for t in load_spec(path, name).grid_trials():
-            for seed in t.seeds:
-                cfg = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
-                out[(t.task, t.variant, seed)] = cfg
+        for task, variant, seeds, overrides in cell_trials(load_spec(path, name)):
+            for seed in seeds:
+                cfg = make_run_config(task=task, variant=variant, seed=seed, overrides=overrides)
+                out[(task, variant, seed)] = cfg
         return out
 
     arm, paper = configs(profile), configs(base)
@@ -575,15 +585,15 @@ def test_the_seeds20_profiles_are_more_seeds_of_the_gpu_runs(spec, cells):
     """``gpu_seeds20``: per cell, seeds 5-19 of the ``gpu`` profile's runs (the same config
     but the seed), so that with ``gpu``'s seeds 0-4 a cell has 20 distinct seeds."""
     path = Path(__file__).parents[2] / "ablations" / f"{spec}.yaml"
-    gpu = {(t.task, t.variant): t for t in load_spec(path, "gpu").grid_trials()}
-    more = load_spec(path, "gpu_seeds20").grid_trials()
-    assert {(t.task, t.variant) for t in more} == cells
-    for t in more:
-        base = gpu[(t.task, t.variant)]
-        assert set(t.seeds).isdisjoint(base.seeds) and set(t.seeds) | set(base.seeds) == set(range(20))
-        for seed in t.seeds:
-            mine = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=t.overrides)
-            theirs = make_run_config(task=t.task, variant=t.variant, seed=seed, overrides=base.overrides)
+    gpu = {(task, variant): (seeds, over) for task, variant, seeds, over in cell_trials(load_spec(path, "gpu"))}
+    more = cell_trials(load_spec(path, "gpu_seeds20"))
+    assert {(task, variant) for task, variant, _, _ in more} == cells
+    for task, variant, seeds, overrides in more:
+        base_seeds, base_overrides = gpu[(task, variant)]
+        assert set(seeds).isdisjoint(base_seeds) and set(seeds) | set(base_seeds) == set(range(20))
+        for seed in seeds:
+            mine = make_run_config(task=task, variant=variant, seed=seed, overrides=overrides)
+            theirs = make_run_config(task=task, variant=variant, seed=seed, overrides=base_overrides)
             assert config_to_dict(mine) == config_to_dict(theirs)
             assert mine.optim.epochs == 100 and mine.optim.train_step == "graphed"
 

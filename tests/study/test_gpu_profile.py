@@ -40,7 +40,8 @@ def test_the_gpu_profile_dry_runs_on_a_cpu(tmp_path: Path, capsys) -> None:
     assert code == 0, err
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
     assert lines["seeds"].endswith("[0, 1, 2, 3, 4] (packed: one trial trains them together)")
-    assert lines["trials"].split()[:5] == ["trials", "48", "Tune", "trials,", "240"]
+    # 6 variants x 8 tasks, OneStepAttn and MonoAttn of a task in one pack (ablation switches)
+    assert lines["trials"].split()[:5] == ["trials", "40", "Tune", "trials,", "240"]
     assert "1 CPU, 1 GPU per trial" in lines["budget"]
     assert not any(tmp_path.iterdir())
 

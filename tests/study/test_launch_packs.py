@@ -89,7 +89,7 @@ def test_the_plan_packs_the_switch_cells_and_leaves_mix_alone(tmp_path: Path) ->
     assert "\npacks " not in plain.plan()
     graphed = load_spec(write_spec(tmp_path, "t4", grid=grid, pack_seeds=True,
                                    overrides={**BODY["overrides"], "optim.train_step": "graphed"}), None)
-    assert graphed.cell_packs() == [(0,), (1,), (2,), (3,)]  # switches pack on the eager step only
+    assert graphed.cell_packs() == [(0, 2, 3), (1,)]  # the graphed (GPU) step packs switches too
     # On --train-path compiled a pack's trial trains its cells' own packs one after another
     # (study.trial.trainable.run_trial splits its runs with pack_groups, the one judge).
     pack = descriptors(spec)[0]
