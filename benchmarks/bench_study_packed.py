@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ablation:
         return ablation(args)
 
-    from study.driver.launch import init_ray, launch
+    from study.driver.launch import launch
+    from study.driver.process import init_ray
 
     root = work_dir(args, "bench_packed_study_")
     print(f"cell {args.task}/{args.variant}, {args.k} seeds x {args.epochs} epochs, train "
@@ -187,7 +188,8 @@ def ablation(args: argparse.Namespace) -> int:
     """``--ablation``: the same study of every variant (``pack_seeds``) launched twice, one trial
     at a time on one CPU: as before cells packed (one trial per cell: ``StudySpec.cell_packs``
     replaced, for this arm only, by one cell per pack) and as the launcher packs them now."""
-    from study.driver.launch import init_ray, launch  # here, as in main: --help stays light
+    from study.driver.launch import launch  # here, as in main: --help stays light
+    from study.driver.process import init_ray  # here, as in main: --help stays light
     from study.spec import load_spec  # the same
     from study.spec.model import StudySpec  # the same
 

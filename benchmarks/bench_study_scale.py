@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
-    from study.driver.launch import init_ray
+    from study.driver.process import init_ray
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_scale_")).resolve()
     root.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,8 @@ from study.driver import ray_compat
 from study.plan import preflight, slices
 from study.driver.signals import early_signals, hold_signals
 from study.recording.folder import load_meta, migrate
-from study.driver.launch import DryRunPlan, StudySummary, launch, resume
+from study.driver.launch import launch, resume
+from study.driver.summary import DryRunPlan, StudySummary
 from study.recording.meta import DriverOptions
 from study.recording.cell_results import cell_results, format_results
 from study.spec import SpecError, parse_only, parse_seeds, parse_sets

@@ -11,12 +11,12 @@ from typing import Any, Callable
 
 
 def start_private_ray(attempts: int = 3) -> Any:
-    """``study.driver.launch.init_ray()`` (a private local Ray), tried up to ``attempts`` times: on a
+    """``study.driver.process.init_ray()`` (a private local Ray), tried up to ``attempts`` times: on a
     loaded machine (CI beside a study, two pytest-xdist workers starting Ray at once) a GCS or
     raylet start-up can time out once, and a module-scoped fixture that fails then errors every
     test of its file. The product's own one-line StudyError is raised if the last try fails."""
     from study.recording.folder import StudyError  # here: the helpers' other users need no study import
-    from study.driver.launch import init_ray  # the same
+    from study.driver.process import init_ray  # the same
 
     for attempt in range(1, attempts + 1):
         try:

@@ -363,7 +363,7 @@ def test_status_of_a_committed_record_counts_its_runs_and_shows_each_cells_numbe
 
 def test_launch_end_and_status_of_a_search_study_show_the_chosen_point(tmp_path: Path, capsys) -> None:
     from study.cli import show_results
-    from study.driver.launch import DryRunPlan, StudySummary
+    from study.driver.summary import DryRunPlan, StudySummary
 
     d = _search_study(tmp_path / "search_lr-smoke")
     capsys.readouterr()

@@ -453,7 +453,7 @@ def test_a_driver_ending_with_unfinished_runs_exits_non_zero() -> None:
 
     from record.summary import RunCounts
     from study.cli import exit_code
-    from study.driver.launch import DryRunPlan, StudySummary
+    from study.driver.summary import DryRunPlan, StudySummary
 
     done = StudySummary(name="s", study_dir=Path("s"), tracking_uri="", trials=2, errors=0, skipped=0,
                         wall_seconds=1.0, fit_seconds=1.0, interrupted=False, time_limit=False,

@@ -16,7 +16,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-from study.driver.launch import StudyError, launch  # noqa: E402
+from study.driver.launch import launch  # noqa: E402
+from study.recording.folder import StudyError  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 from tests.faults.fault_helpers import study_cli, write_spec  # noqa: E402
 

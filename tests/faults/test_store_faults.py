@@ -23,7 +23,8 @@ pytest.importorskip("mlflow")
 
 from record import schema
 from tests.study_helpers import wait_for  # noqa: E402
-from study.driver.launch import StudyError, launch  # noqa: E402
+from study.driver.launch import launch  # noqa: E402
+from study.recording.folder import StudyError  # noqa: E402
 from tests.faults.fault_helpers import (  # noqa: E402
     driver_lines,
     has_traceback,

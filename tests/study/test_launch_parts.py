@@ -1,5 +1,5 @@
 """The driver pass's parts that run without Ray: the summary and its last line
-(:func:`study.driver.launch.summarise`, :func:`study.driver.launch.summary_line`)."""
+(:func:`study.driver.summary.summarise`, :func:`study.driver.summary.summary_line`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from record.summary import RunCounts
-from study.driver.launch import StudySummary, summarise, summary_line
+from study.driver.summary import StudySummary, summarise, summary_line
 
 COUNTS = RunCounts(expected=4, finished=3, failed=1, unfinished=0)
 

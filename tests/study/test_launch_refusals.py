@@ -1,5 +1,5 @@
 """What a launch refuses, its dry run refuses: one check (:func:`study.recording.folder.check_study_folder`,
-:func:`study.driver.launch.refuse_other_spec`) for both, one line, exit 2, nothing created."""
+:func:`study.driver.relaunch.refuse_other_spec`) for both, one line, exit 2, nothing created."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from study.cli import main as study_main
-from study.driver.launch import resume_command
+from study.driver.summary import resume_command
 from study.spec import apply_sets, parse_sets
 from study.recording.ui import ui_command
 

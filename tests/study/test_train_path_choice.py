@@ -13,7 +13,8 @@ from locattn.config import OptimConfig, make_run_config
 from study.cost import load_calibration
 from study.cost.paths import break_even_epochs, choose_train_path, fewest_epochs
 from study.cost.pricing import COMPILED_WHOLE_RUNS, CompiledRun, compiled_whole_run, run_cost
-from study.driver.launch import DryRunPlan, launch
+from study.driver.launch import launch
+from study.driver.summary import DryRunPlan
 from study.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
