@@ -61,7 +61,7 @@ def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
         theirs = neighbour.stdout.readline().strip()
         assert theirs.startswith("127.0.0.1:")
         ours = subprocess.run(
-            [sys.executable, "-c", "from study.driver.launch import init_ray; import ray; init_ray();"
+            [sys.executable, "-c", "from study.driver.process import init_ray; import ray; init_ray();"
              "print(ray.get_runtime_context().gcs_address)"],
             env=ENV, capture_output=True, text=True, timeout=180)
         assert ours.returncode == 0, ours.stderr
