@@ -16,6 +16,9 @@
 - a file name of a study folder or a run folder is written as a string once, by its owner
   (``locattn/training/files.py``, ``record/layout.py``); everyone else imports the constant;
 - no function in ``study``, ``record`` or ``reports`` is longer than 80 lines;
+- ``docs/architecture.md``'s map (section 0) names every module of the four packages and its
+  floor, and no import climbs to a higher floor of its own package; no ``study`` module is longer
+  than 450 lines;
 - no signature in ``study`` takes the study as a dict: a parameter ``meta`` is a ``StudyMeta``;
 - in ``locattn``, ``record``, ``study`` and ``reports`` an import inside a function says why in a
   comment (which heavy or optional dependency it keeps off which light path).
@@ -715,3 +718,99 @@ def test_the_drivers_repository_root_is_the_repositorys():
     from study.driver.process import REPO_ROOT
 
     assert (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "study" / "cli.py").is_file(), REPO_ROOT
+
+
+# -- the map: docs/architecture.md section 0 names every module and its floor ----------------------
+
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
+#: The longest a ``study`` module may be: past it, a module holds more than one purpose.
+STUDY_MODULE_MAX_LINES = 450
+_MAP_HEADING = re.compile(r"^\*\*`(\w+)/`\*\*")
+_MAP_FLOOR = re.compile(r"^(\d+)\. ")
+_MAP_NAME = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+def read_map(text: str, modules: set[str]) -> tuple[dict[str, int], list[str]]:
+    """The floor of each module the map names (its package's top-level list item, ``N. ``, that
+    first names it in backticks by its dotted path inside the package), and the map's errors: a
+    module of ``modules`` it does not name, and a dotted name under one of its sub-packages that
+    is no module. A package's own ``__init__`` (``study``, ``record``) sits under every floor."""
+    floors: dict[str, int] = {}
+    errors: list[str] = []
+    pkg, floor = None, None
+    for line in text.split("\n"):
+        heading = _MAP_HEADING.match(line)
+        if heading:
+            pkg, floor = heading.group(1), None
+            continue
+        if line.startswith("#") or (line.startswith("**") and pkg):
+            pkg = None if line.startswith("#") else pkg
+            continue
+        if pkg is None:
+            continue
+        item = _MAP_FLOOR.match(line)
+        if item:
+            floor = int(item.group(1))
+        if floor is None:
+            continue
+        for name in _MAP_NAME.findall(line):
+            full = f"{pkg}.{name}"
+            if full in modules:
+                floors.setdefault(full, floor)
+            elif "." in name and f"{pkg}.{name.rsplit('.', 1)[0]}" in modules and name.islower():
+                errors.append(f"{full}: named on the map, but no such module")
+    packages = {m.split(".")[0] for m in modules}
+    errors += [f"{m}: a module the map does not name" for m in sorted(modules - set(floors) - packages)]
+    return floors, errors
+
+
+def floor_climbs(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """``importer (floor) -> imported (floor)`` for each import of a module on a higher floor of
+    the importer's own package."""
+    return [f"{a} (floor {floors[a]}) imports {b} (floor {floors[b]})"
+            for a in sorted(graph) for b in sorted(graph[a])
+            if a.split(".")[0] == b.split(".")[0] and a in floors and b in floors and floors[b] > floors[a]]
+
+
+def long_modules(paths: dict[str, Path], limit: int) -> list[str]:
+    """``module: N lines`` for each of ``paths`` longer than ``limit`` lines."""
+    out = []
+    for name, path in sorted(paths.items()):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            out.append(f"{name}: {n} lines")
+    return out
+
+
+def test_every_module_is_on_the_map():
+    _, errors = read_map(ARCHITECTURE_DOC.read_text(), set(MODULES))
+    assert not errors, "docs/architecture.md section 0 (the map) and the code disagree:\n" + "\n".join(errors)
+
+
+def test_no_import_climbs_a_floor_of_the_map():
+    floors, _ = read_map(ARCHITECTURE_DOC.read_text(), set(MODULES))
+    climbs = floor_climbs(_edges(), floors)
+    assert not climbs, ("imports that climb the map's floors (docs/architecture.md section 0): move the "
+                        "module or the map:\n" + "\n".join(climbs))
+
+
+def test_no_study_module_is_longer_than_450_lines():
+    long = long_modules({m: p for m, p in MODULES.items() if m.split(".")[0] == "study"}, STUDY_MODULE_MAX_LINES)
+    assert not long, (f"study modules over {STUDY_MODULE_MAX_LINES} lines (split each into parts with one "
+                      "purpose):\n" + "\n".join(long))
+
+
+def test_the_map_checks_flag_a_missing_module_a_stray_name_a_climb_and_a_long_module(tmp_path):
+    doc = ("## 0. Floors\n\n**`pkg/`**\n1. `low` (the bottom), `sub.gone` (renamed away)\n"
+           "2. `high`, `sub` (its `__init__`)\n   and `sub.leaf` under it, `Leaf` a class\n"
+           "**`other/`**\n1. `mod`\n\n## 1. Next\n`pkg.unnamed`\n")
+    modules = {"pkg", "pkg.low", "pkg.high", "pkg.sub", "pkg.sub.leaf", "pkg.unnamed", "other.mod"}
+    floors, errors = read_map(doc, modules)
+    assert floors == {"pkg.low": 1, "pkg.high": 2, "pkg.sub": 2, "pkg.sub.leaf": 2, "other.mod": 1}
+    assert errors == ["pkg.sub.gone: named on the map, but no such module",
+                      "pkg.unnamed: a module the map does not name"]
+    graph = {"pkg.low": {"pkg.high", "other.mod"}, "pkg.high": {"pkg.low"}, "pkg.sub.leaf": {"pkg.sub"}}
+    assert floor_climbs(graph, floors) == ["pkg.low (floor 1) imports pkg.high (floor 2)"]
+    (tmp_path / "short.py").write_text("x = 1\n" * 3)
+    (tmp_path / "long.py").write_text("x = 1\n" * 4)
+    assert long_modules({"short": tmp_path / "short.py", "long": tmp_path / "long.py"}, 3) == ["long: 4 lines"]
