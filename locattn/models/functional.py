@@ -74,7 +74,7 @@ def dropout_keep(noise: Tensor, p: float) -> Tensor:
     return (noise >= p) * (1.0 / (1.0 - p))
 
 
-class _LeakyReLUFromOutput(torch.autograd.Function):
+class LeakyReLUFromOutput(torch.autograd.Function):
     """``F.leaky_relu`` whose backward reads its output instead of its input: y > 0 exactly where
     x > 0, so the gradient is the same, but a compiled graph then saves nothing beyond y (which
     the next product's weight gradient saves anyway) instead of a bool mask of x > 0. Inductor's
@@ -101,9 +101,9 @@ class _LeakyReLUFromOutput(torch.autograd.Function):
 
 def leaky_relu(x: Tensor, slope: float = 0.01) -> Tensor:
     """``F.leaky_relu(x, slope)``; under torch.compile with a backward that reads the output
-    (:class:`_LeakyReLUFromOutput`: the same values and gradients, no saved bool mask)."""
+    (:class:`LeakyReLUFromOutput`: the same values and gradients, no saved bool mask)."""
     if torch.compiler.is_compiling():
-        return _LeakyReLUFromOutput.apply(x, slope)
+        return LeakyReLUFromOutput.apply(x, slope)
     return torch.nn.functional.leaky_relu(x, slope)
 
 

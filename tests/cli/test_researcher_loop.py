@@ -607,7 +607,7 @@ def test_a_signal_in_the_first_second_of_a_launch_exits_130_in_one_line(tmp_path
 
 
 def test_the_report_pointer_names_what_study_report_will_find(tmp_path: Path, monkeypatch) -> None:
-    from study.cli import report_target
+    from study.commands import report_target
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "studies" / "x").mkdir(parents=True)

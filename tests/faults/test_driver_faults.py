@@ -360,7 +360,7 @@ def test_credentials_are_never_saved_or_printed(tmp_path: Path) -> None:
 
 def test_ui_url_names_an_address_a_browser_can_open() -> None:
     """#27 item 16: `ui --host 0.0.0.0` printed http://0.0.0.0:... ."""
-    from study.cli import browse_host
+    from study.recording.ui import browse_host
 
     assert [browse_host(h) for h in ("0.0.0.0", "::", "127.0.0.1", "::1", "h.example")] == [
         "127.0.0.1", "[::1]", "127.0.0.1", "[::1]", "h.example"]

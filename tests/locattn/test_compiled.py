@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from locattn.config import make_run_config
-from locattn.models.functional import _LeakyReLUFromOutput, apply_dropout, dropout_keep
+from locattn.models.functional import LeakyReLUFromOutput, apply_dropout, dropout_keep
 from locattn.packed import train_packed
 from locattn.tasks import load_task
 from locattn.train import train
@@ -132,7 +132,7 @@ def test_the_dropout_multiplier_and_the_output_based_leaky_relu_are_the_eager_op
     assert torch.equal((x * dropout_keep(u, 0.1)).signbit(), apply_dropout(x, u, 0.1).signbit())
     grad = torch.randn(x.shape, generator=g)
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, yb = torch.nn.functional.leaky_relu(a, 0.01), _LeakyReLUFromOutput.apply(b, 0.01)
+    ya, yb = torch.nn.functional.leaky_relu(a, 0.01), LeakyReLUFromOutput.apply(b, 0.01)
     assert torch.equal(ya, yb)
     ya.backward(grad)
     yb.backward(grad)

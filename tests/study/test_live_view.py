@@ -108,7 +108,7 @@ def test_the_live_grid_is_read_from_the_store_on_each_request_with_running_cells
     import re
     import socket
 
-    from study.cli import find_study
+    from study.commands import find_study
     from study.recording.folder import load_meta
     from study.recording.ui import GridServer, grid_page
 

@@ -227,7 +227,7 @@ def test_ui_refuses_a_taken_or_invalid_port_in_one_line(tmp_path: Path, capsys) 
 def test_ui_url_opens_the_study_experiment_on_its_trial_runs(tmp_path: Path) -> None:
     from urllib.parse import unquote
 
-    from study.cli import experiment_url
+    from study.recording.ui import experiment_url
 
     d = make_study(tmp_path / "studies")
     url = experiment_url("http://127.0.0.1:5000", f"sqlite:///{d / 'mlflow.db'}", "rc_table2-smoke")
