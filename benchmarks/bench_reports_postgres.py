@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_reports import build_command, time_reports_build, write_studies  # noqa: E402
 from benchmarks._common import parse_args  # noqa: E402
-from test_postgres_store import postgres_server  # noqa: E402
+from tests.cluster.test_postgres_store import postgres_server  # noqa: E402
 
 COPIED = {  # MLflow tables the synthetic store fills, with their columns
     "runs": ("run_uuid", "name", "source_type", "source_name", "entry_point_name", "user_id",
