@@ -63,7 +63,7 @@ _CHECKOUT_MLRUNS = Path(__file__).resolve().parents[1] / "mlruns"
 def _nothing_written_into_the_checkout(request: pytest.FixtureRequest):
     """A store without an artifact location puts its artifacts (a dirty tree's code.diff) in
     ``./mlruns`` of the working directory: from a test run in the checkout, into the checkout,
-    where e492fba once committed eight of them. Whatever a test leaves there is removed and named
+    where they can be committed by mistake. Whatever a test leaves there is removed and named
     in a warning, so the culprit shows in the summary and the tree stays clean."""
     before = _CHECKOUT_MLRUNS.exists()
     yield
@@ -73,7 +73,7 @@ def _nothing_written_into_the_checkout(request: pytest.FixtureRequest):
                       "artifact location or monkeypatch.chdir(tmp_path)", stacklevel=1)
 
 
-#: Checks moved from the default tier to the ``slow`` tier (issue 42), so that the README's test
+#: Checks moved from the default tier to the ``slow`` tier, so that the README's test
 #: command (``python -m pytest -n auto``) stays near 10 minutes on a 2-core machine. ``.ci/run``
 #: runs them (``-m "slow or ..."``). Each was among the slowest 40 of ``--durations`` (seconds
 #: under a load of 5-10, beside other test runs); node ids, a parametrized test by its name.
@@ -99,7 +99,7 @@ MOVED_TO_SLOW = {
     # study runs in the readme tier, and test_study.py launches real studies by default)
     "test_ablations.py::test_smoke_profile_runs": 0,
     # Moved in a second round: the default tier took 13 min 21 s alone on the machine (load 1-2,
-    # 1,430 tests, e92646a) and 12 min 39 s in CI; these were its slowest 20 but one (the plain
+    # 1,430 tests) and 12 min 39 s in CI; these were its slowest 20 but one (the plain
     # kill-and-resume study, test_study.py::test_kill_driver_then_resume, stays in the default tier).
     "test_launch_packs.py::test_an_ablation_pack_is_one_trial_killed_resumed_equal_to_solo_runs": 102,
     "test_study.py::test_packed_seeds_killed_resumed_equal_sequential_seeds": 82,
