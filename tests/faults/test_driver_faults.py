@@ -32,6 +32,8 @@ from tests.study_helpers import wait_for  # noqa: E402
 from study.driver.process import session_processes  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
 from tests.faults.fault_helpers import (  # noqa: E402
+    ENV,
+    TINY,
     checkpoints,
     driver_lines,
     has_traceback,
@@ -42,13 +44,6 @@ from tests.faults.fault_helpers import (  # noqa: E402
     trial_runs,
     write_spec,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = {"task.train_size": 64, "task.dev_size": 16, "task.test_size": 16, "task.test_lengths": [15]}
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-           RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
-
-
 
 
 @pytest.mark.faults  # real drivers killed, disks filled: the CI's integration step
@@ -69,8 +64,6 @@ def test_a_local_study_never_joins_a_neighbours_ray(tmp_path: Path) -> None:
         assert mine.startswith("127.0.0.1:") and mine != theirs
     finally:
         kill_tree(neighbour.pid)
-
-
 
 
 def _tag(db: Path, key: str, tag: str) -> str | None:

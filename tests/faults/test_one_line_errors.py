@@ -19,12 +19,7 @@ pytest.importorskip("mlflow")
 from study.driver.launch import launch  # noqa: E402
 from study.recording.folder import StudyError  # noqa: E402
 from study.spec import SpecError, load_spec  # noqa: E402
-from tests.faults.fault_helpers import study_cli, write_spec  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = {"task.train_size": 64, "task.dev_size": 16, "task.test_size": 16, "task.test_lengths": [15]}
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-           RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
+from tests.faults.fault_helpers import ENV, TINY, study_cli, write_spec  # noqa: E402
 
 
 def test_spec_validation_gaps_are_refused(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ pytest.importorskip("mlflow")
 
 from tests.study_helpers import wait_for  # noqa: E402
 from tests.faults.fault_helpers import (  # noqa: E402
+    ENV,
+    TINY,
     checkpoints,
     has_traceback,
     kill_tree,
@@ -27,13 +29,6 @@ from tests.faults.fault_helpers import (  # noqa: E402
     trial_runs,
     write_spec,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = {"task.train_size": 64, "task.dev_size": 16, "task.test_size": 16, "task.test_lengths": [15]}
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-           RAY_USAGE_STATS_ENABLED="0", TUNE_GLOBAL_CHECKPOINT_S="1")
-
-
 
 
 def test_corrupt_and_crafted_checkpoints_never_fail_or_run_code(tmp_path: Path) -> None:
