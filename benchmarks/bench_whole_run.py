@@ -167,6 +167,9 @@ def main() -> None:
         mr = cost["reference"][1]
         for name in ("eager", "compiled warm"):
             print(f"marginal epoch vs the reference: {name} x{mr / cost[name][1]:.2f}")
+        ref = rows["reference"][f"cpu{E}"]
+        for name in [n for n in ("eager", "compiled cold", "compiled warm") if n in rows]:
+            print(f"whole {E}-epoch run vs the reference: {name} x{ref / rows[name][f'cpu{E}']:.2f}")
 
 
 if __name__ == "__main__":

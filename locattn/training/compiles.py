@@ -21,10 +21,13 @@ from typing import Any, Callable
 
 import torch
 
+from locattn.training import aot_step
+
 
 def compiled_frames() -> int:
-    """Graphs dynamo has compiled in this process so far (cache loads included)."""
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    """Graphs dynamo has compiled in this process so far (cache loads included), and saved
+    compiled steps loaded from disk (:mod:`locattn.training.aot_step`)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) + aot_step.loads
 
 
 def last_recompile_reason() -> str:

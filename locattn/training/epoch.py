@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from locattn.models.attention.replicas import method_modules
+from locattn.training.aot_step import SavedStep
 from locattn.models.functional import DropoutNoise, dropout_keep
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
@@ -229,8 +230,10 @@ def prepare_compile() -> None:
 
 @functools.cache
 def _compiled_nll() -> Callable[..., torch.Tensor]:
-    """The one compiled :func:`batch_nll` of the process (its graphs serve every thread)."""
-    return torch.compile(batch_nll, dynamic=False, fullgraph=True)
+    """The one compiled :func:`batch_nll` of the process (its graphs serve every thread), saved
+    to disk so that a later process loads it instead of tracing it again
+    (:class:`~locattn.training.aot_step.SavedStep`)."""
+    return SavedStep(batch_nll, dynamic=False, fullgraph=True)
 
 
 def fixed_shape_inputs(
