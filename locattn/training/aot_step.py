@@ -16,14 +16,15 @@ that fails them, a file that does not load, or a torch without ``aot_compile`` r
 ``torch.compile`` function instead (with one warning), so a stale or foreign file costs a compile,
 never a wrong number.
 
-Opt-in for now: ``LOCATTN_SAVED_STEP=1`` turns it on. Under Ray, a study trial once loaded a step
-whose graph expected another target length than its batch's (inductor's size assertion stopped
-it; not yet understood: the saved guards do not check tensor shapes, and the key should), so the
-default stays the ordinary ``torch.compile``.
+Opt-in for now: ``LOCATTN_SAVED_STEP=1`` turns it on. Under Ray, a study trial's own
+``aot_compile`` (a key no other run had written) once returned a graph for another target length
+than its batch's, which inductor's size assertion stopped; not yet understood (a cache hit inside
+``aot_compile`` is the suspect), so the default stays the ordinary ``torch.compile``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -52,24 +53,22 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "0") == "1" and hasattr(torch._dynamo, "aot_compile")
 
 
-def _file_digest(path: str, cache: dict[str, str] = {}) -> str:  # noqa: B006 - a per-process memo
-    if path not in cache:
-        try:
-            cache[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        except OSError:
-            cache[path] = "unreadable:" + path
-    return cache[path]
+@functools.cache
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable:" + path
 
 
-def _package_digest(memo: list[str] = []) -> str:  # noqa: B006 - a per-process memo
-    if not memo:
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(_file_digest(str(f)).encode())
-        memo.append(h.hexdigest())
-    return memo[0]
+@functools.cache
+def _package_digest() -> str:
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(_file_digest(str(f)).encode())
+    return h.hexdigest()
 
 
 _MODULE_DESCS: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
@@ -101,24 +100,33 @@ def _describe_module(model: torch.nn.Module) -> list[Any]:
 
 
 def _arg_desc(x: Any) -> Any:
+    """A hashable description of one argument (tuples all the way down)."""
     if isinstance(x, torch.Tensor):
         return ("tensor", tuple(x.shape), x.stride(), str(x.dtype), x.device.type, x.requires_grad)
     if isinstance(x, torch.nn.Module):
         return ("module", _module_desc(x))
     if isinstance(x, dict):
-        return ("dict", [(k, _arg_desc(v)) for k, v in sorted(x.items())])
+        return ("dict", tuple((k, _arg_desc(v)) for k, v in sorted(x.items())))
     if isinstance(x, (list, tuple)):
-        return ("seq", [_arg_desc(v) for v in x])
+        return ("seq", tuple(_arg_desc(v) for v in x))
     if isinstance(x, _PLAIN):
         return ("value", repr(x))
     raise TypeError(f"saved step: no key for an argument of type {type(x).__name__}")
 
 
+def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a call the graph depends on, hashable: the in-process lookup of every batch."""
+    return tuple(_arg_desc(a) for a in args), tuple(sorted((k, _arg_desc(v)) for k, v in kwargs.items()))
+
+
+def _file_key(fn: Callable[..., Any], signature: tuple[Any, ...]) -> str:
+    desc = (torch.__version__, sys.version, _package_digest(), fn.__module__, fn.__qualname__, signature)
+    return hashlib.sha256(repr(desc).encode()).hexdigest()
+
+
 def step_key(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """The file name (a sha256) of the saved step for ``fn(*args, **kwargs)``."""
-    desc = (torch.__version__, sys.version, _package_digest(), fn.__module__, fn.__qualname__,
-            [_arg_desc(a) for a in args], sorted((k, _arg_desc(v)) for k, v in kwargs.items()))
-    return hashlib.sha256(repr(desc).encode()).hexdigest()
+    return _file_key(fn, _signature(args, kwargs))
 
 
 def _cache_dir() -> Path:
@@ -135,7 +143,7 @@ class SavedStep:
     def __init__(self, fn: Callable[..., Any], **options: Any) -> None:
         self.fn = fn
         self.compiled = torch.compile(fn, **options)
-        self.steps: dict[str, Any] = {}
+        self.steps: dict[tuple[Any, ...], Any] = {}  # by call signature: a step, or False
         self.warned = False
 
     def _fallback(self, why: str, *args: Any, **kwargs: Any) -> Any:
@@ -149,17 +157,17 @@ class SavedStep:
         if not enabled():
             return self.compiled(*args, **kwargs)
         try:
-            key = step_key(self.fn, args, kwargs)
+            signature = _signature(args, kwargs)
         except TypeError as e:
             return self._fallback(str(e), *args, **kwargs)
-        step = self.steps.get(key)
-        if step is None:
-            step = self.steps[key] = self._load_or_compile(key, args, kwargs)
+        step = self.steps.get(signature)
+        if step is None:  # the file's key (a digest of the code too) only on a miss
+            step = self.steps[signature] = self._load_or_compile(_file_key(self.fn, signature), args, kwargs)
         if step is False:
             return self.compiled(*args, **kwargs)
         if not step.guard_check(*args, **kwargs):
-            self.steps[key] = False
-            return self._fallback(f"its guards failed for key {key[:12]}", *args, **kwargs)
+            self.steps[signature] = False
+            return self._fallback("its guards failed", *args, **kwargs)
         return step(*args, **kwargs)
 
     def _load_or_compile(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from locattn.models.attention.replicas import method_modules
-from locattn.training.aot_step import SavedStep
 from locattn.models.functional import DropoutNoise, dropout_keep
+from locattn.training.aot_step import SavedStep
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
 from locattn.training.results import NonFiniteLossError
