@@ -49,8 +49,13 @@ _PLAIN = (bool, int, float, str, type(None))
 
 
 def enabled() -> bool:
-    """Whether saved steps are on (``LOCATTN_SAVED_STEP=1``) and torch has ``aot_compile``."""
-    return os.environ.get(ENV_SWITCH, "0") == "1" and hasattr(torch._dynamo, "aot_compile")
+    """Whether saved steps are on (``LOCATTN_SAVED_STEP=1``) and torch has ``aot_compile``.
+
+    Raises ValueError naming the variable for a value other than 0, 1 or unset."""
+    value = os.environ.get(ENV_SWITCH, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 0 (off, the default) or 1 (save the compiled step)")
+    return value == "1" and hasattr(torch._dynamo, "aot_compile")
 
 
 @functools.cache

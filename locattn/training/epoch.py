@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from locattn.models.attention.replicas import method_modules
 from locattn.models.functional import DropoutNoise, dropout_keep
+from locattn.training import aot_step
 from locattn.training.aot_step import SavedStep
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
@@ -226,6 +227,7 @@ def prepare_compile() -> None:
         torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT
     )
     raise_on_recompile_limit()
+    aot_step.enabled()  # a bad LOCATTN_SAVED_STEP stops the run before it trains
 
 
 @functools.cache

@@ -70,3 +70,9 @@ def test_off_by_default_uses_plain_compile(tmp_path, monkeypatch):
     got = _grads(SavedStep(loss, dynamic=False, fullgraph=True), model, x)
     torch.testing.assert_close(got, _grads(loss, model, x))
     assert not (tmp_path / aot_step.STEP_DIR).exists()
+
+
+def test_a_bad_switch_value_is_named(monkeypatch):
+    monkeypatch.setenv(aot_step.ENV_SWITCH, "yes")
+    with pytest.raises(ValueError, match=r"LOCATTN_SAVED_STEP='yes': expected 0 .* or 1"):
+        aot_step.enabled()
