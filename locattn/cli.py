@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from locattn import metric_names, registry
 from locattn.cliparse import EXIT_USAGE, Parser, did_you_mean, parse
-from locattn.training import aot_step
 from locattn.labels import task_label
 from locattn.tasks import config as _task_config
 from locattn.variants import PAPER_LABELS, list_variants
@@ -192,6 +191,8 @@ def resolve_train_config(args: argparse.Namespace) -> Any:
             operational["device"] = args.device
         if args.cache_dir is not None:
             operational["cache_dir"] = args.cache_dir
+        from locattn.training import aot_step  # imports torch, so not at the top: `locattn --help` stays light
+
         aot_step.enabled()  # a bad LOCATTN_SAVED_STEP: one line, before anything is written
         return apply_overrides(cfg, operational)
     except ValueError as exc:
