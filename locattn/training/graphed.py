@@ -63,6 +63,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from locattn.models.functional import dropout_keep
 from locattn.training.data import epoch_order
 from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise, prepare_compile
 from locattn.training.evaluate import DevScores
@@ -173,10 +174,12 @@ def compiled_adamw_update() -> Callable[..., None]:
 
 
 def step_nll(model: torch.nn.Module, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor,
-             tgt_out: torch.Tensor, noise: torch.Tensor | None, pad: int, K: int) -> torch.Tensor:
-    """(K, B*T) token NLL of a graphed step's batch, teacher forced, with the dropout noise given
-    (no generator and no input check: torch.compile traces it into one graph)."""
-    logits = model(src, src_len, tgt_in, noise=noise, check=False).logits  # (K*B, T, V)
+             tgt_out: torch.Tensor, keep: torch.Tensor | None, pad: int, K: int) -> torch.Tensor:
+    """(K, B*T) token NLL of a graphed step's batch, teacher forced, with the dropout mask given
+    as its float multiplier ``keep`` (:func:`~locattn.models.functional.dropout_keep` of the
+    uniform noise, the same mask to the bit; None without dropout): no generator, no bool mask
+    and no input check, so torch.compile traces it into one graph whose kernels read floats only."""
+    logits = model(src, src_len, tgt_in, check=False, dropout_keep=keep).logits  # (K*B, T, V)
     return F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad, reduction="none",
     ).view(K, -1)
@@ -416,10 +419,11 @@ class GraphedStep:
         tgt_in = torch.cat([sos, tgt_out[:, :-1]], dim=1)  # (K*B, T)
         if self.compiled:
             model = self.model
-            u = (model.noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32))
-                 if model.dropout_p > 0 else None)  # the numbers the uncompiled forward draws
+            keep = (dropout_keep(model.noise.uniform(src.new_empty(model.dropout_shape(src), dtype=torch.float32)),
+                                 model.dropout_p)
+                    if model.dropout_p > 0 else None)  # the numbers the uncompiled forward draws, as a multiplier
             with deterministic_compile(self.device), matmul_precision(self.precision, self.device):
-                nll = compiled_step_nll()(model, src, src_len, tgt_in, tgt_out, u, self.pad, self.K)
+                nll = compiled_step_nll()(model, src, src_len, tgt_in, tgt_out, keep, self.pad, self.K)
         else:
             with matmul_precision(self.precision, self.device):
                 logits = self.model(src, src_len, tgt_in).logits  # (K*B, T, V)

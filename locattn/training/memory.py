@@ -128,10 +128,10 @@ def saved_tensor_bytes(model: torch.nn.Module, src: torch.Tensor, src_len: torch
             seen[s._cdata] = max(seen.get(s._cdata, 0), s.nbytes())
         return t
 
-    noise = (torch.empty(model.dropout_shape(src), device=src.device)
-             if getattr(model, "dropout_p", 0) > 0 else None)
+    keep = (torch.empty(model.dropout_shape(src), device=src.device)  # the dropout multiplier's shape
+            if getattr(model, "dropout_p", 0) > 0 else None)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        nll = step_nll(model, src, src_len, tgt_in, tgt_out, noise, pad, K)
+        nll = step_nll(model, src, src_len, tgt_in, tgt_out, keep, pad, K)
         n_tok = (tgt_out != pad).view(K, -1).sum(1)
         loss = nll.sum(1) / n_tok
     del loss
