@@ -13,7 +13,9 @@ backward, the stacked AdamW update) with ``torch.profiler`` on the CPU and count
 not a view, metadata or allocation operator (:data:`NOT_KERNELS`) and has no computing operator
 beneath it (``aten::mm`` counts once, not again as the ``aten::matmul`` above it), plus, on the
 compiled path, every kernel inductor generated (profiled by name with
-``torch._inductor.config.cpp.enable_kernel_profile``). The CUDA build of the same step replays
+``torch._inductor.config.cpp.enable_kernel_profile``). A product with a bias (``baddbmm``,
+``addmm``) counts twice: the copy of its bias into the result and the product, which has no
+event of its own beneath its operator (:data:`PRODUCTS`). The CUDA build of the same step replays
 this sequence, minus the CPU-only kernels inductor would fuse differently into Triton; a CUDA
 graph (``optim.train_step: graphed`` on a GPU) launches it with one call, but the device still
 runs every kernel of it, one after another.
@@ -56,8 +58,14 @@ NOT_KERNELS = frozenset({
     "aten::stride", "aten::contiguous", "aten::to", "aten::_to_copy", "aten::clone",
     "aten::scalar_tensor", "aten::zeros", "aten::ones", "aten::full", "aten::new_empty",
     "aten::new_zeros", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::linear",
-    "aten::matmul", "aten::dropout", "aten::_has_compatible_shallow_copy_type",
+    "aten::matmul", "aten::dropout", "aten::_has_compatible_shallow_copy_type", "aten::new_empty_strided",
 })
+
+#: Products that launch their own matrix kernel beneath the operators they call: an out-of-place
+#: ``baddbmm``/``addmm`` first copies its bias into the result (an ``aten::copy_`` event), then runs
+#: the product itself, which has no event of its own; both are kernels.
+PRODUCTS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+                      "aten::mv", "aten::dot"})
 
 
 def is_kernel(name: str) -> bool:
@@ -78,6 +86,8 @@ def kernel_events(events: Iterable[Any]) -> list[Any]:
             return []
         computes = is_kernel(e.name)
         below = [k for c in e.cpu_children for k in walk(c, inside or computes)]
+        if e.name in PRODUCTS:  # its own product kernel, and what it launched before it
+            return [e] + below
         return [e] if computes and not below else below
 
     return [k for e in events if e.cpu_parent is None for k in walk(e, False)]

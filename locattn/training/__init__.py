@@ -5,7 +5,9 @@ Read them in this order (``test_architecture.py`` checks the order):
 0. ``files``: the names of the files a run writes (imports nothing).
 1. ``results``: what a run produces (:class:`RunResult`), how it fails
    (:class:`NonFiniteLossError`), the files it writes, and the best-model rule; ``aot_step``
-   (the compiled training step saved to disk whole, so that a later process loads it).
+   (the compiled training step saved to disk whole, so that a later process loads it);
+   ``graph_passes`` (the compiled step's product rewrites: one product per weight gradient over
+   the time steps, the bias added after the product).
 2. ``data`` (batching, data order), ``checkpoint`` (atomic, checksummed state; RNG seeding),
    ``recorders`` (progress without a tracking library), ``evaluate`` (teacher-forced dev
    scores, greedy decoding), ``examples`` (saved predictions), ``scoring`` (every test split

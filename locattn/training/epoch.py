@@ -24,6 +24,7 @@ from locattn.training import aot_step
 from locattn.training.aot_step import SavedStep
 from locattn.training.compiles import fixed_train_shape, raise_on_recompile_limit
 from locattn.training.data import epoch_order
+from locattn.training.graph_passes import product_pass
 from locattn.training.results import NonFiniteLossError
 
 
@@ -235,7 +236,8 @@ def _compiled_nll() -> Callable[..., torch.Tensor]:
     """The one compiled :func:`batch_nll` of the process (its graphs serve every thread), saved
     to disk so that a later process loads it instead of tracing it again
     (:class:`~locattn.training.aot_step.SavedStep`)."""
-    return SavedStep(batch_nll, dynamic=False, fullgraph=True)
+    return SavedStep(batch_nll, dynamic=False, fullgraph=True,
+                     options={"post_grad_custom_post_pass": product_pass()})  # fewer matrix kernels
 
 
 def fixed_shape_inputs(

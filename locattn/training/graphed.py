@@ -67,6 +67,7 @@ from locattn.models.functional import dropout_keep
 from locattn.training.data import epoch_order
 from locattn.training.epoch import ParamPack, ReplicaFailed, epoch_dropout_noise, prepare_compile
 from locattn.training.evaluate import DevScores
+from locattn.training.graph_passes import product_pass
 from locattn.training.results import NonFiniteLossError
 
 def pick_pack_size(free_bytes: int, bytes_per_replica: int, *, fixed_bytes: int = 0,
@@ -189,7 +190,8 @@ def step_nll(model: torch.nn.Module, src: torch.Tensor, src_len: torch.Tensor, t
 def compiled_step_nll() -> Callable[..., torch.Tensor]:
     """:func:`step_nll` under torch.compile (``train_path: compiled``). ``dynamic=False``: a
     graph per pack shape, so a resumed run computes what the uninterrupted one did."""
-    return torch.compile(step_nll, dynamic=False, fullgraph=True)
+    return torch.compile(step_nll, dynamic=False, fullgraph=True,
+                         options={"post_grad_custom_post_pass": product_pass()})  # fewer matrix kernels
 
 
 @contextlib.contextmanager

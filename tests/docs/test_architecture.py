@@ -38,7 +38,7 @@ PACKAGES = ("locattn", "record", "study", "reports")
 # locattn/training, lowest floor first (the order of locattn/training/__init__.py's docstring)
 TRAINING_FLOORS = {
     "files": 0,
-    "results": 1, "aot_step": 1,
+    "results": 1, "aot_step": 1, "graph_passes": 1,
     "data": 2, "checkpoint": 2, "recorders": 2, "evaluate": 2, "examples": 2, "scoring": 2,
     "attention": 2, "compiles": 2,
     "epoch": 3, "graphed": 3, "decode": 3,
