@@ -16,10 +16,18 @@ that fails them, a file that does not load, or a torch without ``aot_compile`` r
 ``torch.compile`` function instead (with one warning), so a stale or foreign file costs a compile,
 never a wrong number.
 
-Opt-in for now: ``LOCATTN_SAVED_STEP=1`` turns it on. Under Ray, a study trial's own
-``aot_compile`` (a key no other run had written) once returned a graph for another target length
-than its batch's, which inductor's size assertion stopped; not yet understood (a cache hit inside
-``aot_compile`` is the suspect), so the default stays the ordinary ``torch.compile``.
+On by default; ``LOCATTN_SAVED_STEP=0`` turns it off. One collision inside torch had to be
+closed first. AOTAutograd's cache cannot key a graph that calls a custom ``autograd.Function``
+(:class:`~locattn.models.functional.LeakyReLUFromOutput`: ``autograd_function_apply``); under
+``aot_compile`` it then keys the entry with a nonce, ``str(random.random())``, drawn from
+Python's global ``random``, which every run seeds
+(:func:`~locattn.training.checkpoint.seed_everything`). Seed 0 draws 0.8444218515250481 in
+every process, so a Ray trial's own ``aot_compile`` for sources of length 3 found in
+``$TORCHINDUCTOR_CACHE_DIR/aotautograd/0.8444218515250481`` the graphs the test process had
+compiled for sources of length 4 (inductor's ``assert_size_stride`` stopped it; a graph for the
+same shapes but another switch would have run with no error). :class:`SavedStep` compiles with
+``random`` seeded from the OS and puts the caller's state back afterwards, so the nonce is
+unique and the run's random stream is the same whether its step was compiled or loaded.
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ import functools
 import hashlib
 import inspect
 import os
+import random
 import sys
 import tempfile
+import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -49,13 +59,38 @@ _PLAIN = (bool, int, float, str, type(None))
 
 
 def enabled() -> bool:
-    """Whether saved steps are on (``LOCATTN_SAVED_STEP=1``) and torch has ``aot_compile``.
+    """Whether saved steps are on (``LOCATTN_SAVED_STEP`` unset or 1; 0 turns them off) and torch
+    has ``aot_compile``.
 
     Raises ValueError naming the variable for a value other than 0, 1 or unset."""
-    value = os.environ.get(ENV_SWITCH, "0")
+    value = os.environ.get(ENV_SWITCH, "1")
     if value not in ("0", "1"):
-        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 0 (off, the default) or 1 (save the compiled step)")
+        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 0 (off) or 1 "
+                         "(save the compiled step, the default)")
     return value == "1" and hasattr(torch._dynamo, "aot_compile")
+
+
+_COMPILE_LOCK = threading.Lock()
+
+
+def _aot_compile(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``compiled.aot_compile((args, kwargs))`` with Python's ``random`` seeded from the OS for its
+    duration and the caller's state restored afterwards (also when it raises).
+
+    AOTAutograd cannot key a graph that calls a custom ``autograd.Function``; under aot_compile
+    it keys the cache entry with ``str(random.random())`` instead and still writes and looks it
+    up on disk. Drawn from a seeded ``random``, that nonce is the same in every process with the
+    same seed, and the lookup returns whatever graph an earlier compile wrote under it: another
+    batch shape (inductor's size assertion fails) or, for the same shapes, another function
+    (nothing fails). One compile at a time in the process, so no other SavedStep's compile draws
+    from the caller's state while it is swapped out."""
+    with _COMPILE_LOCK:
+        state = random.getstate()
+        random.seed()  # os.urandom
+        try:
+            return compiled.aot_compile((args, kwargs))
+        finally:
+            random.setstate(state)
 
 
 @functools.cache
@@ -189,7 +224,7 @@ class SavedStep:
                 warnings.warn(f"saved compiled step {path} did not load ({type(e).__name__}: {e}); "
                               "compiling it again", RuntimeWarning, stacklevel=3)
         try:
-            step = self.compiled.aot_compile((args, kwargs))
+            step = _aot_compile(self.compiled, args, kwargs)
         except Exception as e:
             warnings.warn(f"saved compiled step: aot_compile failed ({type(e).__name__}: {e}); "
                           "using torch.compile in this process", RuntimeWarning, stacklevel=3)
