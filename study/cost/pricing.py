@@ -26,11 +26,14 @@ CFQ_SIZES = {"train": 100_654, "dev": 9_512, "test": 9_512}
 #: Tokens per CFQ example (question + SPARQL query) when its files are absent: an ASSUMPTION,
 #: not a measurement (no CFQ data on these machines); a plan that uses it says so.
 CFQ_ASSUMED_TOKENS = 80
-#: CPU seconds a compiled run (``train_path: compiled``) adds to its start-up when its graph is in
-#: inductor's disk cache (a study shares one), and when it is not (a cold compile): the fixed
-#: costs of whole Copy/OneStepAttn runs over eager's (benchmarks/bench_whole_run.py).
-COMPILE_LOAD_CPU_SECONDS = 8.0
-COMPILE_COLD_CPU_SECONDS = 142.0
+#: CPU seconds a compiled run (``train_path: compiled``) adds to its start-up when its saved step
+#: is in the study's shared cache (it loads it), and when it is not (a cold compile): the fixed
+#: costs of whole Copy/OneStepAttn runs at 10,000 examples over eager's
+#: (benchmarks/bench_whole_run.py), the larger of two runs: 7.0 and 127.4 on an AMD EPYC at load
+#: 3-4 (saved step, before the product rewrites), 2.3 and 83.6 on an Intel Xeon at load 0.3-1.0
+#: (with both; docs/performance.md 4j).
+COMPILE_LOAD_CPU_SECONDS = 7.0
+COMPILE_COLD_CPU_SECONDS = 127.0
 
 #: Tasks priced by one task measured in :data:`COMPILED_WHOLE_RUNS`: the reverse variants draw the
 #: same lengths as their base task; the inverse ReCopy tasks swap source and target lengths, and
@@ -67,7 +70,7 @@ class CompiledRun:
 #: whatever ``task.train_size`` says, so its one entry (size 0) covers every size.
 COMPILED_WHOLE_RUNS: dict[tuple[str, str], tuple[CompiledRun, ...]] = {
     ("copy", "onestep"): (CompiledRun(train_size=2000, cold_extra=141.6, epoch_ratio=0.99),
-                          CompiledRun(train_size=10000, cold_extra=143.3, epoch_ratio=0.75)),
+                          CompiledRun(train_size=10000, cold_extra=127.4, epoch_ratio=0.50)),
     ("lookup", "onestep"): (CompiledRun(train_size=0, cold_extra=106.7, epoch_ratio=0.49),),
     ("recopy", "onestep"): (CompiledRun(train_size=2000, cold_extra=233.1, epoch_ratio=0.30),
                             CompiledRun(train_size=10000, cold_extra=278.9, epoch_ratio=0.61)),
