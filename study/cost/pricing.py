@@ -31,7 +31,7 @@ CFQ_ASSUMED_TOKENS = 80
 #: costs of whole Copy/OneStepAttn runs at 10,000 examples over eager's
 #: (benchmarks/bench_whole_run.py), the larger of two runs: 7.0 and 127.4 on an AMD EPYC at load
 #: 3-4 (saved step, before the product rewrites), 2.3 and 83.6 on an Intel Xeon at load 0.3-1.0
-#: (with both; docs/performance.md 4j).
+#: (with both rewrites of the compiled step).
 COMPILE_LOAD_CPU_SECONDS = 7.0
 COMPILE_COLD_CPU_SECONDS = 127.0
 
