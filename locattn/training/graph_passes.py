@@ -68,7 +68,7 @@ def _product_of(leaf: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]
     wrappers = []
     node = leaf
     while node.op == "call_function" and node.target in _WRAPPERS:
-        if len(node.users) != 1 and node is not leaf:
+        if len(node.users) != 1:  # read beyond the sum too: it must stay
             return None
         wrappers.append(node)
         node = node.args[0]  # type: ignore[assignment]

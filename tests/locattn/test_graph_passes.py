@@ -90,6 +90,15 @@ def test_products_read_elsewhere_or_of_other_shapes_are_left_alone() -> None:
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    def g(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = torch.bmm(x, y).permute(0, 2, 1)  # a view read twice: not merged
+        return p + torch.bmm(x, y * 2).permute(0, 2, 1), p
+
+    gm = make_fx(g, tracing_mode="fake")(x, y, z)
+    assert graph_passes.merge_weight_gradients(gm.graph) == 0
+    gm.recompile()
+    for got, want in zip(gm(x, y, z), g(x, y, z)):
+        torch.testing.assert_close(got, want)
     gm = make_fx(f, tracing_mode="fake")(x, y, z)
     assert graph_passes.merge_weight_gradients(gm.graph) == 0
     gm.recompile()
